@@ -1,0 +1,1 @@
+"""Experiments: evaluation of trained models (and, later, compare and sweep)."""

@@ -1,0 +1,51 @@
+"""Evaluate a trained model on its task on the exact path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from aocsim.errors import ModelFileError
+from aocsim.nn.deq import DEQ
+
+
+def evaluate_deq(model: DEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: Any) -> dict[str, float]:
+    """Accuracy and convergence statistics of a DEQ classifier on (x, y).
+
+    Returns:
+        accuracy, converged_fraction, iterations_mean, iterations_max and
+        residual_max (largest ||f(z) - z||_2 of the returned fixed points).
+    """
+    with torch.no_grad():
+        out = model(x, **solve_options)
+    it = out.solve.iterations.double()
+    return {
+        "accuracy": float((out.logits.argmax(1) == y).double().mean()),
+        "converged_fraction": float(out.solve.converged.double().mean()),
+        "iterations_mean": float(it.mean()),
+        "iterations_max": int(it.max()),
+        "residual_max": float(out.solve.abs_residual.max()),
+    }
+
+
+def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
+                   **solve_options: Any) -> dict[str, Any]:
+    """Evaluate a loaded model (see `aocsim.load_model`) on the test set of its task.
+
+    Args:
+        model: a model with a `card` whose `task` aocsim knows.
+        dtype: float64 (exact reference) or float32.
+        **solve_options: `aocsim.solve` settings for the forward solve.
+    """
+    task = getattr(model, "card", {}).get("task")
+    if task == "digits":
+        from aocsim.tasks import digits
+
+        data = digits.load_split(dtype)
+        model = model.to(dtype)
+        opts = {"atol": 1e-9, "rtol": 0.0, "max_iter": 100, **solve_options}
+        metrics = evaluate_deq(model, data.x_test, data.y_test, **opts)
+        return {"task": task, "split": "test", "n": len(data.y_test), "dtype": str(dtype), **metrics}
+    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits']")

@@ -1,0 +1,1 @@
+"""The virtual AOC: device profiles, components, noise, the optical loop."""

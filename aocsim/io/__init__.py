@@ -1,0 +1,1 @@
+"""Reading and writing aocsim files (model directories; later result datasets)."""

@@ -1,0 +1,175 @@
+"""Deep equilibrium (DEQ) cell: the AOC's native workload.
+
+    z* = alpha z* + beta W f(z*) + U x + b,    logits = V z* + c,
+
+f = tanh on the exact path. W may be block structured so that several layers
+share one state (and one machine): `feedback` (every block, the DEQ),
+`feedforward` (only block l -> l+1, a layered network computed as a fixed
+point) or `hopfield` (full and symmetric, W = (W0 + W0^T) / 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from aocsim.errors import InputError
+from aocsim.solve.backward import Backward, Implicit, equilibrium
+from aocsim.solve.result import SolveResult
+
+STRUCTURES = ("feedback", "feedforward", "hopfield")
+
+
+@dataclass(frozen=True)
+class DEQConfig:
+    """Architecture of a DEQ cell.
+
+    Attributes:
+        state_size: N, number of state variables (loop channels).
+        input_size: features of x.
+        output_size: readout size (classes).
+        alpha: leak, scalar in [0, 1).
+        structure: one of `feedback`, `feedforward`, `hopfield`.
+        blocks: layer sizes summing to N (one block = the whole state).
+    """
+
+    state_size: int
+    input_size: int
+    output_size: int
+    alpha: float = 0.5
+    structure: str = "feedback"
+    blocks: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("state_size", "input_size", "output_size"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise InputError(f"DEQConfig.{name} = {value!r}; expected an integer >= 1")
+        if not 0.0 <= self.alpha < 1.0:
+            raise InputError(f"DEQConfig.alpha = {self.alpha!r}; expected a number in [0, 1)")
+        if self.structure not in STRUCTURES:
+            raise InputError(f"DEQConfig.structure = {self.structure!r}; expected one of {STRUCTURES}")
+        blocks = tuple(self.blocks) or (self.state_size,)
+        if sum(blocks) != self.state_size or min(blocks) < 1:
+            raise InputError(f"DEQConfig.blocks = {list(blocks)}; expected positive sizes summing "
+                             f"to state_size = {self.state_size}")
+        object.__setattr__(self, "blocks", blocks)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["blocks"] = list(self.blocks)
+        return d
+
+
+def block_mask(blocks: tuple[int, ...], structure: str) -> torch.Tensor:
+    """0/1 mask [N, N] ([out, in]) of the weights the structure allows."""
+    n = sum(blocks)
+    if structure != "feedforward":
+        return torch.ones(n, n)
+    mask = torch.zeros(n, n)
+    starts = [sum(blocks[:i]) for i in range(len(blocks))]
+    for (s_in, b_in), (s_out, b_out) in zip(zip(starts, blocks), zip(starts[1:], blocks[1:])):
+        mask[s_out:s_out + b_out, s_in:s_in + b_in] = 1.0
+    return mask
+
+
+@dataclass(frozen=True)
+class DEQOutput:
+    """Logits [B, output_size], fixed point z* [B, N], forward solve result."""
+
+    logits: torch.Tensor
+    z: torch.Tensor
+    solve: SolveResult
+
+
+class DEQ(nn.Module):
+    """DEQ cell with linear injection and readout (see the module docstring).
+
+    Args:
+        config: the architecture.
+        beta: initial loop gain (trainable scalar).
+        dtype: parameter dtype; float64 is the exact reference.
+        generator: RNG for the initial weights (explicit seed).
+    """
+
+    def __init__(self, config: DEQConfig, *, beta: float = 1.0, dtype: torch.dtype = torch.float64,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.config = config
+        n, k, c = config.state_size, config.input_size, config.output_size
+        g = generator
+
+        def uniform(*shape: int, bound: float) -> torch.Tensor:
+            return (torch.rand(*shape, generator=g, dtype=dtype) * 2 - 1) * bound
+
+        self.weight = nn.Parameter(uniform(n, n, bound=1.0 / n))
+        self.beta = nn.Parameter(torch.tensor(float(beta), dtype=dtype))
+        self.inject_weight = nn.Parameter(uniform(n, k, bound=k ** -0.5))
+        self.inject_bias = nn.Parameter(torch.zeros(n, dtype=dtype))
+        self.readout_weight = nn.Parameter(uniform(c, n, bound=n ** -0.5))
+        self.readout_bias = nn.Parameter(torch.zeros(c, dtype=dtype))
+        # Derived from the config, so not stored with the weights.
+        self.register_buffer("mask", block_mask(config.blocks, config.structure).to(dtype),
+                             persistent=False)
+
+    def effective_weight(self) -> torch.Tensor:
+        """W with its block structure applied, [N, N] in [out, in] convention."""
+        w = self.weight * self.mask
+        if self.config.structure == "hopfield":
+            w = 0.5 * (w + w.T)
+        return w
+
+    def operator(self) -> torch.Tensor:
+        """beta W: the matrix the loop multiplies f(z) by."""
+        return self.beta * self.effective_weight()
+
+    def injection(self, x: torch.Tensor) -> torch.Tensor:
+        """U x + b, [B, N]."""
+        x = self._check_input(x)
+        return x @ self.inject_weight.T + self.inject_bias
+
+    def step(self, z: torch.Tensor, injection: torch.Tensor) -> torch.Tensor:
+        """One exact loop iteration: alpha z + beta W tanh(z) + injection."""
+        return self.config.alpha * z + torch.tanh(z) @ self.operator().T + injection
+
+    def readout(self, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.readout_weight.T + self.readout_bias
+
+    def forward(self, x: torch.Tensor, *, backward: Backward = Implicit(), z0: torch.Tensor | None = None,
+                **solve_options: Any) -> DEQOutput:
+        """Solve for z* and read out.
+
+        Args:
+            x: inputs [B, input_size] (converted to the model's dtype).
+            backward: gradient mode (`Implicit`, `Phantom`, `Unrolled`).
+            z0: initial state [B, N] (zeros by default).
+            **solve_options: `aocsim.solve` settings (solver, atol, rtol, max_iter).
+        """
+        u = self.injection(x)
+        if z0 is None:
+            z0 = torch.zeros_like(u)
+        z, result = equilibrium(lambda z: self.step(z, u), z0, backward=backward, **solve_options)
+        return DEQOutput(self.readout(z), z, result)
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor, **solve_options: Any) -> torch.Tensor:
+        """Class ids [B] on the exact path."""
+        return self.forward(x, **solve_options).logits.argmax(dim=1)
+
+    def contraction_bound(self) -> float:
+        """|alpha| + ||beta W||_2: a Lipschitz bound of the map (< 1 means contractive)."""
+        with torch.no_grad():
+            return abs(self.config.alpha) + float(torch.linalg.matrix_norm(self.operator(), ord=2))
+
+    def _check_input(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.config.input_size
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"x must be a tensor [B, {k}]; got {type(x).__name__}")
+        if x.ndim != 2 or x.shape[1] != k:
+            raise InputError(f"x has shape {tuple(x.shape)}; expected [B, {k}] (input_size = {k})")
+        if not bool(torch.isfinite(x).all()):
+            raise InputError("x contains NaN or infinite values")
+        return x.to(device=self.weight.device, dtype=self.weight.dtype)

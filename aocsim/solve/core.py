@@ -1,0 +1,148 @@
+"""The one fixed-point entry point: `solve(fn, z0, ...)`."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from aocsim.errors import ConvergenceError, InputError
+from aocsim.solve.result import SolveResult, SolveStatus
+from aocsim.solve.solvers import Anderson, Picard, make_solver
+
+Tolerance = float | torch.Tensor
+
+
+def _per_sample(tol: Tolerance, name: str, batch: int, like: torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(tol, dtype=like.dtype, device=like.device)
+    if t.ndim == 0:
+        t = t.expand(batch)
+    if t.shape != (batch,) or bool((t < 0).any()) or not bool(torch.isfinite(t).all()):
+        raise InputError(f"{name} = {tol!r}; expected a finite number >= 0 or a tensor of shape [{batch}]")
+    return t
+
+
+def _check_map_output(fz: object, z: torch.Tensor) -> None:
+    if not isinstance(fz, torch.Tensor) or fz.shape != z.shape:
+        shape = tuple(fz.shape) if isinstance(fz, torch.Tensor) else type(fz).__name__
+        raise InputError(f"fixed-point map returned {shape}; expected a tensor of shape {tuple(z.shape)}")
+
+
+def solve(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    z0: torch.Tensor,
+    *,
+    solver: str | Picard | Anderson = "anderson",
+    atol: Tolerance = 1e-10,
+    rtol: Tolerance = 1e-8,
+    max_iter: int = 200,
+    return_best: bool = True,
+    trace: bool = False,
+    divergence_ratio: float = 1e8,
+    raise_on_failure: bool = False,
+    **solver_options: Any,
+) -> SolveResult:
+    """Solve z = fn(z) for a batch of independent problems.
+
+    A sample converges when ||fn(z) - z||_2 <= atol + rtol ||fn(z)||_2 (norms
+    over all but the first dimension). Converged samples are frozen; the loop
+    ends when every sample has stopped or after `max_iter` updates. A sample
+    whose map value turns non-finite, or whose residual grows beyond
+    `divergence_ratio` times its first residual, is marked DIVERGED.
+
+    Args:
+        fn: the map, tensor [B, ...] -> tensor of the same shape. Any input
+            injection x is bound inside (for example a lambda).
+        z0: initial iterate [B, ...].
+        solver: a registered name (`available_solvers()`) or a solver object.
+        atol, rtol: absolute / relative tolerance, scalars or [B] tensors.
+        max_iter: cap on solver updates per sample.
+        return_best: return the lowest-residual iterate (True) or the last.
+        trace: record per-sample absolute residuals per iteration.
+        divergence_ratio: residual growth that counts as divergence.
+        raise_on_failure: raise ConvergenceError unless every sample converged.
+        **solver_options: options of a named solver (e.g. damping, memory).
+
+    Returns:
+        SolveResult with the iterate, per-sample status, iterations, residuals.
+
+    Example:
+        >>> A = 0.5 * torch.eye(3, dtype=torch.float64); b = torch.ones(1, 3, dtype=torch.float64)
+        >>> solve(lambda z: z @ A.T + b, torch.zeros(1, 3, dtype=torch.float64)).z
+        tensor([[2., 2., 2.]], dtype=torch.float64)
+    """
+    if not isinstance(z0, torch.Tensor) or z0.ndim < 1 or not z0.is_floating_point():
+        raise InputError(f"z0 must be a floating-point tensor [B, ...]; got {type(z0).__name__}"
+                         + (f" {tuple(z0.shape)} {z0.dtype}" if isinstance(z0, torch.Tensor) else ""))
+    if not isinstance(max_iter, int) or max_iter < 0:
+        raise InputError(f"max_iter = {max_iter!r}; expected an integer >= 0")
+    if not bool(torch.isfinite(z0).all()):
+        raise InputError("z0 contains NaN or infinite values")
+    strategy = make_solver(solver, **solver_options)
+    batch = z0.shape[0]
+    shape = z0.shape
+    atol_b = _per_sample(atol, "atol", batch, z0)
+    rtol_b = _per_sample(rtol, "rtol", batch, z0)
+
+    def flat_map(zf: torch.Tensor) -> torch.Tensor:
+        out = fn(zf.reshape(shape))
+        _check_map_output(out, zf.reshape(shape))
+        return out.reshape(batch, -1)
+
+    z = z0.reshape(batch, -1)
+    state = strategy.init(z)
+    status = torch.full((batch,), SolveStatus.MAX_ITER, dtype=torch.int64, device=z.device)
+    active = torch.ones(batch, dtype=torch.bool, device=z.device)
+    iterations = torch.full((batch,), max_iter, dtype=torch.int64, device=z.device)
+    best_z, best_res = z.clone(), torch.full((batch,), float("inf"), dtype=z.dtype, device=z.device)
+    best_rel = best_res.clone()
+    last_res, last_rel = best_res.clone(), best_res.clone()
+    first_res: torch.Tensor | None = None
+    traces: list[torch.Tensor] = []
+
+    for k in range(max_iter + 1):
+        fz = flat_map(z)
+        res = torch.linalg.vector_norm(fz - z, dim=1)
+        fnorm = torch.linalg.vector_norm(fz, dim=1)
+        rel = res / fnorm.clamp_min(torch.finfo(z.dtype).tiny)
+        if first_res is None:
+            first_res = res.clone()
+        finite = torch.isfinite(res)
+        diverged = active & (~finite | (res > divergence_ratio * first_res.clamp_min(atol_b)))
+        converged = active & finite & (res <= atol_b + rtol_b * fnorm)
+        # A sample updates its record only while active and finite.
+        live = active & finite
+        last_res = torch.where(live, res, last_res)
+        last_rel = torch.where(live, rel, last_rel)
+        better = live & (res < best_res)
+        best_z = torch.where(better.unsqueeze(1), z, best_z)
+        best_res = torch.where(better, res, best_res)
+        best_rel = torch.where(better, rel, best_rel)
+        if trace:
+            traces.append(torch.where(active, res, torch.full_like(res, float("nan"))))
+        status = torch.where(converged, SolveStatus.CONVERGED, status)
+        status = torch.where(diverged & ~converged, SolveStatus.DIVERGED, status)
+        stopped = converged | diverged
+        iterations = torch.where(stopped, k, iterations)
+        active = active & ~stopped
+        if k == max_iter or not bool(active.any()):
+            break
+        z_next = strategy.step(state, z, fz)
+        z = torch.where(active.unsqueeze(1), z_next, z)
+
+    if return_best:
+        z_out, res_out, rel_out = best_z, best_res, best_rel
+    else:
+        z_out, res_out, rel_out = z, last_res, last_rel
+    result = SolveResult(
+        z=z_out.reshape(shape),
+        status=status,
+        iterations=iterations,
+        abs_residual=res_out,
+        rel_residual=rel_out,
+        trace=torch.stack(traces, dim=1) if trace else None,
+        solver=strategy.name,
+    )
+    if raise_on_failure and not result.all_converged:
+        raise ConvergenceError(f"fixed-point solve did not converge: {result.summary()}")
+    return result

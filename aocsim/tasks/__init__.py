@@ -1,0 +1,1 @@
+"""Tasks: datasets and generators the models are trained and evaluated on."""

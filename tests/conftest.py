@@ -1,0 +1,24 @@
+"""Shared fixtures. Tests never seed global RNGs: they build explicit generators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)
+
+
+def contractive_linear(n: int, lipschitz: float, gen: torch.Generator, *, cond: float = 1.0,
+                       symmetric: bool = False) -> torch.Tensor:
+    """Random A [n, n] with ||A||_2 = lipschitz; singular values spread over `cond`.
+
+    symmetric=True gives eigenvalues equal to the singular values, so plain
+    iteration contracts only by `lipschitz` per step along the slowest direction.
+    """
+    q1, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    q2 = q1 if symmetric else torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))[0]
+    s = torch.logspace(0, -torch.log10(torch.tensor(cond)).item(), n, dtype=torch.float64)
+    return lipschitz * (q1 * s) @ q2.T

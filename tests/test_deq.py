@@ -1,0 +1,96 @@
+"""The DEQ cell: structure, limits, dtype/device handling, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim import DEQ, DEQConfig
+from aocsim.errors import InputError
+
+TIGHT = {"atol": 1e-13, "rtol": 0.0, "max_iter": 500}
+
+
+def test_fixed_point_satisfies_the_equation(gen: torch.Generator) -> None:
+    model = DEQ(DEQConfig(16, 5, 3, alpha=0.3), beta=0.5, generator=gen)
+    x = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        out = model(x, **TIGHT)
+        w, u = model.operator(), model.injection(x)
+        rhs = 0.3 * out.z + torch.tanh(out.z) @ w.T + u
+    assert out.solve.all_converged
+    torch.testing.assert_close(out.z, rhs, atol=1e-12, rtol=0)
+
+
+def test_feedforward_structure_equals_the_layered_network(gen: torch.Generator) -> None:
+    # alpha = 0 and W only on the sub-diagonal blocks: the fixed point is the explicit
+    # forward pass z1 = u1, z2 = beta W21 tanh(z1) + u2, z3 = beta W32 tanh(z2) + u3.
+    blocks = (4, 3, 2)
+    model = DEQ(DEQConfig(9, 5, 2, alpha=0.0, structure="feedforward", blocks=blocks), beta=2.0, generator=gen)
+    x = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        w = model.operator()
+        assert torch.count_nonzero(w) == 4 * 3 + 3 * 2
+        u = model.injection(x)
+        z1 = u[:, :4]
+        z2 = torch.tanh(z1) @ w[4:7, :4].T + u[:, 4:7]
+        z3 = torch.tanh(z2) @ w[7:, 4:7].T + u[:, 7:]
+        out = model(x, **TIGHT)
+        picard = model(x, solver="picard", atol=0.0, rtol=0.0, max_iter=10)
+    torch.testing.assert_close(out.z, torch.cat([z1, z2, z3], dim=1), atol=1e-12, rtol=0)
+    # The operator is nilpotent: plain iteration is exact after one step per layer.
+    assert (picard.solve.iterations == 3).all() and picard.solve.all_converged
+
+
+def test_hopfield_structure_is_symmetric(gen: torch.Generator) -> None:
+    model = DEQ(DEQConfig(8, 3, 2, structure="hopfield"), generator=gen)
+    w = model.effective_weight()
+    torch.testing.assert_close(w, w.T, atol=0, rtol=0)
+
+
+def test_seeded_initialisation_is_reproducible() -> None:
+    a = DEQ(DEQConfig(8, 3, 2), generator=torch.Generator().manual_seed(5))
+    b = DEQ(DEQConfig(8, 3, 2), generator=torch.Generator().manual_seed(5))
+    c = DEQ(DEQConfig(8, 3, 2), generator=torch.Generator().manual_seed(6))
+    assert torch.equal(a.weight, b.weight) and not torch.equal(a.weight, c.weight)
+
+
+def test_float64_by_default_float32_on_request(gen: torch.Generator) -> None:
+    model = DEQ(DEQConfig(8, 3, 2), generator=gen)
+    x32 = torch.randn(4, 3, generator=gen)
+    assert model(x32).z.dtype == torch.float64  # input promoted, never silently float32
+    model32 = model.to(torch.float32)
+    assert model32(x32, atol=1e-6).z.dtype == torch.float32
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(gen: torch.Generator) -> None:  # pragma: no cover - GPU only
+    model = DEQ(DEQConfig(16, 5, 3), generator=gen)
+    x = torch.randn(4, 5, generator=gen, dtype=torch.float64)
+    cpu = model(x, **TIGHT).z
+    gpu = model.to("cuda")(x.cuda(), **TIGHT).z.cpu()
+    torch.testing.assert_close(cpu, gpu, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"state_size": 0}, "DEQConfig.state_size = 0"),
+    ({"alpha": 1.0}, r"DEQConfig.alpha = 1.0; expected a number in \[0, 1\)"),
+    ({"structure": "mlp"}, "DEQConfig.structure = 'mlp'"),
+    ({"blocks": (3, 3)}, r"DEQConfig.blocks = \[3, 3\]; expected positive sizes summing to state_size = 8"),
+])
+def test_bad_config_names_the_field(kwargs: dict, message: str) -> None:
+    base = {"state_size": 8, "input_size": 3, "output_size": 2}
+    with pytest.raises(InputError, match=message):
+        DEQConfig(**{**base, **kwargs})
+
+
+def test_bad_inputs_give_one_line_errors(gen: torch.Generator) -> None:
+    model = DEQ(DEQConfig(8, 3, 2), generator=gen)
+    with pytest.raises(InputError, match=r"x has shape \(4, 5\); expected \[B, 3\]"):
+        model(torch.zeros(4, 5))
+    with pytest.raises(InputError, match=r"x has shape \(3,\)"):
+        model(torch.zeros(3))
+    with pytest.raises(InputError, match="x contains NaN"):
+        model(torch.tensor([[0.0, float("nan"), 1.0]]))
+    with pytest.raises(InputError, match="x must be a tensor"):
+        model([[0.0, 1.0, 2.0]])
