@@ -1,0 +1,108 @@
+"""Optical-loop components: small pure functions, one per stage of PHYSICS.md section 2.
+
+Shapes: batches of channel signals are [B, N]; weights are [N_out, N_in]
+(torch convention, y_j = sum_i W[j, i] v_i). Signals are in the twin's units
+(volts at the loop node, normalised optical power at the detectors).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def algebraic_sigmoid(z: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+    """The calibrated analog nonlinearity.
+
+    u = a z + b;  t = d u / (1 + |u|^c)^(1/c) + f + g z   (g = 0 with five coefficients).
+
+    Args:
+        z: loop state [B, N], volts.
+        coeffs: [a, b, c, d, f] or [a, b, c, d, f, g].
+    Returns:
+        t [B, N], volts (swing about +-0.215 V on the 48-variable machine).
+    """
+    a, b, c, d, f = (coeffs[i] for i in range(5))
+    u = a * z + b
+    t = d * u / (1.0 + u.abs() ** c) ** (1.0 / c) + f
+    if coeffs.shape[0] > 5:
+        t = t + coeffs[5] * z
+    return t
+
+
+def nonlinearity(z: torch.Tensor, kind: str, coeffs: torch.Tensor | None) -> torch.Tensor:
+    """tanh (exact path) or the calibrated algebraic sigmoid."""
+    return torch.tanh(z) if kind == "tanh" else algebraic_sigmoid(z, coeffs)
+
+
+def polyval(coeffs: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Polynomial with coefficients highest power first (Horner), elementwise in t."""
+    out = torch.zeros_like(t) + coeffs[0]
+    for c in coeffs[1:]:
+        out = out * t + c
+    return out
+
+
+def quantize_signed(w: torch.Tensor, bits: int | None) -> torch.Tensor:
+    """Signed uniform quantisation of w in [-1, 1] with a straight-through gradient.
+
+    q = clamp(round(L w), -L - 1, L) / L, L = 2^(bits - 1) - 1 (255 for the AOC's 9 bits).
+    The gradient passes through unchanged (straight-through estimator).
+    """
+    if bits is None:
+        return w
+    levels = 2 ** (bits - 1) - 1
+    q = torch.clamp(torch.round(w * levels), -levels - 1, levels) / levels
+    return w + (q - w).detach()
+
+
+def quantize_range(v: torch.Tensor, low: float, high: float, bits: int | None) -> torch.Tensor:
+    """Uniform converter over [low, high] with 2^bits codes (values clamped into range), straight-through."""
+    if bits is None:
+        return v
+    step = (high - low) / (2 ** bits - 1)
+    q = torch.round((v.clamp(low, high) - low) / step) * step + low
+    return v + (q - v).detach()
+
+
+def split_signs(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(W+ / m, W- / m, m) with m = max |W| (m = 1 for an all-zero matrix)."""
+    m = w.abs().max()
+    m = torch.where(m > 0, m, torch.ones_like(m))
+    return torch.relu(w) / m, torch.relu(-w) / m, m
+
+
+def distort(w_sign: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+    """SLM transfer per output column j: What[j, i] = A_j w[j, i]^2 + B_j w[j, i] + C_j.
+
+    Args:
+        w_sign: normalised one-sign weights [N_out, N_in] in [0, 1].
+        coeffs: [N_out, 3] rows [A, B, C]; C is the darkness of an "off" pixel.
+    """
+    a, b, c = coeffs[:, 0:1], coeffs[:, 1:2], coeffs[:, 2:3]
+    return a * w_sign ** 2 + b * w_sign + c
+
+
+def pd_crosstalk_operator(later: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
+    """X [N, N] of nearest-neighbour photodetector crosstalk: P' = X P - (X - I) C.
+
+    P'_j = P_j + e_{j+1} (P_{j+1} - C_{j+1}) + l_{j-1} (P_{j-1} - C_{j-1}).
+    """
+    n = later.shape[0]
+    x = torch.eye(n, dtype=later.dtype, device=later.device)
+    if n > 1:
+        x = x + torch.diag(earlier[1:], 1) + torch.diag(later[:-1], -1)
+    return x
+
+
+def mirrored_pbs_pattern(w_sign: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """PBS leakage pattern of the 16-variable machine, [N_in, N_out].
+
+    Pat[i, 0] = 0; Pat[i, j] = sqrt(2) (K[15-j, 0] w[16-j, i]^2 + K[15-j, 1] w[16-j, i] + K[15-j, 2])
+    for j = 1..15 (w indexed [out, in]; columns mirrored).
+    """
+    n = w_sign.shape[0]
+    rows = w_sign.flip(0)[: n - 1]  # w[16 - j] for j = 1..15
+    kk = k.flip(0)  # K[15 - j] for j = 1..15
+    cols = (2.0 ** 0.5) * (kk[:, 0:1] * rows ** 2 + kk[:, 1:2] * rows + kk[:, 2:3])  # [15, N_in]
+    zero = torch.zeros(1, w_sign.shape[1], dtype=w_sign.dtype, device=w_sign.device)
+    return torch.cat([zero, cols], dim=0).T

@@ -1,0 +1,279 @@
+"""The optical loop: one iteration of the virtual AOC (`OpticalLoop`, `loop_step`).
+
+    z[k+1] = alpha(k) z[k] + y_opt(f(z[k])) + gamma (z[k] - z[k-1]) + inject(x + b)
+
+with y_opt the calibrated optical path (folded once per weight load, see
+`aocsim.hardware.optics`), f the analog nonlinearity and inject the clip and
+DAC of the input. What is drawn when:
+
+- once per chip (profile `variation.chip_seed`): chip-to-chip variation;
+- once per weight load (the loop's `generator`): SLM programming error;
+- once per inference (`OpticalLoop.drifted`): a drift step;
+- every iteration (the step's `generator`): RIN, shot and thermal noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware import components as C
+from aocsim.hardware.noise import detector_noise_std, rin_relative_std
+from aocsim.hardware.optics import FoldedOptics, channel_arrays, fold
+from aocsim.hardware.profile import DeviceProfile, load_device
+from aocsim.hardware.schedules import Schedule, as_schedule
+
+GAINS = ("normalized", "absolute")
+
+
+def _tensor(values: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A (copied) tensor from read-only profile numbers."""
+    return torch.tensor(np.array(values, dtype=np.float64), dtype=dtype, device=device)
+
+
+def _check_tensor(name: str, t: Any, n: int, *, allow_1d: bool = False) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise InputError(f"{name} must be a floating-point tensor [B, {n}]; got {type(t).__name__}"
+                         + (f" {t.dtype}" if isinstance(t, torch.Tensor) else ""))
+    ok = (t.ndim == 2 and t.shape[1] == n) or (allow_1d and t.ndim == 1 and t.shape[0] == n)
+    if not ok:
+        raise InputError(f"{name} has shape {tuple(t.shape)}; expected [B, {n}]" + (f" or [{n}]" if allow_1d else ""))
+    if not bool(torch.isfinite(t).all()):
+        raise InputError(f"{name} contains NaN or infinite values")
+    return t
+
+
+class OpticalLoop:
+    """A device profile with one weight matrix loaded: iterate the loop cheaply.
+
+    Args:
+        device: a `DeviceProfile` or a profile name.
+        weight: W [N, N] in [out, in] convention; N must equal the profile's channels.
+        bias: b [N] added to the injection before the clip (None = 0).
+        alpha: leak (number, schedule or None for no term).
+        beta: loop gain for gain="normalized" (number or schedule); None with "absolute".
+        gamma: momentum coefficient (number, schedule or None).
+        gain: "normalized" (P, Q times beta / N) or "absolute" (times max |W|).
+        generator: RNG for static per-weight-load draws (SLM programming error).
+
+    Example:
+        >>> dev = load_device("aoc48-twin")
+        >>> loop = OpticalLoop(dev, torch.randn(48, 48), alpha=0.5, beta=18.6)
+        >>> z1 = loop.step(torch.zeros(4, 48), torch.rand(4, 48))
+    """
+
+    def __init__(self, device: DeviceProfile | str, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
+                 alpha: float | Schedule | Callable[[int], float] | None = None,
+                 beta: float | Schedule | Callable[[int], float] | None = None,
+                 gamma: float | Schedule | Callable[[int], float] | None = None,
+                 gain: str = "normalized", generator: torch.Generator | None = None,
+                 _drift: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        self.device = load_device(device) if isinstance(device, str) else device
+        if not isinstance(self.device, DeviceProfile):
+            raise InputError(f"device must be a DeviceProfile or a profile name; got {type(device).__name__}")
+        v = self.values = self.device.values
+        self.weight = self._check_weight(weight)
+        n = self.n = self.weight.shape[0]
+        dtype, dev = self.weight.dtype, self.weight.device
+        if gain not in GAINS:
+            raise InputError(f"gain = {gain!r}; expected one of {list(GAINS)}")
+        if gain == "normalized" and beta is None:
+            raise InputError("beta is required with gain='normalized' (P, Q are scaled by beta / N)")
+        if gain == "absolute" and beta is not None:
+            raise InputError("beta must be None with gain='absolute' (P, Q are scaled by max |W|)")
+        self.gain = gain
+        self.alpha, self.beta, self.gamma = (as_schedule(alpha, "alpha"), as_schedule(beta, "beta"),
+                                             as_schedule(gamma, "gamma"))
+        self.bias = None if bias is None else _check_tensor("bias", bias, n, allow_1d=True).to(dtype)
+        varied = v["variation.enabled"] and v["variation.relative_std"] > 0
+        self.arrays = channel_arrays(v, n, dtype=dtype, device=dev, relative_std=v["variation.relative_std"],
+                                     chip_seed=v["variation.chip_seed"] if varied else None)
+        w_pos, w_neg, self.m = self._program_slm(self.weight, generator)
+        self.optics: FoldedOptics = fold(v, self.arrays, w_pos, w_neg, self.m, gain)
+        self.coeffs = (None if v["nonlinearity.coeffs"] is None else
+                       _tensor(v["nonlinearity.coeffs"], dtype, dev))
+        self.poly_pos = _tensor(v["emitter.poly_pos"], dtype, dev)
+        self.poly_neg = _tensor(v["emitter.poly_neg"], dtype, dev)
+        self.rin_std = (rin_relative_std(v["noise.rin.rin_db_per_hz"], v["noise.bandwidth_hz"])
+                        if v["noise.rin.enabled"] else 0.0)
+        self.detector_noise = v["noise.shot.enabled"] or v["noise.thermal.enabled"]
+        bw = v["loop.bandwidth_hz"]
+        self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v["loop.round_trip_s"])
+        zero = torch.zeros(n, dtype=dtype, device=dev)
+        self.drift_state = _drift if _drift is not None else (zero, zero.clone())
+
+    # -- construction helpers ---------------------------------------------------------------
+    def _check_weight(self, weight: Any) -> torch.Tensor:
+        if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+            raise InputError(f"weight must be a floating-point tensor [N, N]; got {type(weight).__name__}")
+        if weight.ndim != 2 or weight.shape[0] != weight.shape[1]:
+            raise InputError(f"weight has shape {tuple(weight.shape)}; expected a square [N, N] matrix")
+        n = self.device.channels
+        if n is not None and weight.shape[0] != n:
+            raise InputError(f"weight has shape {tuple(weight.shape)}; profile {self.device.name!r} has "
+                             f"{n} channels, so expected [{n}, {n}] (map larger models by tiling)")
+        if not bool(torch.isfinite(weight).all()):
+            raise InputError("weight contains NaN or infinite values")
+        return weight
+
+    def _program_slm(self, weight: torch.Tensor, generator: torch.Generator | None):
+        """Normalise, quantise (straight-through) and add the static programming error."""
+        v = self.values
+        m = weight.abs().max()
+        m = torch.where(m > 0, m, torch.ones_like(m))
+        w = C.quantize_signed(weight / m, v["slm.bits"])
+        sigma = v["slm.programming_error_levels"]
+        self.programming_error: torch.Tensor | None = None
+        if sigma > 0:
+            if generator is None:
+                raise InputError("generator is required: the profile draws a static SLM programming error "
+                                 f"(slm.programming_error_levels = {sigma})")
+            levels = 2 ** (v["slm.bits"] - 1) - 1 if v["slm.bits"] is not None else 255
+            self.programming_error = (sigma / levels) * torch.randn(w.shape, generator=generator,
+                                                                    dtype=w.dtype).to(w.device)
+            w = w + self.programming_error
+        return torch.relu(w), torch.relu(-w), m
+
+    def drifted(self, generator: torch.Generator) -> "OpticalLoop":
+        """The same loop one inference later: its output gain and offset take one random-walk step."""
+        if not self.values["drift.enabled"]:
+            return self
+        gain, offset = self.drift_state
+        n, dt = self.n, self.weight.dtype
+        dg = self.values["drift.gain_std_per_inference"] * torch.randn(n, generator=generator, dtype=dt)
+        do = self.values["drift.offset_std_v_per_inference"] * torch.randn(n, generator=generator, dtype=dt)
+        new = object.__new__(OpticalLoop)
+        new.__dict__.update(self.__dict__)
+        new.drift_state = (gain + dg.to(gain.device), offset + do.to(gain.device))
+        return new
+
+    # -- the iteration ------------------------------------------------------------------------
+    @property
+    def needs_generator(self) -> bool:
+        """True when an iteration draws noise (RIN, shot or thermal)."""
+        return self.rin_std > 0 or self.detector_noise
+
+    def injection(self, x: torch.Tensor) -> torch.Tensor:
+        """clip(x + b) on the DAC grid: the input term of every iteration, [B, N]."""
+        v = self.values
+        u = x if self.bias is None else x + self.bias
+        clip = v["injection.clip"]
+        if clip is not None:
+            u = u.clamp(float(clip[0]), float(clip[1]))
+            u = C.quantize_range(u, float(clip[0]), float(clip[1]), v["injection.dac_bits"])
+        return u
+
+    def _led(self, z: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        t = C.nonlinearity(z, self.values["nonlinearity.kind"], self.coeffs)
+        u = torch.cat([C.polyval(self.poly_pos, t), C.polyval(self.poly_neg, t)], dim=-1)
+        if self.rin_std > 0:  # one intensity fluctuation per LED, seen by both paths
+            eps = self.rin_std * torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device)
+            u = u * (1.0 + eps).repeat(1, 2)
+        return u
+
+    def _detect(self, u: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Detector signals [B, 2N] = [D_P, D_Q] before the gain, with shot / thermal noise."""
+        d = u @ self.optics.m_det.T + self.optics.c_det
+        std = detector_noise_std(d, self.values) if self.detector_noise else None
+        if std is not None:
+            d = d + std * torch.randn(d.shape, generator=generator, dtype=d.dtype).to(d.device)
+        return d
+
+    def _gain(self, k: int) -> float:
+        return self.beta(k) if self.gain == "normalized" else 1.0
+
+    def optical(self, z: torch.Tensor, *, iteration: int = 0, generator: torch.Generator | None = None
+                ) -> torch.Tensor:
+        """y_opt: the optical path's contribution at the loop node, [B, N] volts."""
+        o = self.optics
+        g = self._gain(iteration)
+        u = self._led(z, generator)
+        if self.detector_noise:
+            d = self._detect(u, generator)
+            y = g * (o.scaling * o.gain_scale * (d[:, : self.n] - d[:, self.n:]) + o.lam) + o.k0
+        else:
+            y = g * torch.addmm(o.k1, u, o.k.T) + o.k0
+        gain_drift, offset_drift = self.drift_state
+        if self.values["drift.enabled"]:
+            y = y * (1.0 + gain_drift) + offset_drift
+        return y
+
+    def _advance(self, z: torch.Tensor, inject: torch.Tensor, z_prev: torch.Tensor | None, k: int,
+                 generator: torch.Generator | None) -> torch.Tensor:
+        y = self.optical(z, iteration=k, generator=generator) + inject
+        if self.alpha is not None:
+            y = y + self.alpha(k) * z
+        if self.gamma is not None:
+            y = y + self.gamma(k) * (z - z_prev if z_prev is not None else z)
+        if self.values["saturation.enabled"]:
+            y = y.clamp(self.values["saturation.low_v"], self.values["saturation.high_v"])
+        if self.response != 1.0:
+            y = z + self.response * (y - z)
+        return y
+
+    def _prepare(self, z: torch.Tensor, x: torch.Tensor, z_prev: torch.Tensor | None,
+                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        dt, dev = self.weight.dtype, self.weight.device
+        z = _check_tensor("z", z, self.n).to(dtype=dt, device=dev)
+        x = _check_tensor("x", x, self.n, allow_1d=True).to(dtype=dt, device=dev)
+        if z_prev is not None:
+            z_prev = _check_tensor("z_prev", z_prev, self.n).to(dtype=dt, device=dev)
+        if self.needs_generator and not isinstance(generator, torch.Generator):
+            raise InputError("generator is required: the profile draws noise every iteration "
+                             "(noise.shot / noise.thermal / noise.rin enabled)")
+        return z, x, z_prev
+
+    def step(self, z: torch.Tensor, x: torch.Tensor, *, z_prev: torch.Tensor | None = None,
+             generator: torch.Generator | None = None, iteration: int = 0) -> torch.Tensor:
+        """One loop iteration.
+
+        Args:
+            z: state [B, N], volts.
+            x: input injection [B, N] or [N], volts (bias and clip applied here).
+            z_prev: previous state for the momentum term (zeros if None).
+            generator: RNG for the per-iteration noise (required when any is on).
+            iteration: k, the index fed to the alpha / beta / gamma schedules.
+        Returns:
+            z[k+1] [B, N].
+        """
+        z, x, z_prev = self._prepare(z, x, z_prev, generator)
+        return self._advance(z, self.injection(x), z_prev, iteration, generator)
+
+    def detectors(self, z: torch.Tensor, *, iteration: int = 0, generator: torch.Generator | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, Q): the two detector signals after the gain (PHYSICS.md step 8), [B, N] each."""
+        z = _check_tensor("z", z, self.n).to(self.weight.dtype)
+        d = self._detect(self._led(z, generator), generator) * (self._gain(iteration) * self.optics.gain_scale)
+        return d[:, : self.n], d[:, self.n:]
+
+    def iterate(self, z0: torch.Tensor, x: torch.Tensor, iterations: int, *,
+                generator: torch.Generator | None = None, trajectory: bool = False) -> torch.Tensor:
+        """Run `iterations` steps from z0 (momentum starts with z_prev = 0).
+
+        Returns the final state [B, N], or the trajectory [iterations, B, N].
+        """
+        z, x, _ = self._prepare(z0, x, None, generator)
+        inject = self.injection(x)
+        z_prev, states = torch.zeros_like(z), []
+        for k in range(iterations):  # the hot loop: one folded product + elementwise work per step
+            z, z_prev = self._advance(z, inject, z_prev, k, generator), z
+            if trajectory:
+                states.append(z)
+        return torch.stack(states) if trajectory else z
+
+
+def loop_step(device: DeviceProfile | str, weight: torch.Tensor, z: torch.Tensor, x: torch.Tensor, *,
+              bias: torch.Tensor | None = None, alpha: float | None = None, beta: float | None = None,
+              gamma: float | None = None, z_prev: torch.Tensor | None = None, gain: str = "normalized",
+              generator: torch.Generator | None = None, iteration: int = 0) -> torch.Tensor:
+    """One loop iteration of `device` with `weight` (see `OpticalLoop`; same semantics).
+
+    Static draws (programming error) and then per-iteration noise come from `generator`.
+    """
+    loop = OpticalLoop(device, weight, bias=bias, alpha=alpha, beta=beta, gamma=gamma, gain=gain,
+                       generator=generator)
+    return loop.step(z, x, z_prev=z_prev, generator=generator, iteration=iteration)

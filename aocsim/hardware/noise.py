@@ -1,0 +1,64 @@
+"""Noise formulas in physical units and their conversion to twin detector units.
+
+Detector signals D are in the twin's normalised units. A profile fixes the
+conversion: one unit of D is `power_per_unit_w` watts of light on a
+photodetector, so the photocurrent is I = R P_unit (|D| + bias_units), with
+`bias_units` the light present at the LED bias point (assumption). Each
+current noise sigma_I converts back to detector units as sigma_I / (R P_unit).
+
+Formulas (B the detection bandwidth, q the electron charge, k Boltzmann):
+    shot     var(I) = 2 q I B                       per iteration, per path
+    thermal  var(I) = 4 k T B / R_f                 per iteration, per path
+    RIN      var(dL / L) = 10^(RIN / 10) B           per iteration, per LED (both paths)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Any
+
+import torch
+
+ELECTRON_CHARGE_C = 1.602176634e-19
+BOLTZMANN_J_PER_K = 1.380649e-23
+
+
+def shot_current_std_a(current_a: torch.Tensor | float, bandwidth_hz: float) -> torch.Tensor | float:
+    """sqrt(2 q I B), amperes (I >= 0)."""
+    if isinstance(current_a, torch.Tensor):
+        return torch.sqrt(2.0 * ELECTRON_CHARGE_C * current_a * bandwidth_hz)
+    return math.sqrt(2.0 * ELECTRON_CHARGE_C * current_a * bandwidth_hz)
+
+
+def thermal_current_std_a(temperature_k: float, feedback_resistance_ohm: float, bandwidth_hz: float) -> float:
+    """sqrt(4 k T B / R_f), amperes."""
+    return math.sqrt(4.0 * BOLTZMANN_J_PER_K * temperature_k * bandwidth_hz / feedback_resistance_ohm)
+
+
+def rin_relative_std(rin_db_per_hz: float, bandwidth_hz: float) -> float:
+    """sqrt(10^(RIN/10) B): relative rms intensity fluctuation."""
+    return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth_hz)
+
+
+def detector_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor | None:
+    """Per-iteration std of the detector noise (shot and thermal together) in detector units.
+
+    Args:
+        d: detector signals (either path) [B, N], twin units.
+        v: profile values (`DeviceProfile.values`).
+    Returns:
+        std tensor broadcastable to d, or None when both sources are off.
+    """
+    shot, thermal = v["noise.shot.enabled"], v["noise.thermal.enabled"]
+    if not (shot or thermal):
+        return None
+    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]  # A per detector unit
+    band = v["noise.bandwidth_hz"]
+    var = torch.zeros_like(d)
+    if shot:
+        current = unit_current * (d.abs() + v["noise.bias_units"])
+        var = var + 2.0 * ELECTRON_CHARGE_C * current * band
+    if thermal:
+        var = var + thermal_current_std_a(v["noise.thermal.temperature_k"],
+                                          v["noise.thermal.feedback_resistance_ohm"], band) ** 2
+    return torch.sqrt(var) / unit_current

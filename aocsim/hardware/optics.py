@@ -1,0 +1,136 @@
+"""Fold the calibrated optical pipeline into effective operators, once per weight load.
+
+For fixed weights, everything between the LEDs and the loop node (fan-in,
+distorted SLM weights, output efficiency, photodetector and PBS crosstalk,
+gain, subtraction, closed-loop correction; PHYSICS.md section 2, steps 3-10)
+is affine in the LED signals u = [p, q] (the two cubic LED outputs, [B, 2N]):
+
+    D_P = u M_P^T + c_P,  D_Q = u M_Q^T + c_Q               (detector signals before the gain)
+    y_opt = g_k (u K^T + k_1) + k_0                          (at the loop node)
+
+with g_k = beta(k) in the normalized convention and 1 in the absolute one.
+An iteration then costs one [B, 2N] x [2N, N] product plus elementwise work,
+instead of rebuilding and distorting the matrix as the published twin does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from aocsim.hardware import components as C
+
+# Calibrated per-channel arrays that chip-to-chip variation perturbs.
+VARIED_KEYS = (
+    "emitter.fan_in_pos", "emitter.fan_in_neg", "slm.distortion_pos", "slm.distortion_neg",
+    "detector.output_pos", "detector.output_neg", "crosstalk.pd.later_pos", "crosstalk.pd.later_neg",
+    "crosstalk.pd.earlier_pos", "crosstalk.pd.earlier_neg", "crosstalk.pbs.negative_to_positive",
+    "crosstalk.pbs.positive_to_negative", "closed_loop.scaling",
+)
+
+
+@dataclass(frozen=True)
+class FoldedOptics:
+    """Effective operators of one weight load (see the module docstring).
+
+    m_det: [2N, 2N] rows = [M_P; M_Q]; c_det: [2N] = [c_P; c_Q].
+    gain_scale: 1/N (normalized) or m = max|W| (absolute).
+    scaling: closed-loop s [N]; lam: s r lambda (times m if absolute) [N]; k0: s r delta [N].
+    k: [N, 2N] = s gain_scale (M_P - M_Q); k1: [N] = s gain_scale (c_P - c_Q) + lam.
+    """
+
+    m_det: torch.Tensor
+    c_det: torch.Tensor
+    gain_scale: torch.Tensor
+    scaling: torch.Tensor
+    lam: torch.Tensor
+    k0: torch.Tensor
+    k: torch.Tensor
+    k1: torch.Tensor
+
+
+def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+                   chip_seed: int | None, relative_std: float) -> dict[str, torch.Tensor | None]:
+    """Per-channel calibration arrays as tensors of size n, perturbed for the chip if asked.
+
+    Chip variation multiplies every entry of each array in VARIED_KEYS by (1 + s n_ij),
+    n_ij standard normal drawn from a generator seeded with `chip_seed` (static per chip).
+    """
+    from aocsim.hardware.schema import BY_KEY, N
+
+    out: dict[str, torch.Tensor | None] = {}
+    gen = torch.Generator().manual_seed(chip_seed) if chip_seed is not None else None
+    for key, spec in BY_KEY.items():
+        if not (spec.shape and spec.shape[0] == N):
+            continue
+        raw = values[key]
+        if raw is None:
+            out[key] = None
+            continue
+        arr = torch.tensor(np.array(raw, dtype=np.float64))
+        arr = arr.expand(n, *spec.shape[1:]) if arr.ndim < len(spec.shape) else arr
+        if gen is not None and key in VARIED_KEYS:
+            arr = arr * (1.0 + relative_std * torch.randn(arr.shape, generator=gen, dtype=torch.float64))
+        out[key] = arr.to(dtype=dtype, device=device).contiguous()
+    return out
+
+
+def fold(values: Mapping[str, Any], arrays: Mapping[str, torch.Tensor | None], w_pos: torch.Tensor,
+         w_neg: torch.Tensor, m: torch.Tensor, gain: str) -> FoldedOptics:
+    """Build the effective operators from normalised sign matrices W+/m, W-/m (after quantisation)."""
+    n = w_pos.shape[0]
+    eye = torch.eye(n, dtype=w_pos.dtype, device=w_pos.device)
+    zeros = torch.zeros_like(eye)
+    eta_p, eta_n = arrays["emitter.fan_in_pos"], arrays["emitter.fan_in_neg"]
+    dist_p, dist_n = arrays["slm.distortion_pos"], arrays["slm.distortion_neg"]
+    o_p, o_n = arrays["detector.output_pos"], arrays["detector.output_neg"]
+    # Steps 3-6: fan-in, distorted weights, output efficiency.  [N_out, 2N_in] per path.
+    mp = torch.cat([o_p[:, None] * C.distort(w_pos, dist_p) * eta_p[None, :], zeros], dim=1)
+    mq = torch.cat([zeros, o_n[:, None] * C.distort(w_neg, dist_n) * eta_n[None, :]], dim=1)
+    cp = torch.zeros(n, dtype=w_pos.dtype, device=w_pos.device)
+    cq = torch.zeros_like(cp)
+    pbs_on = values["crosstalk.pbs.enabled"]
+    per_channel_pbs = pbs_on and values["crosstalk.pbs.model"] == "per_channel"
+    mirrored_pbs = pbs_on and values["crosstalk.pbs.model"] == "mirrored_poly"
+    x_p = C.pd_crosstalk_operator(arrays["crosstalk.pd.later_pos"], arrays["crosstalk.pd.earlier_pos"])
+    x_n = C.pd_crosstalk_operator(arrays["crosstalk.pd.later_neg"], arrays["crosstalk.pd.earlier_neg"])
+    dark_p, dark_n = dist_p[:, 2], dist_n[:, 2]
+
+    def pd_stage(mp, mq, cp, cq):
+        # P' = X P - (X - I) C: the darkness is removed only inside the leaked terms.
+        return x_p @ mp, x_n @ mq, x_p @ cp - (x_p - eye) @ dark_p, x_n @ cq - (x_n - eye) @ dark_n
+
+    def pbs_stage(mp, mq):
+        if per_channel_pbs:  # P += o+ p3 n2p, Q += o- q3 p2n  (p3, q3 after fan-in)
+            mp = mp + torch.cat([torch.diag(o_p * arrays["crosstalk.pbs.negative_to_positive"] * eta_p), zeros], 1)
+            mq = mq + torch.cat([zeros, torch.diag(o_n * arrays["crosstalk.pbs.positive_to_negative"] * eta_n)], 1)
+        if mirrored_pbs:  # P -= q3 Pat(w-, K+) / s+,  Q += p3 Pat(w+, K-) / s-
+            k_p = torch.tensor(np.array(values["crosstalk.pbs.poly_pos"]), dtype=w_pos.dtype, device=w_pos.device)
+            k_n = torch.tensor(np.array(values["crosstalk.pbs.poly_neg"]), dtype=w_pos.dtype, device=w_pos.device)
+            leak_p = C.mirrored_pbs_pattern(w_neg, k_p).T * eta_n[None, :] / values["crosstalk.pbs.scale_pos"]
+            leak_q = C.mirrored_pbs_pattern(w_pos, k_n).T * eta_p[None, :] / values["crosstalk.pbs.scale_neg"]
+            mp = mp - torch.cat([zeros, leak_p], 1)
+            mq = mq + torch.cat([leak_q, zeros], 1)
+        return mp, mq
+
+    if values["crosstalk.order"] == "tia_pbs_pd":
+        mp, mq = pbs_stage(mp, mq)
+        mp, mq, cp, cq = pd_stage(mp, mq, cp, cq)
+    else:
+        mp, mq, cp, cq = pd_stage(mp, mq, cp, cq)
+        mp, mq = pbs_stage(mp, mq)
+    # Steps 8-10: gain, subtraction, closed-loop correction.
+    gain_scale = (torch.ones_like(m) / n) if gain == "normalized" else m
+    if values["closed_loop.enabled"]:
+        s = arrays["closed_loop.scaling"]
+        r = values["closed_loop.solution_to_adc_ratio"]
+        lam = s * r * arrays["closed_loop.linear_offset"] * (1.0 if gain == "normalized" else m)
+        k0 = s * r * arrays["closed_loop.dc_offset"]
+    else:
+        s, lam, k0 = torch.ones_like(cp), torch.zeros_like(cp), torch.zeros_like(cp)
+    k = (s * gain_scale)[:, None] * (mp - mq)
+    k1 = s * gain_scale * (cp - cq) + lam
+    return FoldedOptics(torch.cat([mp, mq], 0), torch.cat([cp, cq], 0), gain_scale, s, lam, k0, k, k1)

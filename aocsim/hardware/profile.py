@@ -1,0 +1,293 @@
+"""Device profiles: load, inherit, override and validate (`aocsim.load_device`).
+
+A profile file is either complete (every key of `aocsim.hardware.schema`) or
+a variant: `base: NAME` plus `overrides:` (dotted keys). Validation rejects
+unknown keys, missing keys, wrong types, wrong shapes and out-of-range values
+with a `ProfileError` naming the file, the dotted key and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import yaml
+
+from aocsim.errors import ProfileError, UnknownNameError
+from aocsim.hardware.schema import BY_KEY, FIELDS, N, Field, flatten, unflatten
+from aocsim.paths import devices_dir
+
+VARIANT_KEYS = {"name", "description", "provenance", "base", "overrides"}
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """A validated, read-only device profile.
+
+    Attributes:
+        name: profile name.
+        values: {dotted key: value}; arrays are read-only float64 numpy arrays.
+        origin: the file it came from (None if built in memory).
+        overrides: the user overrides applied on top of the file.
+    """
+
+    name: str
+    values: Mapping[str, Any]
+    origin: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.values:
+            raise UnknownNameError("profile key", key, list(self.values))
+        return self.values[key]
+
+    @property
+    def channels(self) -> int | None:
+        return self.values["channels"]
+
+    def array(self, key: str, n: int, *, dtype: torch.dtype = torch.float64,
+              device: torch.device | str | None = None) -> torch.Tensor:
+        """A per-channel field as a tensor with leading size n (broadcast if stored as one value)."""
+        spec = BY_KEY[key]
+        value = np.asarray(self.values[key], dtype=np.float64)
+        shape = tuple(n if s == N else s for s in spec.shape or ())
+        if value.ndim < len(shape):
+            value = np.broadcast_to(value, shape)
+        return torch.as_tensor(np.array(value), dtype=dtype, device=device)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "DeviceProfile":
+        """A new profile with dotted-key overrides applied and validated."""
+        flat = dict(self.values)
+        _apply_overrides(flat, overrides, "overrides")
+        _check_complete(flat, "overrides")
+        return DeviceProfile(flat["name"], MappingProxyType(flat), self.origin,
+                             MappingProxyType({**self.overrides, **overrides}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain-Python mapping (YAML / JSON ready): `load` of it gives this profile back."""
+        return unflatten({k: _plain(v) for k, v in self.values.items()})
+
+    def to_json(self) -> str:
+        """The full profile as compact JSON (for provenance attributes of results)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def available_devices() -> list[str]:
+    """Names of the bundled device profiles."""
+    return sorted(p.stem for p in devices_dir().glob("*.yaml"))
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ProfileError(f"{path}: profile file not found")
+        return path
+    bundled = devices_dir() / f"{name_or_path}.yaml"
+    if bundled.is_file():
+        return bundled
+    raise UnknownNameError("device profile", str(name_or_path), available_devices())
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: expected a mapping of profile keys, got {type(raw).__name__}")
+    return raw
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, list(BY_KEY), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_value(spec: Field, value: Any, where: str, channels: int | None) -> Any:
+    """Validate one value; returns it normalised (arrays -> read-only float64)."""
+    key = spec.key
+    bad = f"{where}: {key} = {value!r}"
+    if value is None:
+        if spec.nullable:
+            return None
+        raise ProfileError(f"{bad}; expected a {spec.kind} (null is not allowed here)")
+    if spec.kind == "bool":
+        if not isinstance(value, bool):
+            raise ProfileError(f"{bad}; expected true or false")
+        return value
+    if spec.kind == "str":
+        if not isinstance(value, str):
+            raise ProfileError(f"{bad}; expected a string")
+        if spec.choices and value not in spec.choices:
+            raise ProfileError(f"{bad}; expected one of {list(spec.choices)}")
+        return value
+    if spec.kind in ("int", "float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if spec.kind == "int":
+            ok = ok and float(value).is_integer()
+        if not ok or not math.isfinite(value):
+            raise ProfileError(f"{bad}; expected a finite {'integer' if spec.kind == 'int' else 'number'}")
+        _check_range(spec, np.asarray(value, dtype=float), bad)
+        return int(value) if spec.kind == "int" else float(value)
+    return _check_array(spec, value, bad, channels, where)
+
+
+def _check_range(spec: Field, arr: np.ndarray, bad: str) -> None:
+    if spec.low is not None and bool((arr < spec.low).any()):
+        lo = "> 0" if spec.low == 1e-300 else f">= {spec.low:g}"
+        raise ProfileError(f"{bad}; expected values {lo}")
+    if spec.high is not None and bool((arr > spec.high).any()):
+        raise ProfileError(f"{bad}; expected values <= {spec.high:g}")
+
+
+def _check_array(spec: Field, value: Any, bad: str, channels: int | None, where: str) -> np.ndarray:
+    if isinstance(value, (str, bytes, dict, bool)):
+        raise ProfileError(f"{bad}; expected numbers of shape {_expected(spec, channels)}")
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ProfileError(f"{bad}; expected numbers of shape {_expected(spec, channels)}") from None
+    if not np.isfinite(arr).all():
+        raise ProfileError(f"{bad}; expected finite numbers")
+    if not _shape_ok(spec, arr.shape, channels):
+        raise ProfileError(f"{where}: {spec.key} has shape {list(arr.shape)}; "
+                           f"expected {_expected(spec, channels)}")
+    _check_range(spec, arr, bad)
+    arr.setflags(write=False)
+    return arr
+
+
+def _expected(spec: Field, channels: int | None) -> str:
+    if spec.lengths:
+        return " or ".join(f"[{n}]" for n in spec.lengths)
+    dims = [str(channels if (s == N and channels) else s) for s in spec.shape or ()]
+    text = "[" + ", ".join(dims) + "]"
+    if spec.shape and spec.shape[0] == N:
+        text += " (or one value for every channel)" if channels else " as one value (channels is null)"
+    return text
+
+
+def _shape_ok(spec: Field, shape: tuple[int, ...], channels: int | None) -> bool:
+    if spec.lengths:
+        return len(shape) == 1 and shape[0] in spec.lengths
+    want = spec.shape or ()
+    if want and want[0] == N:
+        if shape == tuple(want[1:]):  # one value (or row) for every channel
+            return True
+        return channels is not None and shape == (channels, *want[1:])
+    return shape == tuple(want)
+
+
+def _apply_overrides(flat: dict[str, Any], overrides: Mapping[str, Any], where: str) -> None:
+    if not isinstance(overrides, Mapping):
+        raise ProfileError(f"{where}: expected a mapping of dotted keys to values, got {type(overrides).__name__}")
+    for key, value in overrides.items():
+        if key not in BY_KEY:
+            raise ProfileError(f"{where}: unknown key {key!r}{_suggest(str(key))}")
+        flat[key] = value
+
+
+def _check_complete(flat: dict[str, Any], where: str) -> None:
+    """Validate every field (in schema order) and the relations between fields."""
+    unknown = sorted(set(flat) - set(BY_KEY))
+    if unknown:
+        raise ProfileError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0])}")
+    missing = [f.key for f in FIELDS if f.key not in flat]
+    if missing:
+        raise ProfileError(f"{where}: missing key {missing[0]!r}" + (f" (and {len(missing) - 1} more)"
+                                                                      if len(missing) > 1 else ""))
+    channels = _check_value(BY_KEY["channels"], flat["channels"], where, None)
+    for spec in FIELDS:
+        flat[spec.key] = _check_value(spec, flat[spec.key], where, channels)
+    _check_relations(flat, where)
+
+
+def _check_relations(v: dict[str, Any], where: str) -> None:
+    def need(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            raise ProfileError(f"{where}: {key} = {_plain(v[key])!r}; {msg}")
+
+    if v["nonlinearity.kind"] == "algebraic_sigmoid":
+        need(v["nonlinearity.coeffs"] is not None, "nonlinearity.coeffs",
+             "expected 5 or 6 coefficients for the algebraic sigmoid")
+        need(v["nonlinearity.coeffs"][2] > 0, "nonlinearity.coeffs", "expected the exponent c (third) > 0")
+    if v["closed_loop.enabled"]:
+        for k in ("solution_to_adc_ratio", "dc_offset", "linear_offset", "scaling"):
+            need(v[f"closed_loop.{k}"] is not None, f"closed_loop.{k}", "required when closed_loop.enabled")
+    if v["crosstalk.pbs.enabled"]:
+        model = v["crosstalk.pbs.model"]
+        keys = (("negative_to_positive", "positive_to_negative") if model == "per_channel"
+                else ("poly_pos", "poly_neg", "scale_pos", "scale_neg"))
+        for k in keys:
+            need(v[f"crosstalk.pbs.{k}"] is not None, f"crosstalk.pbs.{k}", f"required by the {model} PBS model")
+        if model == "mirrored_poly":
+            need(v["channels"] == 16, "channels", "the mirrored_poly PBS model is defined for 16 channels")
+    for key in ("injection.clip", "readout.range_v"):
+        if v[key] is not None:
+            need(v[key][0] < v[key][1], key, "expected [low, high] with low < high")
+    need(v["saturation.low_v"] < v["saturation.high_v"], "saturation.low_v", "expected low_v < high_v")
+
+
+def _load_flat(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a profile file (following `base:` chains) into an unvalidated flat mapping."""
+    if path.resolve() in seen:
+        raise ProfileError(f"{path}: base profiles form a cycle")
+    raw = _read_yaml(path)
+    if "base" not in raw:
+        return flatten(raw)
+    extra = sorted(set(raw) - VARIANT_KEYS)
+    if extra:
+        raise ProfileError(f"{path}: unknown key {extra[0]!r} in a variant (allowed: {sorted(VARIANT_KEYS)})")
+    flat = _load_flat(_resolve(raw["base"]), seen + (path.resolve(),))
+    own = {k: raw[k] for k in ("name", "description") if k in raw}
+    own.update(flatten({"provenance": raw.get("provenance", {})}))
+    _apply_overrides(flat, own, str(path))
+    _apply_overrides(flat, raw.get("overrides") or {}, str(path))
+    return flat
+
+
+def load_device(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> DeviceProfile:
+    """Load a device profile by bundled name (`aocsim devices list`) or YAML path.
+
+    Args:
+        name_or_path: "ideal", "aoc48-twin", "aoc48", ... or a path to a .yaml file.
+        overrides: dotted keys to replace, e.g. {"slm.bits": 6, "crosstalk.pbs.enabled": True}.
+
+    Returns:
+        A validated, read-only `DeviceProfile`.
+
+    Example:
+        >>> dev = load_device("aoc48", overrides={"slm.bits": 6})
+        >>> dev["slm.bits"]
+        6
+    """
+    path = _resolve(name_or_path)
+    flat = _load_flat(path)
+    _check_complete(flat, str(path))
+    profile = DeviceProfile(flat["name"], MappingProxyType(flat), str(path))
+    return profile.with_overrides(overrides) if overrides else profile
+
+
+def profile_from_dict(tree: Mapping[str, Any], *, where: str = "<dict>") -> DeviceProfile:
+    """Validate a nested (or flat dotted) mapping as a complete profile."""
+    if not isinstance(tree, Mapping):
+        raise ProfileError(f"{where}: expected a mapping of profile keys, got {type(tree).__name__}")
+    flat = flatten(dict(tree))
+    _check_complete(flat, where)
+    return DeviceProfile(flat["name"], MappingProxyType(flat), None)

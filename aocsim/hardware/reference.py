@@ -1,0 +1,98 @@
+"""A per-stage implementation of the loop, computed the way the published twin does it.
+
+Every iteration rebuilds the normalised, quantised and distorted weight
+matrices and runs each stage of PHYSICS.md section 2 as its own tensor
+operation (two matrix products, explicit crosstalk shifts). It shares the
+static draws of an `OpticalLoop` (chip arrays, programming error, drift) and
+adds the same per-iteration noise at the same places, so it is the yardstick
+of `aocsim bench loop` and an independent check of the folded operators.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aocsim.hardware import components as C
+from aocsim.hardware.loop import OpticalLoop
+from aocsim.hardware.noise import detector_noise_std
+
+
+class PerStageLoop:
+    """Twin-style per-stage twin of `loop` (same semantics, no folding)."""
+
+    def __init__(self, loop: OpticalLoop) -> None:
+        self.loop = loop
+        self.v = loop.values
+        self.a = loop.arrays
+
+    def _pd(self, p: torch.Tensor, path: str) -> torch.Tensor:
+        later, earlier = self.a[f"crosstalk.pd.later_{path}"], self.a[f"crosstalk.pd.earlier_{path}"]
+        dark = self.a[f"slm.distortion_{path}"][:, 2]
+        s = p - dark
+        out = p.clone()
+        out[:, :-1] += earlier[1:] * s[:, 1:]
+        out[:, 1:] += later[:-1] * s[:, :-1]
+        return out
+
+    def _pbs(self, P, Q, p3, q3, w_pos, w_neg):
+        v, a = self.v, self.a
+        if not v["crosstalk.pbs.enabled"]:
+            return P, Q
+        if v["crosstalk.pbs.model"] == "per_channel":
+            P = P + a["detector.output_pos"] * p3 * a["crosstalk.pbs.negative_to_positive"]
+            Q = Q + a["detector.output_neg"] * q3 * a["crosstalk.pbs.positive_to_negative"]
+            return P, Q
+        k_p = torch.tensor(v["crosstalk.pbs.poly_pos"], dtype=P.dtype)
+        k_n = torch.tensor(v["crosstalk.pbs.poly_neg"], dtype=P.dtype)
+        P = P - q3 @ C.mirrored_pbs_pattern(w_neg, k_p) / v["crosstalk.pbs.scale_pos"]
+        Q = Q + p3 @ C.mirrored_pbs_pattern(w_pos, k_n) / v["crosstalk.pbs.scale_neg"]
+        return P, Q
+
+    def step(self, z: torch.Tensor, x: torch.Tensor, *, z_prev: torch.Tensor | None = None,
+             generator: torch.Generator | None = None, iteration: int = 0) -> torch.Tensor:
+        """One iteration, every stage recomputed (see `OpticalLoop.step`)."""
+        loop, v, a = self.loop, self.v, self.a
+        n = loop.n
+        t = C.nonlinearity(z, v["nonlinearity.kind"], loop.coeffs)
+        p, q = C.polyval(loop.poly_pos, t), C.polyval(loop.poly_neg, t)
+        if loop.rin_std > 0:
+            eps = loop.rin_std * torch.randn(t.shape, generator=generator, dtype=t.dtype)
+            p, q = p * (1 + eps), q * (1 + eps)
+        p3, q3 = p * a["emitter.fan_in_pos"], q * a["emitter.fan_in_neg"]
+        # The twin's way: normalise, quantise and distort the weights on every iteration.
+        m = loop.weight.abs().max()
+        w = C.quantize_signed(loop.weight / m, v["slm.bits"])
+        if loop.programming_error is not None:
+            w = w + loop.programming_error
+        w_pos, w_neg = torch.relu(w), torch.relu(-w)
+        P = p3 @ C.distort(w_pos, a["slm.distortion_pos"]).T * a["detector.output_pos"]
+        Q = q3 @ C.distort(w_neg, a["slm.distortion_neg"]).T * a["detector.output_neg"]
+        if v["crosstalk.order"] == "tia_pbs_pd":
+            P, Q = self._pbs(P, Q, p3, q3, w_pos, w_neg)
+            P, Q = self._pd(P, "pos"), self._pd(Q, "neg")
+        else:
+            P, Q = self._pd(P, "pos"), self._pd(Q, "neg")
+            P, Q = self._pbs(P, Q, p3, q3, w_pos, w_neg)
+        for_noise = torch.cat([P, Q], dim=1)
+        std = detector_noise_std(for_noise, v) if loop.detector_noise else None
+        if std is not None:
+            noisy = for_noise + std * torch.randn(for_noise.shape, generator=generator, dtype=P.dtype)
+            P, Q = noisy[:, :n], noisy[:, n:]
+        g = loop.beta(iteration) if loop.gain == "normalized" else m
+        P, Q = (P * g / n, Q * g / n) if loop.gain == "normalized" else (P * m, Q * m)
+        y = P - Q
+        if v["closed_loop.enabled"]:
+            r = v["closed_loop.solution_to_adc_ratio"]
+            y = (y + r * (a["closed_loop.dc_offset"] + g * a["closed_loop.linear_offset"])) * a["closed_loop.scaling"]
+        if v["drift.enabled"]:
+            y = y * (1 + loop.drift_state[0]) + loop.drift_state[1]
+        if loop.alpha is not None:
+            y = y + loop.alpha(iteration) * z
+        y = y + loop.injection(x)
+        if loop.gamma is not None:
+            y = y + loop.gamma(iteration) * (z - z_prev if z_prev is not None else z)
+        if v["saturation.enabled"]:
+            y = y.clamp(v["saturation.low_v"], v["saturation.high_v"])
+        if loop.response != 1.0:
+            y = z + loop.response * (y - z)
+        return y

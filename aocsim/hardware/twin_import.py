@@ -1,0 +1,105 @@
+"""Convert a calibration file of the published AOC digital twin into an aocsim profile.
+
+The twin (github microsoft/aoc, MIT licence) stores one YAML per machine
+(`aoc48-2025-04.yaml`, `aoc16-2024-06.yaml`). This maps its keys onto the
+aocsim schema (PHYSICS.md section 2 says which key feeds which stage). Keys the
+twin's loop does not use (pd_offset, best_to_worst_channels, open_loop_*,
+readout_*, the saturation piecewise fits) are not carried over, except the two
+rail values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Constants of the twin that are not in its files (PHYSICS.md section 2).
+OUTPUT_EFFICIENCY_16 = (0.65, 1.0)  # o+, o- of the 16-variable machine
+PBS16_SCALES = (0.04, 0.06)
+ROUND_TRIP_S = 20e-9  # AOC paper: about 20 ns per loop iteration
+
+
+def _first(value: Any) -> float:
+    while isinstance(value, (list, tuple)):
+        value = value[0]
+    return float(value)
+
+
+def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str) -> dict[str, Any]:
+    """A complete, deterministic aocsim profile (nested dict) from a twin calibration mapping."""
+    n = len(cal["row_profiles"]["positive_row12"])
+    pd, pbs = cal["pd_crosstalk"], cal["pbs_crosstalk"]
+    is48 = "output_correction" in cal
+    coeffs = [float(c) for c in cal["tanh_sigmoid_coeffs"]]
+    cl = cal.get("close_loop_offset_and_scale")
+    sat = cal["saturation"]
+    return {
+        "name": name,
+        "description": description,
+        "provenance": {
+            "source": "AOC digital twin calibration (github microsoft/aoc), "
+                      "Nature 2025 doi 10.1038/s41586-025-09430-z",
+            "date": date,
+            "licence": "MIT, Copyright (c) Microsoft Corporation",
+        },
+        "channels": n,
+        "loop": {"round_trip_s": ROUND_TRIP_S, "bandwidth_hz": None},
+        "nonlinearity": {"kind": "algebraic_sigmoid", "coeffs": coeffs},
+        "emitter": {
+            "poly_pos": [float(c) for c in cal["led_poly_coeffs_pos"]],
+            "poly_neg": [float(c) for c in cal["led_poly_coeffs_neg"]],
+            "fan_in_pos": [float(c) for c in cal["row_profiles"]["positive_row12"]],
+            "fan_in_neg": [float(c) for c in cal["row_profiles"]["negative_row12"]],
+        },
+        "slm": {
+            "distortion_pos": [[float(c) for c in row] for row in cal["column_wise_weights_distortion"]["positive_row12"]],
+            "distortion_neg": [[float(c) for c in row] for row in cal["column_wise_weights_distortion"]["negative_row12"]],
+            "bits": None,
+            "programming_error_levels": 0.0,
+        },
+        "detector": {
+            "output_pos": [float(c) for c in cal["output_correction"]["positive"]] if is48 else OUTPUT_EFFICIENCY_16[0],
+            "output_neg": [float(c) for c in cal["output_correction"]["negative"]] if is48 else OUTPUT_EFFICIENCY_16[1],
+        },
+        "crosstalk": {
+            "order": "tia_pbs_pd" if is48 else "tia_pd_pbs",
+            "pd": {
+                "later_pos": [float(c) for c in pd["ratio_to_later_positive_row12"]],
+                "later_neg": [float(c) for c in pd["ratio_to_later_negative_row12"]],
+                "earlier_pos": [float(c) for c in pd["ratio_to_earlier_positive_row12"]],
+                "earlier_neg": [float(c) for c in pd["ratio_to_earlier_negative_row12"]],
+            },
+            "pbs": {
+                "enabled": False,
+                "model": "per_channel" if is48 else "mirrored_poly",
+                "negative_to_positive": [float(c) for c in pbs["negative_to_positive"]] if is48 else None,
+                "positive_to_negative": [float(c) for c in pbs["positive_to_negative"]] if is48 else None,
+                "poly_pos": None if is48 else [[float(c) for c in r] for r in pbs["poly_coeffs_positive_row12"]],
+                "poly_neg": None if is48 else [[float(c) for c in r] for r in pbs["poly_coeffs_negative_row12"]],
+                "scale_pos": None if is48 else PBS16_SCALES[0],
+                "scale_neg": None if is48 else PBS16_SCALES[1],
+            },
+        },
+        "closed_loop": {
+            "enabled": cl is not None,
+            "solution_to_adc_ratio": _first(cl["solution_to_adc_ratio"]) if cl else None,
+            "dc_offset": [float(c) for c in cl["dc_offset"]] if cl else None,
+            "linear_offset": [float(c) for c in cl["linear_offset"]] if cl else None,
+            "scaling": [float(c) for c in cl["scaling"]] if cl else None,
+        },
+        "injection": {"clip": [float(c) for c in cal["deq_input_min_max"]], "dac_bits": None},
+        "saturation": {"enabled": False, "low_v": _first(sat["negative_saturation"]),
+                       "high_v": _first(sat["positive_saturation"])},
+        "noise": {
+            "bandwidth_hz": 50e6,
+            "power_per_unit_w": 1e-4,
+            "bias_units": 1.0,
+            "responsivity_a_per_w": 0.4,
+            "shot": {"enabled": False},
+            "thermal": {"enabled": False, "feedback_resistance_ohm": 1e4, "temperature_k": 300.0},
+            "rin": {"enabled": False, "rin_db_per_hz": -140.0},
+        },
+        "variation": {"enabled": False, "relative_std": 0.0, "chip_seed": 0},
+        "drift": {"enabled": False, "gain_std_per_inference": 0.0, "offset_std_v_per_inference": 0.0},
+        "readout": {"adc_bits": None, "range_v": [-2.5, 2.5], "samples": 40, "settle_iterations": 125,
+                    "sample_interval_iterations": 8},
+    }
