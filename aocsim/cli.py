@@ -107,5 +107,95 @@ def models_list() -> None:
                    f"test accuracy {acc if acc is None else f'{acc:.4f}'}")
 
 
+@main.group()
+def devices() -> None:
+    """Device profiles of virtual AOC machines (devices/*.yaml)."""
+
+
+@devices.command("list")
+@_friendly
+def devices_list() -> None:
+    """List the bundled device profiles."""
+    from aocsim.hardware.profile import available_devices, load_device
+
+    for name in available_devices():
+        dev = load_device(name)
+        n = dev.channels if dev.channels is not None else "any"
+        click.echo(f"{name:12s} {str(n):>4s} channels  {dev['description'].splitlines()[0][:90]}")
+
+
+@devices.command("show")
+@click.argument("name")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Dotted-key override, YAML value (repeatable), e.g. --set slm.bits=6.")
+@_friendly
+def devices_show(name: str, overrides: tuple[str, ...]) -> None:
+    """Show profile NAME (bundled name or .yaml path) and its noise budget.
+
+    The budget gives, per noise source, the standard deviation it adds at the
+    loop node (millivolts), the SNR against a full-scale sine and the
+    effective bits, at the reference operating point of aocsim.hardware.budget.
+    """
+    from aocsim.hardware.budget import format_budget, noise_budget
+    from aocsim.hardware.profile import load_device
+
+    dev = load_device(name, _parse_overrides(overrides))
+    v = dev.values
+    click.echo(f"{dev.name}: {v['description']}")
+    click.echo(f"  source   {v['provenance.source']} ({v['provenance.date']}; {v['provenance.licence']})")
+    click.echo(f"  file     {dev.origin}" + (f"  overrides {dict(dev.overrides)}" if dev.overrides else ""))
+    click.echo(f"  channels {dev.channels if dev.channels is not None else 'any'}; nonlinearity "
+               f"{v['nonlinearity.kind']}; SLM bits {v['slm.bits']}; PBS leakage "
+               f"{'on' if v['crosstalk.pbs.enabled'] else 'off'}; closed-loop correction "
+               f"{'on' if v['closed_loop.enabled'] else 'off'}; round trip {v['loop.round_trip_s'] * 1e9:g} ns")
+    click.echo("")
+    click.echo(format_budget(noise_budget(dev)))
+
+
+@devices.command("schema")
+def devices_schema() -> None:
+    """Print the profile schema (Markdown; the source of devices/SCHEMA.md)."""
+    from aocsim.hardware.schema import markdown
+
+    click.echo(markdown(), nl=False)
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks (ratios against a yardstick timed in the same run)."""
+
+
+@bench.command("loop")
+@click.option("--device", "profile", default="aoc48", show_default=True, help="Device profile.")
+@click.option("--iterations", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Loop iterations per timing.")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1), help="Best of N.")
+@click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1), default=(1, 64, 1024),
+              show_default=True, help="Batch sizes (repeatable).")
+@_friendly
+def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[int, ...]) -> None:
+    """Sample-iterations per second of the folded loop vs the twin-style per-stage loop (float32, CPU)."""
+    from aocsim.experiments.bench import bench_loop, format_loop_bench
+
+    rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats)
+    click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}")
+    click.echo(format_loop_bench(rows))
+
+
+def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}; expected KEY=VALUE", param_hint="--set")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise click.BadParameter(f"{item!r}; the value is not valid YAML", param_hint="--set") from None
+    return out
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -29,9 +29,69 @@ def algebraic_sigmoid(z: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def algebraic_sigmoid_fast(z: torch.Tensor, coeffs: tuple[float, ...]) -> torch.Tensor:
+    """`algebraic_sigmoid` computed in place on one temporary (no autograd; same equation).
+
+    The hot loop of inference: two allocations instead of ten, and the two
+    fractional powers as exp / log (|u|^c = exp(c ln|u|), (1 + v)^(1/c) =
+    exp(ln(1 + v) / c)), which is cheaper on CPUs and exact at u = 0.
+    """
+    a, b, c, d, f = coeffs[:5]
+    u = z * a
+    u.add_(b)
+    den = u.abs().log_().mul_(c).exp_().log1p_().mul_(1.0 / c).exp_()
+    u.div_(den).mul_(d).add_(f)
+    if len(coeffs) > 5 and coeffs[5] != 0.0:
+        u.add_(z, alpha=coeffs[5])
+    return u
+
+
 def nonlinearity(z: torch.Tensor, kind: str, coeffs: torch.Tensor | None) -> torch.Tensor:
     """tanh (exact path) or the calibrated algebraic sigmoid."""
     return torch.tanh(z) if kind == "tanh" else algebraic_sigmoid(z, coeffs)
+
+
+def power_features(t: torch.Tensor) -> torch.Tensor:
+    """[t, t^2, t^3] side by side, [B, 3N].
+
+    Both LED cubics act on the same t, so the LED stage folds into the optical
+    operator: P(t) = sum_k c_k t^k is linear in these features.
+    """
+    if t.requires_grad:
+        return torch.cat([t, t * t, t * t * t], dim=1)
+    b, n = t.shape
+    out = torch.empty(b, 3 * n, dtype=t.dtype, device=t.device)
+    out[:, :n] = t
+    torch.mul(t, t, out=out[:, n:2 * n])
+    torch.mul(out[:, n:2 * n], t, out=out[:, 2 * n:])
+    return out
+
+
+def led_pair(t: torch.Tensor, poly_pos: tuple[float, ...], poly_neg: tuple[float, ...]) -> torch.Tensor:
+    """u = [P+(t), P-(t)], [B, 2N]: both microLED cubics (Horner, highest power first)."""
+    halves = []
+    for poly in (poly_pos, poly_neg):
+        out = t * poly[0] + poly[1]
+        for c in poly[2:]:
+            out = out * t + c
+        halves.append(out)
+    return torch.cat(halves, dim=1)
+
+
+def fold_led(op: torch.Tensor, poly_pos: torch.Tensor, poly_neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold the LED cubics into an operator acting on u = [P+(t), P-(t)].
+
+    Args:
+        op: [R, 2N], rows act on u.
+        poly_pos, poly_neg: cubic coefficients, highest power first.
+    Returns:
+        (F [R, 3N] acting on `power_features(t)`, offset [R]).
+    """
+    n = op.shape[1] // 2
+    a_p, a_q = op[:, :n], op[:, n:]
+    blocks = [poly_pos[3 - k] * a_p + poly_neg[3 - k] * a_q for k in (1, 2, 3)]
+    const = poly_pos[3] * a_p + poly_neg[3] * a_q
+    return torch.cat(blocks, dim=1), const.sum(dim=1)
 
 
 def polyval(coeffs: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.hardware import components as C
-from aocsim.hardware.noise import detector_noise_std, rin_relative_std
+from aocsim.hardware.noise import detector_noise_std, detector_variance_coefficients, rin_relative_std
 from aocsim.hardware.optics import FoldedOptics, channel_arrays, fold
 from aocsim.hardware.profile import DeviceProfile, load_device
 from aocsim.hardware.schedules import Schedule, as_schedule
@@ -96,15 +96,31 @@ class OpticalLoop:
         self.optics: FoldedOptics = fold(v, self.arrays, w_pos, w_neg, self.m, gain)
         self.coeffs = (None if v["nonlinearity.coeffs"] is None else
                        _tensor(v["nonlinearity.coeffs"], dtype, dev))
+        self.coeff_floats = None if self.coeffs is None else tuple(float(c) for c in v["nonlinearity.coeffs"])
         self.poly_pos = _tensor(v["emitter.poly_pos"], dtype, dev)
         self.poly_neg = _tensor(v["emitter.poly_neg"], dtype, dev)
         self.rin_std = (rin_relative_std(v["noise.rin.rin_db_per_hz"], v["noise.bandwidth_hz"])
                         if v["noise.rin.enabled"] else 0.0)
+        self.poly_pos_f = tuple(float(c) for c in v["emitter.poly_pos"])
+        self.poly_neg_f = tuple(float(c) for c in v["emitter.poly_neg"])
+        # Deterministic path: fold the LED cubics too (operators act on [t, t^2, t^3]).
+        f_y, off_y = C.fold_led(self.optics.k, self.poly_pos, self.poly_neg)
+        self._fy_t0, self._cy0 = f_y.T.contiguous(), self.optics.k1 + off_y
+        self._det_t = self.optics.m_det.T.contiguous()
+        self._var_a, self._var_b = detector_variance_coefficients(v)
         self.detector_noise = v["noise.shot.enabled"] or v["noise.thermal.enabled"]
         bw = v["loop.bandwidth_hz"]
         self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v["loop.round_trip_s"])
         zero = torch.zeros(n, dtype=dtype, device=dev)
         self.drift_state = _drift if _drift is not None else (zero, zero.clone())
+        self._fold_drift()
+
+    def _fold_drift(self) -> None:
+        """Fold the drift state (y -> (1 + g) y + o per channel) into the node operators."""
+        o, (gain, offset) = self.optics, self.drift_state
+        s = 1.0 + gain
+        self._fy_t, self._cy, self._k0 = self._fy_t0 * s, self._cy0 * s, o.k0 * s + offset
+        self._node_scale, self._node_lam = s * o.scaling * o.gain_scale, s * o.lam
 
     # -- construction helpers ---------------------------------------------------------------
     def _check_weight(self, weight: Any) -> torch.Tensor:
@@ -149,6 +165,7 @@ class OpticalLoop:
         new = object.__new__(OpticalLoop)
         new.__dict__.update(self.__dict__)
         new.drift_state = (gain + dg.to(gain.device), offset + do.to(gain.device))
+        new._fold_drift()
         return new
 
     # -- the iteration ------------------------------------------------------------------------
@@ -167,21 +184,21 @@ class OpticalLoop:
             u = C.quantize_range(u, float(clip[0]), float(clip[1]), v["injection.dac_bits"])
         return u
 
-    def _led(self, z: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        t = C.nonlinearity(z, self.values["nonlinearity.kind"], self.coeffs)
-        u = torch.cat([C.polyval(self.poly_pos, t), C.polyval(self.poly_neg, t)], dim=-1)
-        if self.rin_std > 0:  # one intensity fluctuation per LED, seen by both paths
-            eps = self.rin_std * torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device)
-            u = u * (1.0 + eps).repeat(1, 2)
-        return u
+    def _nonlinear(self, z: torch.Tensor) -> torch.Tensor:
+        """t = f(z): tanh or the calibrated sigmoid (in place when no gradient is needed)."""
+        if self.values["nonlinearity.kind"] == "tanh":
+            return torch.tanh(z)
+        if torch.is_grad_enabled() and (z.requires_grad or self._fy_t.requires_grad):
+            return C.algebraic_sigmoid(z, self.coeffs)
+        return C.algebraic_sigmoid_fast(z, self.coeff_floats)
 
-    def _detect(self, u: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """Detector signals [B, 2N] = [D_P, D_Q] before the gain, with shot / thermal noise."""
-        d = u @ self.optics.m_det.T + self.optics.c_det
-        std = detector_noise_std(d, self.values) if self.detector_noise else None
-        if std is not None:
-            d = d + std * torch.randn(d.shape, generator=generator, dtype=d.dtype).to(d.device)
-        return d
+    def _detector_signals(self, z: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """[D_P, D_Q] before the gain, [B, 2N], with RIN on the LEDs (no detector noise yet)."""
+        u = C.led_pair(self._nonlinear(z), self.poly_pos_f, self.poly_neg_f)
+        if self.rin_std > 0:  # one intensity fluctuation per LED, seen by both paths
+            eps = torch.randn(z.shape, generator=generator, dtype=z.dtype).to(z.device)
+            u = u * (eps * self.rin_std + 1.0).repeat(1, 2)
+        return torch.addmm(self.optics.c_det, u, self._det_t)
 
     def _gain(self, k: int) -> float:
         return self.beta(k) if self.gain == "normalized" else 1.0
@@ -189,28 +206,45 @@ class OpticalLoop:
     def optical(self, z: torch.Tensor, *, iteration: int = 0, generator: torch.Generator | None = None
                 ) -> torch.Tensor:
         """y_opt: the optical path's contribution at the loop node, [B, N] volts."""
-        o = self.optics
         g = self._gain(iteration)
-        u = self._led(z, generator)
+        if not self.needs_generator:  # deterministic: LED cubics folded too, one product
+            feats = C.power_features(self._nonlinear(z))
+            return torch.addmm(self._cy * g + self._k0, feats, self._fy_t, alpha=g)
+        n = self.n
+        d = self._detector_signals(z, generator)
+        diff = d[:, :n] - d[:, n:]
         if self.detector_noise:
-            d = self._detect(u, generator)
-            y = g * (o.scaling * o.gain_scale * (d[:, : self.n] - d[:, self.n:]) + o.lam) + o.k0
-        else:
-            y = g * torch.addmm(o.k1, u, o.k.T) + o.k0
-        gain_drift, offset_drift = self.drift_state
-        if self.values["drift.enabled"]:
-            y = y * (1.0 + gain_drift) + offset_drift
-        return y
+            # The paths' noises are independent and subtracted: one draw with the combined
+            # variance a (|D_P| + |D_Q|) + 2 b (see noise.detector_variance_coefficients).
+            mag = d.abs()
+            std = torch.sqrt((mag[:, :n] + mag[:, n:]) * self._var_a + 2.0 * self._var_b)
+            diff = diff + std * torch.randn(std.shape, generator=generator, dtype=d.dtype).to(d.device)
+        return g * (self._node_scale * diff + self._node_lam) + self._k0
 
     def _advance(self, z: torch.Tensor, inject: torch.Tensor, z_prev: torch.Tensor | None, k: int,
                  generator: torch.Generator | None) -> torch.Tensor:
-        y = self.optical(z, iteration=k, generator=generator) + inject
+        y = self.optical(z, iteration=k, generator=generator)
+        v = self.values
+        if not y.requires_grad:  # inference: update the fresh tensor in place
+            y.add_(inject)
+            if self.alpha is not None:
+                y.add_(z, alpha=self.alpha(k))
+            if self.gamma is not None:
+                y.add_(z, alpha=self.gamma(k))
+                if z_prev is not None:
+                    y.sub_(z_prev, alpha=self.gamma(k))
+            if v["saturation.enabled"]:
+                y.clamp_(v["saturation.low_v"], v["saturation.high_v"])
+            if self.response != 1.0:
+                y.sub_(z).mul_(self.response).add_(z)
+            return y
+        y = y + inject
         if self.alpha is not None:
             y = y + self.alpha(k) * z
         if self.gamma is not None:
             y = y + self.gamma(k) * (z - z_prev if z_prev is not None else z)
-        if self.values["saturation.enabled"]:
-            y = y.clamp(self.values["saturation.low_v"], self.values["saturation.high_v"])
+        if v["saturation.enabled"]:
+            y = y.clamp(v["saturation.low_v"], v["saturation.high_v"])
         if self.response != 1.0:
             y = z + self.response * (y - z)
         return y
@@ -245,9 +279,18 @@ class OpticalLoop:
 
     def detectors(self, z: torch.Tensor, *, iteration: int = 0, generator: torch.Generator | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P, Q): the two detector signals after the gain (PHYSICS.md step 8), [B, N] each."""
+        """(P, Q): the two detector signals after the gain (PHYSICS.md step 8), [B, N] each.
+
+        With shot / thermal noise on, each path gets its own draw.
+        """
         z = _check_tensor("z", z, self.n).to(self.weight.dtype)
-        d = self._detect(self._led(z, generator), generator) * (self._gain(iteration) * self.optics.gain_scale)
+        if self.needs_generator and not isinstance(generator, torch.Generator):
+            raise InputError("generator is required: the profile draws noise every iteration")
+        d = self._detector_signals(z, generator)
+        if self.detector_noise:
+            std = detector_noise_std(d, self.values)
+            d = d + std * torch.randn(d.shape, generator=generator, dtype=d.dtype).to(d.device)
+        d = d * (self._gain(iteration) * self.optics.gain_scale)
         return d[:, : self.n], d[:, self.n:]
 
     def iterate(self, z0: torch.Tensor, x: torch.Tensor, iterations: int, *,
@@ -264,6 +307,37 @@ class OpticalLoop:
             if trajectory:
                 states.append(z)
         return torch.stack(states) if trajectory else z
+
+    def readout(self, x: torch.Tensor, z0: torch.Tensor | None = None, *,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        """What the machine reports: settle, then average K ADC samples of the state.
+
+        Runs `readout.settle_iterations` iterations, then samples the state every
+        `readout.sample_interval_iterations` iterations `readout.samples` times,
+        quantising each sample with the readout ADC (`readout.adc_bits` over
+        `readout.range_v`) and averaging them digitally (AOC paper: 2.5 us settle,
+        40 samples at 6.25 MHz).
+
+        Returns:
+            the averaged reading [B, N], volts.
+        """
+        v = self.values
+        x = _check_tensor("x", x, self.n, allow_1d=True)
+        batch = x.shape[0] if x.ndim == 2 else 1
+        z = torch.zeros(batch, self.n, dtype=self.weight.dtype, device=self.weight.device) if z0 is None else z0
+        z, x, _ = self._prepare(z, x, None, generator)
+        inject = self.injection(x)
+        low, high = (float(r) for r in v["readout.range_v"])
+        interval, samples = v["readout.sample_interval_iterations"], v["readout.samples"]
+        settle = v["readout.settle_iterations"]
+        total = settle + (samples - 1) * interval + 1
+        z_prev, acc, taken = torch.zeros_like(z), torch.zeros_like(z), 0
+        for k in range(total):
+            z, z_prev = self._advance(z, inject, z_prev, k, generator), z
+            if k >= settle and (k - settle) % interval == 0:
+                acc = acc + C.quantize_range(z, low, high, v["readout.adc_bits"])
+                taken += 1
+        return acc / taken
 
 
 def loop_step(device: DeviceProfile | str, weight: torch.Tensor, z: torch.Tensor, x: torch.Tensor, *,

@@ -62,3 +62,19 @@ def detector_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor | 
         var = var + thermal_current_std_a(v["noise.thermal.temperature_k"],
                                           v["noise.thermal.feedback_resistance_ohm"], band) ** 2
     return torch.sqrt(var) / unit_current
+
+
+def detector_variance_coefficients(v: Mapping[str, Any]) -> tuple[float, float]:
+    """(a, b) with var(D) = a |D| + b per path, in squared detector units.
+
+    From the module formulas with I = R P_unit (|D| + bias): a = 2 q B / (R P_unit) when shot
+    noise is on, b = a bias + 4 k T B / R_f / (R P_unit)^2 when thermal noise is on.
+    """
+    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
+    band = v["noise.bandwidth_hz"]
+    a = 2.0 * ELECTRON_CHARGE_C * band / unit_current if v["noise.shot.enabled"] else 0.0
+    b = a * v["noise.bias_units"]
+    if v["noise.thermal.enabled"]:
+        b += thermal_current_std_a(v["noise.thermal.temperature_k"], v["noise.thermal.feedback_resistance_ohm"],
+                                   band) ** 2 / unit_current ** 2
+    return a, b

@@ -26,13 +26,14 @@ class PerStageLoop:
         self.a = loop.arrays
 
     def _pd(self, p: torch.Tensor, path: str) -> torch.Tensor:
+        # Leaks to the neighbours as whole shifted copies (roll, then zero the wrapped entry).
         later, earlier = self.a[f"crosstalk.pd.later_{path}"], self.a[f"crosstalk.pd.earlier_{path}"]
-        dark = self.a[f"slm.distortion_{path}"][:, 2]
-        s = p - dark
-        out = p.clone()
-        out[:, :-1] += earlier[1:] * s[:, 1:]
-        out[:, 1:] += later[:-1] * s[:, :-1]
-        return out
+        s = p - self.a[f"slm.distortion_{path}"][:, 2]
+        from_higher = torch.roll(earlier * s, -1, dims=-1)
+        from_higher[:, -1] = 0
+        from_lower = torch.roll(later * s, 1, dims=-1)
+        from_lower[:, 0] = 0
+        return p + from_higher + from_lower
 
     def _pbs(self, P, Q, p3, q3, w_pos, w_neg):
         v, a = self.v, self.a
@@ -54,11 +55,14 @@ class PerStageLoop:
         loop, v, a = self.loop, self.v, self.a
         n = loop.n
         t = C.nonlinearity(z, v["nonlinearity.kind"], loop.coeffs)
-        p, q = C.polyval(loop.poly_pos, t), C.polyval(loop.poly_neg, t)
+        cp, cq = loop.poly_pos, loop.poly_neg
+        p = cp[0] * torch.pow(t, 3) + cp[1] * torch.pow(t, 2) + cp[2] * t + cp[3]
+        q = cq[0] * torch.pow(t, 3) + cq[1] * torch.pow(t, 2) + cq[2] * t + cq[3]
         if loop.rin_std > 0:
             eps = loop.rin_std * torch.randn(t.shape, generator=generator, dtype=t.dtype)
             p, q = p * (1 + eps), q * (1 + eps)
         p3, q3 = p * a["emitter.fan_in_pos"], q * a["emitter.fan_in_neg"]
+        p3_kept, q3_kept = p3.clone(), q3.clone()  # the twin keeps copies for the PBS stage
         # The twin's way: normalise, quantise and distort the weights on every iteration.
         m = loop.weight.abs().max()
         w = C.quantize_signed(loop.weight / m, v["slm.bits"])
@@ -68,16 +72,14 @@ class PerStageLoop:
         P = p3 @ C.distort(w_pos, a["slm.distortion_pos"]).T * a["detector.output_pos"]
         Q = q3 @ C.distort(w_neg, a["slm.distortion_neg"]).T * a["detector.output_neg"]
         if v["crosstalk.order"] == "tia_pbs_pd":
-            P, Q = self._pbs(P, Q, p3, q3, w_pos, w_neg)
+            P, Q = self._pbs(P, Q, p3_kept, q3_kept, w_pos, w_neg)
             P, Q = self._pd(P, "pos"), self._pd(Q, "neg")
         else:
             P, Q = self._pd(P, "pos"), self._pd(Q, "neg")
-            P, Q = self._pbs(P, Q, p3, q3, w_pos, w_neg)
-        for_noise = torch.cat([P, Q], dim=1)
-        std = detector_noise_std(for_noise, v) if loop.detector_noise else None
-        if std is not None:
-            noisy = for_noise + std * torch.randn(for_noise.shape, generator=generator, dtype=P.dtype)
-            P, Q = noisy[:, :n], noisy[:, n:]
+            P, Q = self._pbs(P, Q, p3_kept, q3_kept, w_pos, w_neg)
+        if loop.detector_noise:  # shot and thermal noise, each path its own draw
+            P = P + detector_noise_std(P, v) * torch.randn(P.shape, generator=generator, dtype=P.dtype)
+            Q = Q + detector_noise_std(Q, v) * torch.randn(Q.shape, generator=generator, dtype=Q.dtype)
         g = loop.beta(iteration) if loop.gain == "normalized" else m
         P, Q = (P * g / n, Q * g / n) if loop.gain == "normalized" else (P * m, Q * m)
         y = P - Q
@@ -88,7 +90,14 @@ class PerStageLoop:
             y = y * (1 + loop.drift_state[0]) + loop.drift_state[1]
         if loop.alpha is not None:
             y = y + loop.alpha(iteration) * z
-        y = y + loop.injection(x)
+        offset = torch.zeros_like(y) + x
+        if loop.bias is not None:
+            offset = offset + loop.bias
+        clip = v["injection.clip"]
+        if clip is not None:
+            offset = C.quantize_range(offset.clamp(float(clip[0]), float(clip[1])), float(clip[0]),
+                                      float(clip[1]), v["injection.dac_bits"])
+        y = y + offset
         if loop.gamma is not None:
             y = y + loop.gamma(iteration) * (z - z_prev if z_prev is not None else z)
         if v["saturation.enabled"]:
