@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -102,9 +103,20 @@ def _resolve(name_or_path: str | Path) -> Path:
     raise UnknownNameError("device profile", str(name_or_path), available_devices())
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads 1e-4 and 5E+7 as floats (YAML 1.1 wants a dot in them)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     except (OSError, UnicodeDecodeError) as exc:
