@@ -43,19 +43,30 @@ def main(verbose: int) -> None:
 
 @main.command()
 @click.argument("model", default="digits-deq48")
-@click.option("--float32", "use_float32", is_flag=True, help="Evaluate in float32 instead of float64.")
+@click.option("--float32", "use_float32", is_flag=True, help="Evaluate in float32 instead of float64 (DEQ models).")
+@click.option("--task", default=None, help="State tracking: evaluate on this group instead of the trained one.")
+@click.option("--batch", default=256, show_default=True, type=click.IntRange(min=1),
+              help="State tracking: sequences per length.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="State tracking: accuracy-by-position plot [default: MODEL-accuracy-by-position.png].")
 @_friendly
-def evaluate(model: str, use_float32: bool) -> None:
-    """Evaluate MODEL (a bundled name or a model directory) on its task's test set.
+def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_path: Path | None) -> None:
+    """Evaluate MODEL (a bundled name or a model directory) on its task.
 
-    Prints accuracy and convergence statistics of the exact path.
+    DEQ classifiers: test-set accuracy and convergence on the exact path.
+    State-tracking models: per-token accuracy at the training length L and at
+    4L and 8L, in simultaneous and sequential mode, with iterations per token
+    and the agreement of the two modes; writes a plot of accuracy by position.
     """
     import torch
 
-    from aocsim.experiments.evaluate import evaluate_model
+    from aocsim.experiments.evaluate import evaluate_model, evaluate_state_tracking
     from aocsim.io.model_files import load_model
 
     loaded = load_model(model)
+    if loaded.card.get("task") == "state_tracking":
+        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch), plot_path)
+        return
     dtype = torch.float32 if use_float32 else torch.float64
     m = evaluate_model(loaded, dtype=dtype)
     click.echo(f"model {loaded.card['name']} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path)")
@@ -65,29 +76,73 @@ def evaluate(model: str, use_float32: bool) -> None:
     click.echo(f"  max residual        {m['residual_max']:.2e}")
 
 
+def _print_state_tracking(model: Any, result: dict[str, Any], plot_path: Path | None) -> None:
+    from aocsim.experiments.plots import plot_accuracy_by_position
+
+    name = model.card["name"]
+    kind = "implicit" if result["implicit"] else f"explicit, {model.config.n_layers} layer(s)"
+    click.echo(f"model {name} ({kind}), task {result['group']}")
+    click.echo(f"{'length':>8s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+    for key, entry in result["lengths"].items():
+        for mode in ("simultaneous", "sequential"):
+            e = entry[mode]
+            click.echo(f"{key + ' = ' + str(entry['length']):>8s} {mode:>13s} {e['accuracy']:9.4f} "
+                       f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
+        click.echo(f"{'':>8s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
+    path = plot_path or _free_path(Path(f"{name}-accuracy-by-position.png"))
+    plot_accuracy_by_position(result["lengths"], path, title=f"{name} on {result['group']}")
+    click.echo(f"plot: {path}")
+
+
+def _free_path(path: Path) -> Path:
+    """`path`, or path-1, path-2, ... if it exists (never overwrite a user's file)."""
+    candidate, k = path, 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{k}{path.suffix}")
+        k += 1
+    return candidate
+
+
 @main.command()
 @click.argument("recipe")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Output model directory [default: models/RECIPE].")
 @click.option("--seed", type=int, default=None, help="Random seed [default: the recipe's].")
-@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the recipe's epochs.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Override the optimiser steps (state-tracking recipes).")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @_friendly
-def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, force: bool) -> None:
-    """Train RECIPE and write a model directory (model card + HDF5 weights)."""
+def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, steps: int | None,
+          force: bool) -> None:
+    """Train RECIPE and write a model directory (model card + HDF5 weights).
+
+    Recipes: digits-deq48; parity-implicit, parity-explicit{1,2,4}, a5-implicit,
+    a5-explicit{1,2,4}. State-tracking runs also write a metrics log and HDF5
+    checkpoints to runs/RECIPE-sSEED/.
+    """
     from aocsim.train import run
+    from aocsim.train.recipes import STATE_TRACKING
 
     options: dict[str, Any] = {"overwrite": force, "progress": sys.stderr.isatty()}
     if seed is not None:
         options["seed"] = seed
     if epochs is not None:
         options["epochs"] = epochs
+    if steps is not None:
+        options["steps"] = steps
+    if recipe in STATE_TRACKING:
+        options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else STATE_TRACKING[recipe].seed}"
     path = run(recipe, out, **options)
     from aocsim.io.model_files import read_card
 
     card = read_card(path)
-    test = card["metrics"].get("test", {})
-    click.echo(f"wrote {path} (test accuracy {test.get('accuracy', float('nan')):.4f})")
+    if card.get("task") == "state_tracking":
+        accs = ", ".join(f"{k} {v['simultaneous']['accuracy']:.4f}" for k, v in card["metrics"].items())
+        click.echo(f"wrote {path} (per-token accuracy, simultaneous mode: {accs})")
+    else:
+        test = card["metrics"].get("test", {})
+        click.echo(f"wrote {path} (test accuracy {test.get('accuracy', float('nan')):.4f})")
 
 
 @main.group()
@@ -102,9 +157,16 @@ def models_list() -> None:
 
     for name in bundled_models():
         card = read_card(resolve_model_dir(name))
-        acc = card.get("metrics", {}).get("test", {}).get("accuracy")
-        click.echo(f"{name:24s} {card.get('kind', '?'):6s} task {card.get('task', '?'):10s} "
-                   f"test accuracy {acc if acc is None else f'{acc:.4f}'}")
+        metrics = card.get("metrics", {})
+        if card.get("task") == "state_tracking":
+            summary = "per-token accuracy " + ", ".join(
+                f"{k} {v['simultaneous']['accuracy']:.3f}" for k, v in metrics.items())
+            task = f"{card['data']['group']} words"
+        else:
+            acc = metrics.get("test", {}).get("accuracy")
+            summary = f"test accuracy {acc:.4f}" if acc is not None else ""
+            task = card.get("task", "?")
+        click.echo(f"{name:20s} {card.get('kind', '?'):13s} {task:12s} {summary}")
 
 
 @main.group()

@@ -48,4 +48,34 @@ def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
         opts = {"atol": 1e-9, "rtol": 0.0, "max_iter": 100, **solve_options}
         metrics = evaluate_deq(model, data.x_test, data.y_test, **opts)
         return {"task": task, "split": "test", "n": len(data.y_test), "dtype": str(dtype), **metrics}
-    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits']")
+    if task == "state_tracking":
+        return evaluate_state_tracking(model, **solve_options)
+    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits', 'state_tracking']")
+
+
+def state_tracking_recipe(model: nn.Module, group_name: str | None = None):
+    """The training recipe recorded in a state-tracking model's card (optionally on another group)."""
+    from dataclasses import fields
+
+    from aocsim.tasks.groups import group
+    from aocsim.train.state_tracking import StateTrackingRecipe
+
+    card = model.card
+    settings = {f.name: card["training"][f.name] for f in fields(StateTrackingRecipe) if f.name in card["training"]}
+    if group_name is not None:
+        g = group(group_name)
+        if g.order != model.config.vocab_size:
+            raise ModelFileError(f"model card is for task {card['data']['group']!r} (vocabulary "
+                                 f"{model.config.vocab_size}); task {g.name!r} has {g.order} elements")
+        settings["task"] = group_name
+    return StateTrackingRecipe(**settings)
+
+
+def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factors: tuple[int, ...] = (1, 4, 8),
+                            batch: int = 256) -> dict[str, Any]:
+    """Per-token accuracy by position at the training length and multiples of it, both modes."""
+    from aocsim.train.state_tracking import evaluate_lengths
+
+    recipe = state_tracking_recipe(model, task)
+    return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit,
+            "lengths": evaluate_lengths(model, recipe, factors=factors, batch=batch)}

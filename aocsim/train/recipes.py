@@ -5,11 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from aocsim.errors import UnknownNameError
+from functools import partial
+
+from aocsim.errors import InputError, UnknownNameError
 from aocsim.train import digits as _digits
+from aocsim.train import state_tracking as _st
+
+# State tracking at CPU scale: parity (Z2) trained at L = 16, A5 at L = 32; explicit
+# baselines at the same width (d_model, d_state, expand) with 1, 2 and 4 layers.
+_PARITY = {"task": "parity", "train_length": 16, "d_model": 32, "d_state": 8, "identity_prob": 0.5}
+_A5 = {"task": "A5", "train_length": 32, "d_model": 64, "d_state": 16, "identity_prob": 0.5}
+STATE_TRACKING: dict[str, _st.StateTrackingRecipe] = {}
+for _prefix, _base in (("parity", _PARITY), ("a5", _A5)):
+    STATE_TRACKING[f"{_prefix}-implicit"] = _st.StateTrackingRecipe(name=f"{_prefix}-implicit", implicit=True,
+                                                                    **_base)
+    for _layers in (1, 2, 4):
+        _name = f"{_prefix}-explicit{_layers}"
+        STATE_TRACKING[_name] = _st.StateTrackingRecipe(name=_name, implicit=False, n_layers=_layers, **_base)
 
 RECIPES: dict[str, Callable[..., Path]] = {
     "digits-deq48": _digits.run_recipe,
+    **{name: partial(_st.run_recipe, recipe) for name, recipe in STATE_TRACKING.items()},
 }
 
 
@@ -21,4 +37,9 @@ def run(name: str, out_dir: str | Path | None = None, **options: Any) -> Path:
     """Run recipe `name`, writing `out_dir` (default `models/<name>` under the working directory)."""
     if name not in RECIPES:
         raise UnknownNameError("recipe", name, list(RECIPES))
-    return RECIPES[name](Path(out_dir) if out_dir else Path("models") / name, **options)
+    try:
+        return RECIPES[name](Path(out_dir) if out_dir else Path("models") / name, **options)
+    except TypeError as exc:
+        if "unexpected keyword" not in str(exc):
+            raise
+        raise InputError(f"recipe {name!r} does not take option(s) {sorted(options)}: {exc}") from None

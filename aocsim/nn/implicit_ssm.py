@@ -1,0 +1,306 @@
+"""Implicit (and explicit) Mamba2-style state-space models in plain PyTorch.
+
+Schoene et al., "Implicit Language Models are RNNs" (ICML 2025, arXiv 2502.07827):
+
+    u = W_u RMSNorm(Emb(x))                       injection, once per forward, shared by all layers
+    f(z): for each block l: z <- z + W_out RMSNorm(y * SiLU(g)), where
+          p = W_in RMSNorm(z) + u -> gate g | xBC | delta;  xBC -> causal depthwise conv -> SiLU
+          -> x, B, C;  dt = softplus(delta + b_dt);  selective scan (aocsim.nn.ssm_scan) -> y
+          then f(z) = RMSNorm_f(z)
+    implicit: iterate z = f(z) to a fixed point;  explicit: one pass of f from z = 0.
+
+Two execution modes reach the same fixed point (f is causal): `simultaneous`
+(all tokens at once, one chunked parallel scan per iteration) and `sequential`
+(token by token: a per-token fixed point with the SSM state and conv buffer of
+the previous tokens held fixed, then committed; memory constant in L).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aocsim.errors import InputError
+from aocsim.nn.ssm_scan import chunked_scan, scan_step
+from aocsim.solve.core import solve
+from aocsim.solve.solvers import Picard
+
+MODES = ("simultaneous", "sequential")
+
+
+@dataclass(frozen=True)
+class SSMConfig:
+    """Architecture. d_inner = expand d_model, heads of `head_dim` channels, one B/C group."""
+
+    vocab_size: int
+    d_model: int = 32
+    d_state: int = 8
+    expand: int = 2
+    head_dim: int = 16
+    n_layers: int = 1
+    conv_kernel: int = 4
+    implicit: bool = True
+    weight_norm: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "d_state", "expand", "head_dim", "n_layers", "conv_kernel"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise InputError(f"SSMConfig.{name} = {value!r}; expected an integer >= 1")
+        if self.d_inner % self.head_dim:
+            raise InputError(f"SSMConfig.head_dim = {self.head_dim} must divide d_inner = {self.d_inner}")
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def n_heads(self) -> int:
+        return self.d_inner // self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.d_state
+
+    @property
+    def d_in_proj(self) -> int:
+        return 2 * self.d_inner + 2 * self.d_state + self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * w over the last dimension."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _linear(d_in: int, d_out: int, weight_norm: bool, bias: bool = False) -> nn.Module:
+    # skip_init: no draw from the global RNG; ImplicitSSM._init_weights draws from its generator.
+    layer = nn.utils.skip_init(nn.Linear, d_in, d_out, bias=bias)
+    return nn.utils.parametrizations.weight_norm(layer) if weight_norm else layer
+
+
+@dataclass
+class TokenCache:
+    """What sequential mode carries between tokens for one block."""
+
+    conv: torch.Tensor  # [B, K - 1, conv_dim]: the last K - 1 pre-conv inputs
+    ssm: torch.Tensor  # [B, H, P, N]
+
+
+class Mamba2Block(nn.Module):
+    """One block: returns the residual update o(z, u) (see the module docstring)."""
+
+    def __init__(self, cfg: SSMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.norm = RMSNorm(cfg.d_model)
+        self.in_proj = _linear(cfg.d_model, cfg.d_in_proj, cfg.weight_norm)
+        self.conv_weight = nn.Parameter(torch.empty(cfg.conv_dim, cfg.conv_kernel))  # drawn by the model
+        self.conv_bias = nn.Parameter(torch.zeros(cfg.conv_dim))
+        # dt initialised log-uniform in [1e-3, 1e-1] as in Mamba2, stored through its softplus inverse.
+        dt = torch.exp(torch.linspace(-6.9, -2.3, cfg.n_heads))
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, cfg.n_heads)))
+        self.D = nn.Parameter(torch.ones(cfg.n_heads))
+        self.out_norm = RMSNorm(cfg.d_inner)
+        self.out_proj = _linear(cfg.d_inner, cfg.d_model, cfg.weight_norm)
+
+    def _split(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        c = self.cfg
+        return p[..., : c.d_inner], p[..., c.d_inner: c.d_inner + c.conv_dim], p[..., c.d_inner + c.conv_dim:]
+
+    def _ssm_inputs(self, xbc: torch.Tensor, delta: torch.Tensor):
+        c = self.cfg
+        x = xbc[..., : c.d_inner].unflatten(-1, (c.n_heads, c.head_dim))
+        bm, cm = xbc[..., c.d_inner: c.d_inner + c.d_state], xbc[..., c.d_inner + c.d_state:]
+        return x, F.softplus(delta + self.dt_bias), -torch.exp(self.A_log), bm, cm
+
+    def _out(self, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.out_norm(y.flatten(-2) * F.silu(g)))
+
+    def forward(self, z: torch.Tensor, u: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
+        """Whole sequence: z [B, L, d_model], u [B, L, d_in_proj] -> o [B, L, d_model]."""
+        g, xbc, delta = self._split(self.in_proj(self.norm(z)) + u)
+        k = self.cfg.conv_kernel
+        xbc = F.conv1d(xbc.transpose(1, 2), self.conv_weight[:, None, :], self.conv_bias, padding=k - 1,
+                       groups=self.cfg.conv_dim)[..., : z.shape[1]].transpose(1, 2)
+        x, dt, A, bm, cm = self._ssm_inputs(F.silu(xbc), delta)
+        y, _ = chunked_scan(x, dt, A, bm, cm, self.D, chunk=chunk)
+        return self._out(y, g)
+
+    def init_cache(self, batch: int, like: torch.Tensor) -> TokenCache:
+        c = self.cfg
+        return TokenCache(like.new_zeros(batch, c.conv_kernel - 1, c.conv_dim),
+                          like.new_zeros(batch, c.n_heads, c.head_dim, c.d_state))
+
+    def step(self, z: torch.Tensor, u: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
+        """One token: z [B, d_model], u [B, d_in_proj] -> (o [B, d_model], the cache after this token)."""
+        g, xbc, delta = self._split(self.in_proj(self.norm(z)) + u)
+        window = torch.cat([cache.conv, xbc[:, None]], dim=1)  # [B, K, conv_dim], oldest first
+        conv = (window * self.conv_weight.T[None]).sum(1) + self.conv_bias
+        x, dt, A, bm, cm = self._ssm_inputs(F.silu(conv), delta)
+        y, state = scan_step(x, dt, A, bm, cm, self.D, cache.ssm)
+        return self._out(y, g), TokenCache(window[:, 1:], state)
+
+
+@dataclass(frozen=True)
+class SSMOutput:
+    """logits [B, L, V]; z [B, L, d_model]; iterations and relative residuals per token [B, L]."""
+
+    logits: torch.Tensor
+    z: torch.Tensor
+    iterations: torch.Tensor
+    residuals: torch.Tensor
+
+
+class ImplicitSSM(nn.Module):
+    """Embedding, shared injection, Mamba2 blocks, final norm, linear head.
+
+    Args:
+        config: architecture; `implicit=False` gives the explicit baseline.
+        generator: RNG of the initial weights.
+    """
+
+    def __init__(self, config: SSMConfig, *, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.embedding = nn.utils.skip_init(nn.Embedding, c.vocab_size, c.d_model)
+        self.emb_norm = RMSNorm(c.d_model)
+        self.inject = _linear(c.d_model, c.d_in_proj, c.weight_norm)
+        self.blocks = nn.ModuleList([Mamba2Block(c) for _ in range(c.n_layers)])
+        self.final_norm = RMSNorm(c.d_model)
+        self.head = _linear(c.d_model, c.vocab_size, weight_norm=False, bias=True)
+        self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))
+
+    @torch.no_grad()
+    def _init_weights(self, gen: torch.Generator) -> None:
+        """Draw every random weight from `gen` (normal, std 1 / sqrt(fan-in); embeddings std 1)."""
+        def normal(shape: tuple[int, ...], std: float) -> torch.Tensor:
+            return torch.randn(shape, generator=gen) * std
+
+        self.embedding.weight.copy_(normal(self.embedding.weight.shape, 1.0))
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                if nn.utils.parametrize.is_parametrized(module, "weight"):
+                    v = normal(module.parametrizations.weight.original1.shape, module.in_features ** -0.5)
+                    module.parametrizations.weight.original1.copy_(v)
+                    module.parametrizations.weight.original0.copy_(torch.linalg.vector_norm(v, dim=1, keepdim=True))
+                else:
+                    module.weight.copy_(normal(module.weight.shape, module.in_features ** -0.5))
+                if module.bias is not None:
+                    module.bias.zero_()
+            elif isinstance(module, Mamba2Block):
+                module.conv_weight.copy_(normal(module.conv_weight.shape, module.cfg.conv_kernel ** -0.5))
+
+    # -- the map --------------------------------------------------------------------------------
+    def injection(self, tokens: torch.Tensor) -> torch.Tensor:
+        """u = W_u RMSNorm(Emb(tokens)), [B, L, d_in_proj]."""
+        return self.inject(self.emb_norm(self.embedding(tokens)))
+
+    def f(self, z: torch.Tensor, u: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
+        """One application of the layer stack to all tokens."""
+        for block in self.blocks:
+            z = z + block(z, u, chunk=chunk)
+        return self.final_norm(z)
+
+    def f_token(self, z: torch.Tensor, u: torch.Tensor, caches: list[TokenCache]
+                ) -> tuple[torch.Tensor, list[TokenCache]]:
+        """The stack on one token with the previous tokens' states fixed."""
+        new = []
+        for block, cache in zip(self.blocks, caches):
+            o, c = block.step(z, u, cache)
+            z = z + o
+            new.append(c)
+        return self.final_norm(z), new
+
+    # -- execution ------------------------------------------------------------------------------
+    def check_tokens(self, tokens: Any) -> torch.Tensor:
+        v = self.config.vocab_size
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32, torch.int16,
+                                                                         torch.uint8):
+            raise InputError(f"tokens must be an integer tensor [B, L]; got {type(tokens).__name__}"
+                             + (f" {tokens.dtype}" if isinstance(tokens, torch.Tensor) else ""))
+        if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
+            raise InputError(f"tokens has shape {tuple(tokens.shape)}; expected a non-empty [B, L]")
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= v:
+            bad = lo if lo < 0 else hi
+            raise InputError(f"token id {bad} is outside the vocabulary [0, {v - 1}]")
+        return tokens.long().to(self.head.weight.device)
+
+    def forward(self, tokens: torch.Tensor, *, mode: str = "simultaneous", tau: float = 0.8,
+                tol: float = 1e-4, max_iter: int = 100, chunk: int = 64) -> SSMOutput:
+        """Run the model without gradients through the solve (inference).
+
+        Args:
+            tokens: int [B, L], ids in [0, vocab).
+            mode: "simultaneous" or "sequential".
+            tau: damping of the iteration z <- (1 - tau) z + tau f(z).
+            tol: per-token relative residual ||f(z) - z|| / ||f(z)|| that counts as converged.
+            max_iter: iteration cap (per token in sequential mode).
+            chunk: scan chunk length (simultaneous mode).
+        """
+        if mode not in MODES:
+            raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
+        tokens = self.check_tokens(tokens)
+        u = self.injection(tokens)
+        if not self.config.implicit:
+            z = self.f(torch.zeros(*tokens.shape, self.config.d_model, dtype=u.dtype, device=u.device), u,
+                       chunk=chunk)
+            zeros = torch.zeros(tokens.shape, dtype=u.dtype, device=u.device)
+            return SSMOutput(self.head(z), z, zeros.long(), zeros)
+        run = self._simultaneous if mode == "simultaneous" else self._sequential
+        z, iters, res = run(u, tau=tau, tol=tol, max_iter=max_iter, chunk=chunk)
+        return SSMOutput(self.head(z), z, iters, res)
+
+    @torch.no_grad()
+    def predict(self, tokens: torch.Tensor, mode: str = "sequential", **options: Any) -> torch.Tensor:
+        """Class ids per position, int64 [B, L]."""
+        return self.forward(tokens, mode=mode, **options).logits.argmax(-1)
+
+    def _simultaneous(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int):
+        b, L, _ = u.shape
+        z = u.new_zeros(b, L, self.config.d_model)
+        iters = torch.full((b, L), max_iter, dtype=torch.int64, device=u.device)
+        done = torch.zeros(b, L, dtype=torch.bool, device=u.device)
+        res = torch.full((b, L), float("inf"), dtype=u.dtype, device=u.device)
+        for k in range(max_iter + 1):
+            fz = self.f(z, u, chunk=chunk)
+            res = torch.linalg.vector_norm(fz - z, dim=-1) / torch.linalg.vector_norm(fz, dim=-1).clamp_min(1e-30)
+            newly = (res <= tol) & ~done
+            iters = torch.where(newly, k, iters)
+            done |= newly
+            if bool(done.all()) or k == max_iter:
+                break
+            z = torch.lerp(z, fz, tau)
+        return z, iters, res
+
+    def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int):
+        b, L, _ = u.shape
+        caches = [block.init_cache(b, u) for block in self.blocks]
+        zs, iters, res = [], [], []
+        z_t = u.new_zeros(b, self.config.d_model)
+        for t in range(L):  # the RNN: constant memory in L
+            u_t = u[:, t]
+            result = solve(lambda z: self.f_token(z, u_t, caches)[0], torch.zeros_like(z_t), solver=Picard(tau),
+                           atol=0.0, rtol=tol, max_iter=max_iter, return_best=False)
+            z_t = result.z
+            _, caches = self.f_token(z_t, u_t, caches)  # commit the states at the fixed point
+            zs.append(z_t)
+            iters.append(result.iterations)
+            res.append(result.rel_residual)
+        return torch.stack(zs, 1), torch.stack(iters, 1), torch.stack(res, 1)

@@ -1,0 +1,200 @@
+"""Recipes for state tracking: implicit and explicit Mamba2-style models on word problems.
+
+Training follows the implicit-SSM paper's curriculum, sized for a CPU:
+- explicit models: one pass of the stack, ordinary backprop;
+- implicit models: a weight-tied warm-up (`tied_iters` applications of f from
+  z = 0, full backprop) for the first `tied_fraction` of the steps, then DEQ
+  training: `deq_iters` damped iterations without gradient, then `phantom_steps`
+  damped steps with autograd (the phantom gradient, damping tau).
+Per-position cross-entropy on the unshifted targets (the prefix product up to
+and including token t is predicted at position t). Fresh random sequences every
+step from a seeded numpy generator; weights from a seeded torch generator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from aocsim.io.model_files import save_model, software_versions
+from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.solve.backward import Phantom
+from aocsim.tasks.groups import group, word_problems
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StateTrackingRecipe:
+    """Every setting of a state-tracking training run (recorded in the model card)."""
+
+    name: str
+    task: str
+    implicit: bool
+    n_layers: int = 1
+    d_model: int = 32
+    d_state: int = 8
+    expand: int = 2
+    head_dim: int = 16
+    train_length: int = 16
+    identity_prob: float = 0.5
+    batch_size: int = 32
+    steps: int = 3000
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    tied_fraction: float = 0.25
+    tied_iters: int = 4
+    deq_iters: int = 16
+    phantom_steps: int = 4
+    tau: float = 0.8
+    seed: int = 0
+    eval_batch: int = 256
+    eval_tol: float = 1e-3
+    eval_max_iter: int = 200
+
+    def config(self, vocab_size: int) -> SSMConfig:
+        return SSMConfig(vocab_size=vocab_size, d_model=self.d_model, d_state=self.d_state, expand=self.expand,
+                         head_dim=self.head_dim, n_layers=self.n_layers, implicit=self.implicit)
+
+
+def _forward_train(model: ImplicitSSM, tokens: torch.Tensor, step: int, r: StateTrackingRecipe) -> torch.Tensor:
+    """Logits [B, L, V] with the gradient path of the current phase."""
+    u = model.injection(tokens)
+    z = u.new_zeros(*tokens.shape, model.config.d_model)
+    if not r.implicit:
+        return model.head(model.f(z, u))
+    if step < int(r.tied_fraction * r.steps):  # weight-tied warm-up, full backprop
+        for _ in range(r.tied_iters):
+            z = model.f(z, u)
+        return model.head(z)
+    with torch.no_grad():  # fixed-point phase: iterate without a graph ...
+        u_const = u.detach()
+        for _ in range(r.deq_iters):
+            z = torch.lerp(z, model.f(z, u_const), r.tau)
+    # ... then a few damped steps with autograd (phantom gradient)
+    z = Phantom(r.phantom_steps, r.tau).attach(lambda s: model.f(s, u), z, z)
+    return model.head(z)
+
+
+def write_checkpoint(model: ImplicitSSM, path: Path, step: int, metrics: dict[str, float]) -> None:
+    """Weights and progress in HDF5 (no pickle)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as h5:
+        for key, value in model.state_dict().items():
+            h5.create_dataset(key, data=value.detach().cpu().numpy())
+        h5.attrs["step"] = step
+        h5.attrs["metrics"] = json.dumps(metrics)
+
+
+def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None = None) -> tuple[ImplicitSSM, dict]:
+    """Train by recipe `r`; returns the model and its training log summary."""
+    g = group(r.task)
+    model = ImplicitSSM(r.config(g.order), generator=torch.Generator().manual_seed(r.seed))
+    opt = torch.optim.AdamW(model.parameters(), lr=r.lr, weight_decay=r.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(  # short linear warm-up, cosine decay to 10 %
+        opt, lambda s: min(1.0, (s + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * min(s / r.steps, 1.0))))
+    rng = np.random.default_rng(r.seed)
+    if run_dir:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    log_file = (run_dir / "metrics.jsonl").open("w") if run_dir else None
+    start, history = time.perf_counter(), []
+    bar = tqdm(range(r.steps), desc=r.name, disable=not progress)
+    for step in bar:
+        model.train()
+        tokens, targets = word_problems(g, r.batch_size, r.train_length, identity_prob=r.identity_prob,
+                                        generator=rng)
+        logits = _forward_train(model, tokens, step, r)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), r.grad_clip)
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == r.steps - 1:
+            acc = float((logits.argmax(-1) == targets).double().mean())
+            entry = {"step": step, "loss": round(loss.item(), 5), "train_acc": round(acc, 4),
+                     "seconds": round(time.perf_counter() - start, 1)}
+            history.append(entry)
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
+            if log_file:
+                log_file.write(json.dumps(entry) + "\n")
+                log_file.flush()
+        if run_dir and (step + 1) % 1000 == 0:
+            write_checkpoint(model, run_dir / f"checkpoint-{step + 1}.h5", step + 1, history[-1])
+    if log_file:
+        log_file.close()
+    model.eval()
+    return model, {"history": history[:: max(1, len(history) // 20)], "train_seconds":
+                   round(time.perf_counter() - start, 1)}
+
+
+def evaluate_lengths(model: ImplicitSSM, r: StateTrackingRecipe, *, factors: tuple[int, ...] = (1, 4, 8),
+                     modes: tuple[str, ...] = ("simultaneous", "sequential"), batch: int | None = None,
+                     seed: int = 12345) -> dict[str, Any]:
+    """Per-token accuracy (mean and per position) at multiples of the training length, in each mode."""
+    g = group(r.task)
+    out: dict[str, Any] = {}
+    for factor in factors:
+        length = factor * r.train_length
+        tokens, targets = word_problems(g, batch or r.eval_batch, length, identity_prob=r.identity_prob,
+                                        generator=seed + factor)
+        entry: dict[str, Any] = {"length": length}
+        preds = {}
+        for mode in modes:
+            with torch.no_grad():
+                res = model(tokens, mode=mode, tau=r.tau, tol=r.eval_tol, max_iter=r.eval_max_iter)
+            preds[mode] = res.logits.argmax(-1)
+            correct = (preds[mode] == targets).double()
+            entry[mode] = {"accuracy": float(correct.mean()),
+                           "accuracy_by_position": [round(float(a), 4) for a in correct.mean(0)],
+                           "iterations_per_token": float(res.iterations.double().mean()),
+                           "converged_fraction": float((res.residuals <= r.eval_tol).double().mean())
+                           if r.implicit else 1.0}
+        if len(modes) == 2:
+            entry["mode_agreement"] = float((preds[modes[0]] == preds[modes[1]]).double().mean())
+        out[f"{factor}L"] = entry
+    return out
+
+
+def model_card(r: StateTrackingRecipe, model: ImplicitSSM, summary: dict, metrics: dict) -> dict[str, Any]:
+    compact = {k: {m: ({kk: vv for kk, vv in v.items() if kk != "accuracy_by_position"} if isinstance(v, dict)
+                       else v) for m, v in e.items()} for k, e in metrics.items()}
+    return {
+        "name": r.name,
+        "kind": "implicit_ssm",
+        "task": "state_tracking",
+        "description": f"{'implicit' if r.implicit else 'explicit'} Mamba2-style model, {r.n_layers} layer(s), "
+                       f"word problems on {group(r.task).name}; per-token prefix products.",
+        "config": model.config.to_dict(),
+        "training": {**asdict(r), **summary},
+        "data": {"group": group(r.task).name, "order": group(r.task).order, "train_length": r.train_length,
+                 "identity_prob": r.identity_prob, "generator": "aocsim.tasks.groups.word_problems, fresh "
+                 "sequences every step (numpy default_rng(seed))"},
+        "metrics": compact,
+        "seed": r.seed,
+        "software": software_versions(),
+    }
+
+
+def run_recipe(recipe: StateTrackingRecipe, out_dir: Path, *, overwrite: bool = False, progress: bool = True,
+               run_dir: Path | None = None, **overrides: Any) -> Path:
+    """Train, evaluate at L, 4L, 8L in both modes, and write the model directory."""
+    r = replace(recipe, **overrides)
+    if out_dir.exists() and not overwrite:  # fail before spending minutes on training
+        from aocsim.errors import ModelFileError
+        raise ModelFileError(f"{out_dir} exists; refusing to overwrite it (pass overwrite=True / --force)")
+    model, summary = train(r, progress=progress, run_dir=run_dir)
+    metrics = evaluate_lengths(model, r)
+    return save_model(model, out_dir, model_card(r, model, summary, metrics), overwrite=overwrite)
