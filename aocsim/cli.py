@@ -169,6 +169,25 @@ def models_list() -> None:
         click.echo(f"{name:20s} {card.get('kind', '?'):13s} {task:12s} {summary}")
 
 
+@models.command("table")
+@click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--mode", type=click.Choice(["simultaneous", "sequential"]), default="simultaneous",
+              show_default=True)
+@_friendly
+def models_table(roots: tuple[Path, ...], mode: str) -> None:
+    """Mean and best per-token accuracy across seeds of the state-tracking models under ROOTS.
+
+    ROOTS default to the bundled models folder (with its seeds/ subfolder).
+    """
+    from aocsim.experiments.study import collect_cards, format_seed_table, seed_table
+    from aocsim.paths import models_dir
+
+    cards = collect_cards(list(roots) or [models_dir(), models_dir() / "seeds"])
+    if not cards:
+        raise click.ClickException("no state-tracking model cards found")
+    click.echo(format_seed_table(seed_table(cards, mode)))
+
+
 @main.group()
 def devices() -> None:
     """Device profiles of virtual AOC machines (devices/*.yaml)."""

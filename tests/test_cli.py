@@ -37,7 +37,7 @@ def test_unknown_model_is_a_one_line_error() -> None:
 
 def test_unknown_recipe_is_a_one_line_error() -> None:
     out = run("train", "mnist-huge")
-    assert out.exit_code == 1 and "unknown recipe 'mnist-huge'; known: digits-deq48" in out.output
+    assert out.exit_code == 1 and "unknown recipe 'mnist-huge'; known: a5-explicit1" in out.output
 
 
 def test_train_writes_a_loadable_model_and_never_overwrites(tmp_path: Path) -> None:
@@ -56,3 +56,56 @@ def test_train_writes_a_loadable_model_and_never_overwrites(tmp_path: Path) -> N
 def test_models_list() -> None:
     out = run("models", "list")
     assert out.exit_code == 0 and "digits-deq48" in out.output
+
+
+def test_devices_list_and_show_with_budget() -> None:
+    out = run("devices", "list")
+    assert out.exit_code == 0
+    assert [line.split()[0] for line in out.output.splitlines()] == ["aoc16", "aoc16-twin", "aoc48", "aoc48-twin",
+                                                                     "ideal"]
+    show = run("devices", "show", "aoc48")
+    assert show.exit_code == 0
+    for source in ("shot noise", "thermal (TIA) noise", "LED RIN", "SLM quantisation (9 bits)", "total"):
+        assert source in show.output
+    six = run("devices", "show", "aoc48", "--set", "slm.bits=6")
+    assert "SLM quantisation (6 bits)" in six.output
+
+
+def test_devices_errors_are_one_line() -> None:
+    out = run("devices", "show", "aoc48", "--set", "slm.bits=banana")
+    assert out.exit_code == 1 and out.output.strip() == "Error: overrides: slm.bits = 'banana'; expected a finite integer"
+    out = run("devices", "show", "nope")
+    assert out.exit_code == 1 and "known: aoc16, aoc16-twin, aoc48, aoc48-twin, ideal" in out.output
+    out = run("devices", "show", "aoc48", "--set", "slm.bits")
+    assert out.exit_code == 2 and "expected KEY=VALUE" in out.output
+
+
+def test_bench_loop_runs_and_checks_the_two_implementations_agree() -> None:
+    out = run("bench", "loop", "--batch", "4", "--iterations", "3", "--repeats", "1")
+    assert out.exit_code == 0, out.output
+    rows = [line.split() for line in out.output.splitlines() if line.startswith(("deterministic", "all noise"))]
+    assert len(rows) == 2
+    assert float(rows[0][-1]) < 1e-4  # folded and per-stage final states agree (float32)
+
+
+def test_recipe_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:
+    out = run("train", "parity-implicit", "--epochs", "3", "--out", str(tmp_path / "m"))
+    assert out.exit_code == 1 and "recipe 'parity-implicit' does not take option(s)" in out.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_evaluate_state_tracking_model_prints_both_modes_and_plots(tmp_path: Path) -> None:
+    from aocsim.io.model_files import bundled_models
+
+    if "parity-implicit" not in bundled_models():
+        import pytest
+
+        pytest.skip("parity model not bundled")
+    plot = tmp_path / "acc.png"
+    out = run("evaluate", "parity-implicit", "--batch", "16", "--plot", str(plot))
+    assert out.exit_code == 0, out.output
+    assert out.output.count("simultaneous") == 3 and out.output.count("sequential") == 3
+    assert out.output.count("agreement") == 3
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
+    wrong = run("evaluate", "parity-implicit", "--task", "A5")
+    assert wrong.exit_code == 1 and "model card is for task 'Z2'" in wrong.output

@@ -27,6 +27,7 @@ class LoopBenchRow:
     batch: int
     folded_per_s: float
     per_stage_per_s: float
+    max_abs_diff: float | None  # final states of the two implementations (deterministic setting only)
 
     @property
     def ratio(self) -> float:
@@ -73,19 +74,22 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
                 return z
 
             with torch.no_grad():
-                folded(), per_stage()  # warm-up
+                a, b = folded(), per_stage()  # warm-up, and a check that both compute the same thing
+                diff = float((a - b).abs().max()) if setting == "deterministic" else None
                 t_fold, t_ref = float("inf"), float("inf")
                 for _ in range(repeats):  # interleaved, so load changes hit both
                     t_fold = min(t_fold, _best_time(folded, 1))
                     t_ref = min(t_ref, _best_time(per_stage, 1))
             work = batch * iterations
-            rows.append(LoopBenchRow(setting, batch, work / t_fold, work / t_ref))
+            rows.append(LoopBenchRow(setting, batch, work / t_fold, work / t_ref, diff))
     return rows
 
 
 def format_loop_bench(rows: list[LoopBenchRow]) -> str:
-    lines = [f"{'setting':14s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s}"]
+    lines = [f"{'setting':14s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
+             f"{'max |diff|':>11s}"]
     for r in rows:
+        diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"
         lines.append(f"{r.setting:14s} {r.batch:6d} {r.folded_per_s:15.3e} {r.per_stage_per_s:17.3e} "
-                     f"{r.ratio:6.2f}x")
+                     f"{r.ratio:6.2f}x {diff:>11s}")
     return "\n".join(lines)

@@ -11,10 +11,12 @@ from aocsim.errors import InputError, UnknownNameError
 from aocsim.train import digits as _digits
 from aocsim.train import state_tracking as _st
 
-# State tracking at CPU scale: parity (Z2) trained at L = 16, A5 at L = 32; explicit
-# baselines at the same width (d_model, d_state, expand) with 1, 2 and 4 layers.
+# State tracking at CPU scale (each run a few minutes on one core): parity (Z2) and A5
+# trained at L = 16; explicit baselines at the same width (d_model, d_state, expand)
+# with 1, 2 and 4 layers and the same number of steps.
 _PARITY = {"task": "parity", "train_length": 16, "d_model": 32, "d_state": 8, "identity_prob": 0.5}
-_A5 = {"task": "A5", "train_length": 32, "d_model": 64, "d_state": 16, "identity_prob": 0.5}
+_A5 = {"task": "A5", "train_length": 16, "d_model": 64, "d_state": 16, "identity_prob": 0.5, "lr": 3e-3,
+       "steps": 5000}
 STATE_TRACKING: dict[str, _st.StateTrackingRecipe] = {}
 for _prefix, _base in (("parity", _PARITY), ("a5", _A5)):
     STATE_TRACKING[f"{_prefix}-implicit"] = _st.StateTrackingRecipe(name=f"{_prefix}-implicit", implicit=True,

@@ -153,8 +153,11 @@ def evaluate_lengths(model: ImplicitSSM, r: StateTrackingRecipe, *, factors: tup
         entry: dict[str, Any] = {"length": length}
         preds = {}
         for mode in modes:
+            # Simultaneous mode moves state along the sequence about one token per iteration,
+            # so its cap grows with the length; sequential mode's cap is per token.
+            cap = max(r.eval_max_iter, 3 * length) if mode == "simultaneous" else r.eval_max_iter
             with torch.no_grad():
-                res = model(tokens, mode=mode, tau=r.tau, tol=r.eval_tol, max_iter=r.eval_max_iter)
+                res = model(tokens, mode=mode, tau=r.tau, tol=r.eval_tol, max_iter=cap)
             preds[mode] = res.logits.argmax(-1)
             correct = (preds[mode] == targets).double()
             entry[mode] = {"accuracy": float(correct.mean()),
