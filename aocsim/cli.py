@@ -173,19 +173,21 @@ def models_list() -> None:
 @click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["simultaneous", "sequential"]), default="simultaneous",
               show_default=True)
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
 @_friendly
-def models_table(roots: tuple[Path, ...], mode: str) -> None:
+def models_table(roots: tuple[Path, ...], mode: str, markdown: bool) -> None:
     """Mean and best per-token accuracy across seeds of the state-tracking models under ROOTS.
 
     ROOTS default to the bundled models folder (with its seeds/ subfolder).
     """
-    from aocsim.experiments.study import collect_cards, format_seed_table, seed_table
+    from aocsim.experiments.study import collect_cards, format_seed_table, markdown_seed_table, seed_table
     from aocsim.paths import models_dir
 
     cards = collect_cards(list(roots) or [models_dir(), models_dir() / "seeds"])
     if not cards:
         raise click.ClickException("no state-tracking model cards found")
-    click.echo(format_seed_table(seed_table(cards, mode)))
+    rows = seed_table(cards, mode)
+    click.echo(markdown_seed_table(rows) if markdown else format_seed_table(rows))
 
 
 @main.group()

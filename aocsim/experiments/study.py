@@ -48,3 +48,15 @@ def format_seed_table(rows: list[dict[str, Any]]) -> str:
         seeds = ",".join(str(s) for s in r["seeds"])
         lines.append(f"{r['recipe']:18s} {seeds:8s} {cells} {r['agreement_min']:6.4f} {r['minutes']:9.1f}")
     return "\n".join(lines)
+
+
+def markdown_seed_table(rows: list[dict[str, Any]]) -> str:
+    """The seed table as Markdown (per-token accuracy, mean / best over seeds)."""
+    keys = [k for k in rows[0] if k.endswith("L")] if rows else []
+    head = "| recipe | seeds | " + " | ".join(f"{k} (L = {rows[0][k]['length']}) mean / best" for k in keys)
+    lines = [head + " | min mode agreement | train minutes |", "|---" * (len(keys) + 4) + "|"]
+    for r in rows:
+        cells = " | ".join(f"{r[k]['mean']:.4f} / {r[k]['best']:.4f}" for k in keys)
+        seeds = ", ".join(str(s) for s in r["seeds"])
+        lines.append(f"| {r['recipe']} | {seeds} | {cells} | {r['agreement_min']:.4f} | {r['minutes']:.1f} |")
+    return "\n".join(lines)
