@@ -159,6 +159,14 @@ def test_unknown_mode() -> None:
         _model().predict(torch.zeros(1, 3, dtype=torch.int64), mode="parallel")
 
 
+def test_bad_solver_settings() -> None:
+    tokens = torch.zeros(1, 3, dtype=torch.int64)
+    with pytest.raises(InputError, match=r"tau = 0.0; expected a damping in \(0, 1\]"):
+        _model().predict(tokens, tau=0.0)
+    with pytest.raises(InputError, match="max_iter = -1"):
+        _model().predict(tokens, max_iter=-1)
+
+
 def test_model_card_for_another_task() -> None:
     if "parity-implicit" not in bundled_models():
         pytest.skip("parity model not bundled")

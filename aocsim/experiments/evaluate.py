@@ -49,7 +49,10 @@ def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
         metrics = evaluate_deq(model, data.x_test, data.y_test, **opts)
         return {"task": task, "split": "test", "n": len(data.y_test), "dtype": str(dtype), **metrics}
     if task == "state_tracking":
-        return evaluate_state_tracking(model, **solve_options)
+        if solve_options:
+            raise ModelFileError(f"solve options {sorted(solve_options)} apply to DEQ models; state-tracking "
+                                 "models evaluate with the settings in their card")
+        return evaluate_state_tracking(model)
     raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits', 'state_tracking']")
 
 

@@ -94,14 +94,6 @@ def fold_led(op: torch.Tensor, poly_pos: torch.Tensor, poly_neg: torch.Tensor) -
     return torch.cat(blocks, dim=1), const.sum(dim=1)
 
 
-def polyval(coeffs: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Polynomial with coefficients highest power first (Horner), elementwise in t."""
-    out = torch.zeros_like(t) + coeffs[0]
-    for c in coeffs[1:]:
-        out = out * t + c
-    return out
-
-
 def quantize_signed(w: torch.Tensor, bits: int | None) -> torch.Tensor:
     """Signed uniform quantisation of w in [-1, 1] with a straight-through gradient.
 
@@ -122,13 +114,6 @@ def quantize_range(v: torch.Tensor, low: float, high: float, bits: int | None) -
     step = (high - low) / (2 ** bits - 1)
     q = torch.round((v.clamp(low, high) - low) / step) * step + low
     return v + (q - v).detach()
-
-
-def split_signs(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(W+ / m, W- / m, m) with m = max |W| (m = 1 for an all-zero matrix)."""
-    m = w.abs().max()
-    m = torch.where(m > 0, m, torch.ones_like(m))
-    return torch.relu(w) / m, torch.relu(-w) / m, m
 
 
 def distort(w_sign: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:

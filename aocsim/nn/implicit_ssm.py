@@ -256,6 +256,10 @@ class ImplicitSSM(nn.Module):
         """
         if mode not in MODES:
             raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
+        if not 0.0 < tau <= 1.0:
+            raise InputError(f"tau = {tau!r}; expected a damping in (0, 1]")
+        if not (tol >= 0.0 and isinstance(max_iter, int) and max_iter >= 0):
+            raise InputError(f"tol = {tol!r}, max_iter = {max_iter!r}; expected tol >= 0 and an integer max_iter >= 0")
         tokens = self.check_tokens(tokens)
         u = self.injection(tokens)
         if not self.config.implicit:
