@@ -255,12 +255,14 @@ def bench() -> None:
 @click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1), help="Best of N.")
 @click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1), default=(1, 64, 1024),
               show_default=True, help="Batch sizes (repeatable).")
+@click.option("--compiled/--no-compiled", default=True, show_default=True,
+              help="Also time the loop with compile=True (needs a C++ compiler).")
 @_friendly
-def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[int, ...]) -> None:
+def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[int, ...], compiled: bool) -> None:
     """Sample-iterations per second of the folded loop vs the twin-style per-stage loop (float32, CPU)."""
     from aocsim.experiments.bench import bench_loop, format_loop_bench
 
-    rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats)
+    rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
     click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}")
     click.echo(format_loop_bench(rows))
 

@@ -83,7 +83,7 @@ def test_devices_errors_are_one_line() -> None:
 
 
 def test_bench_loop_runs_and_checks_the_two_implementations_agree() -> None:
-    out = run("bench", "loop", "--batch", "4", "--iterations", "3", "--repeats", "1")
+    out = run("bench", "loop", "--batch", "4", "--iterations", "3", "--repeats", "1", "--no-compiled")
     assert out.exit_code == 0, out.output
     rows = [line.split() for line in out.output.splitlines() if line.startswith(("deterministic", "all noise"))]
     assert len(rows) == 2

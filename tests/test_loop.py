@@ -4,6 +4,7 @@ schedules, bandwidth, saturation, differentiability."""
 from __future__ import annotations
 
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -255,3 +256,57 @@ def test_loop_step_is_the_loop_object(gen: torch.Generator) -> None:
     g = torch.Generator().manual_seed(3)
     b = OpticalLoop("aoc48", w, alpha=0.5, beta=18.6, generator=g).step(z, x, generator=g)
     assert torch.equal(a, b)
+
+
+QUIET = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize(("name", "overrides", "dtype", "tol"), [
+    ("aoc48", {**QUIET, "loop.bandwidth_hz": 20e6}, torch.float64, 1e-12),
+    ("ideal", {}, torch.float64, 1e-12),
+    ("aoc16-twin", {}, torch.float32, 1e-5),
+])
+def test_compiled_iterations_equal_the_eager_ones(name: str, overrides: dict, dtype: torch.dtype, tol: float,
+                                                   gen: torch.Generator) -> None:
+    dev = load_device(name, overrides)
+    n = dev.channels or 12
+    w = torch.randn(n, n, generator=gen, dtype=dtype)
+    x = torch.rand(8, n, generator=gen, dtype=dtype)
+    z0 = 0.3 * torch.randn(8, n, generator=gen, dtype=dtype)
+    for beta in (Linear(10.0, 18.6, 20), 18.6):  # per-step graphs; blocks of steps (constant schedules)
+        loops = [OpticalLoop(dev, w, alpha=0.5, beta=beta, gamma=0.1, compile=flag,
+                             generator=torch.Generator().manual_seed(3)) for flag in (False, True)]
+        with torch.no_grad():
+            eager, fused = (loop.iterate(z0, x, 27, trajectory=True) for loop in loops)
+            finals = [loop.iterate(z0, x, 27) for loop in loops]
+            readings = [loop.readout(x[:2]) for loop in loops]
+        assert (eager - fused).abs().max() < tol
+        assert (finals[0] - finals[1]).abs().max() < tol and (finals[1] - fused[-1]).abs().max() < tol
+        assert (readings[0] - readings[1]).abs().max() < tol
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize(("overrides", "dtype", "tol"), [
+    ({}, torch.float64, 1e-12),  # every noise source
+    ({"noise.rin.enabled": False, "loop.bandwidth_hz": 20e6}, torch.float32, 1e-5),
+    ({"noise.shot.enabled": False, "noise.thermal.enabled": False}, torch.float64, 1e-12),
+])
+def test_compiled_noisy_iterations_draw_the_same_numbers_as_the_eager_ones(overrides: dict, dtype: torch.dtype,
+                                                                             tol: float, gen: torch.Generator) -> None:
+    dev = load_device("aoc48", overrides)
+    w = torch.randn(48, 48, generator=gen, dtype=dtype)
+    x = torch.rand(8, 48, generator=gen, dtype=dtype)
+    z0 = 0.3 * torch.randn(8, 48, generator=gen, dtype=dtype)
+    eager, compiled = (OpticalLoop(dev, w, alpha=0.5, beta=18.6, gamma=0.1, compile=flag,
+                                   generator=torch.Generator().manual_seed(3)) for flag in (False, True))
+    with torch.no_grad():
+        runs = [loop.iterate(z0, x, 12, trajectory=True, generator=torch.Generator().manual_seed(seed))
+                for loop, seed in ((eager, 4), (compiled, 4), (compiled, 5))]
+    assert (runs[0] - runs[1]).abs().max() < tol  # same seed: the same draws, the same trajectory
+    assert (runs[1] - runs[2]).abs().max() > max(1e-6, 10 * tol)  # another seed: other draws
+
+
+def test_compile_flag_must_be_a_bool(gen: torch.Generator) -> None:
+    with pytest.raises(InputError, match="compile = 'yes'"):
+        OpticalLoop(load_device("aoc16-twin"), torch.randn(16, 16, generator=gen), beta=18.6, compile="yes")

@@ -100,6 +100,27 @@ def test_loop_step_noise_combines_both_paths(gen: torch.Generator) -> None:
     _check_moments(y - y0, std)
 
 
+def test_per_stage_yardstick_draws_the_same_noise_distribution(gen: torch.Generator) -> None:
+    # The bench's per-stage loop draws shot, thermal and RIN separately per path; the folded loop
+    # merges the detector noises into one draw. Same noiseless point, same per-channel moments.
+    from aocsim.hardware.reference import PerStageLoop
+    w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
+    z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(DRAWS, 48).contiguous()
+    x = torch.zeros_like(z)
+    quiet = OpticalLoop(load_device("aoc48", OFF), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
+    noisy = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
+    y0 = quiet.step(z[:1], x[:1])
+    folded = noisy.step(z, x, generator=torch.Generator().manual_seed(5)) - y0
+    per_stage = PerStageLoop(noisy).step(z, x, generator=torch.Generator().manual_seed(6)) - y0
+    n = DRAWS
+    assert ((folded.mean(0) - per_stage.mean(0)).abs() <= 5 * folded.std(0) * math.sqrt(2 / n)).all()
+    ratio = per_stage.var(0) / folded.var(0)
+    assert ((ratio - 1).abs() <= 5 * 2 * math.sqrt(1 / (n - 1))).all(), ratio
+    # Pooled over the 48 channels the ratio is known to +-2 % (5 sigma), tight enough to miss
+    # a dropped thermal term (about 11 % of the detector variance of aoc48).
+    assert abs(float(ratio.mean()) - 1) <= 5 * 2 * math.sqrt(1 / ((n - 1) * 48)), float(ratio.mean())
+
+
 def test_static_draws_have_their_documented_spread(gen: torch.Generator) -> None:
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     loop = OpticalLoop(load_device("aoc48", {**OFF, "slm.programming_error_levels": 0.5}), w, beta=18.6,

@@ -44,11 +44,14 @@ def _best_time(fn: Callable[[], object], repeats: int) -> float:
 
 
 def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024), *, iterations: int = 50,
-               repeats: int = 5, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[LoopBenchRow]:
+               repeats: int = 5, dtype: torch.dtype = torch.float32, seed: int = 0,
+               compiled: bool = True) -> list[LoopBenchRow]:
     """Time `iterations` loop steps, folded vs per-stage, deterministic and with all noise on.
 
     "deterministic" switches the per-iteration noise sources off (static effects
-    such as 9-bit weights stay); "all noise" is the profile as it is.
+    such as 9-bit weights stay); "all noise" is the profile as it is. With
+    `compiled`, each setting is also timed with `compile=True` (fused kernels,
+    `aocsim.hardware.fused`) against the same per-stage measurement.
     """
     rows = []
     for setting, overrides in (("deterministic", QUIET), ("all noise", {})):
@@ -56,15 +59,17 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
         n = dev.channels or 48
         gen = torch.Generator().manual_seed(seed)
         weight = torch.randn(n, n, generator=gen).to(dtype)
-        loop = OpticalLoop(dev, weight, alpha=0.5, beta=18.6, gamma=0.1,
-                           generator=torch.Generator().manual_seed(seed + 1)).drifted(gen)
-        ref = PerStageLoop(loop)
+        variants = {setting: False}
+        if compiled:
+            variants[f"{setting}, compiled"] = True
+        loops = {name: OpticalLoop(dev, weight, alpha=0.5, beta=18.6, gamma=0.1, compile=flag,
+                                   generator=torch.Generator().manual_seed(seed + 1))
+                                   .drifted(torch.Generator().manual_seed(seed + 2))
+                 for name, flag in variants.items()}
+        ref = PerStageLoop(loops[setting])
         for batch in batches:
             x = torch.rand(batch, n, generator=gen).to(dtype)
             z0 = torch.zeros(batch, n, dtype=dtype)
-
-            def folded() -> torch.Tensor:
-                return loop.iterate(z0, x, iterations, generator=torch.Generator().manual_seed(seed))
 
             def per_stage() -> torch.Tensor:
                 g = torch.Generator().manual_seed(seed)
@@ -73,23 +78,31 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
                     z, z_prev = ref.step(z, x, z_prev=z_prev, generator=g, iteration=k), z
                 return z
 
+            timed: dict[str, Callable[[], torch.Tensor]] = {
+                name: (lambda loop=loop: loop.iterate(z0, x, iterations,
+                                                      generator=torch.Generator().manual_seed(seed)))
+                for name, loop in loops.items()}
+            timed["per-stage"] = per_stage
             with torch.no_grad():
-                a, b = folded(), per_stage()  # warm-up, and a check that both compute the same thing
-                diff = float((a - b).abs().max()) if setting == "deterministic" else None
-                t_fold, t_ref = float("inf"), float("inf")
-                for _ in range(repeats):  # interleaved, so load changes hit both
-                    t_fold = min(t_fold, _best_time(folded, 1))
-                    t_ref = min(t_ref, _best_time(per_stage, 1))
+                # warm-up (and compilation), and a check that they compute the same thing
+                results = {name: fn() for name, fn in timed.items()}
+                best = dict.fromkeys(timed, float("inf"))
+                for _ in range(repeats):  # interleaved, so load changes hit all of them
+                    for name, fn in timed.items():
+                        best[name] = min(best[name], _best_time(fn, 1))
             work = batch * iterations
-            rows.append(LoopBenchRow(setting, batch, work / t_fold, work / t_ref, diff))
+            for name in loops:
+                diff = (float((results[name] - results["per-stage"]).abs().max())
+                        if setting == "deterministic" else None)
+                rows.append(LoopBenchRow(name, batch, work / best[name], work / best["per-stage"], diff))
     return rows
 
 
 def format_loop_bench(rows: list[LoopBenchRow]) -> str:
-    lines = [f"{'setting':14s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
+    lines = [f"{'setting':24s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
              f"{'max |diff|':>11s}"]
     for r in rows:
         diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"
-        lines.append(f"{r.setting:14s} {r.batch:6d} {r.folded_per_s:15.3e} {r.per_stage_per_s:17.3e} "
+        lines.append(f"{r.setting:24s} {r.batch:6d} {r.folded_per_s:15.3e} {r.per_stage_per_s:17.3e} "
                      f"{r.ratio:6.2f}x {diff:>11s}")
     return "\n".join(lines)

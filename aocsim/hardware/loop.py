@@ -22,10 +22,11 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.hardware import components as C
+from aocsim.hardware import fused
 from aocsim.hardware.noise import detector_noise_std, detector_variance_coefficients, rin_relative_std
 from aocsim.hardware.optics import FoldedOptics, channel_arrays, fold
 from aocsim.hardware.profile import DeviceProfile, load_device
-from aocsim.hardware.schedules import Schedule, as_schedule
+from aocsim.hardware.schedules import Constant, Schedule, as_schedule
 
 GAINS = ("normalized", "absolute")
 
@@ -59,6 +60,8 @@ class OpticalLoop:
         gamma: momentum coefficient (number, schedule or None).
         gain: "normalized" (P, Q times beta / N) or "absolute" (times max |W|).
         generator: RNG for static per-weight-load draws (SLM programming error).
+        compile: run the deterministic inference iterations of `iterate` / `readout` as one
+            fused kernel (`aocsim.hardware.fused`; needs a C++ compiler, compiles per batch shape).
 
     Example:
         >>> dev = load_device("aoc48-twin")
@@ -70,7 +73,7 @@ class OpticalLoop:
                  alpha: float | Schedule | Callable[[int], float] | None = None,
                  beta: float | Schedule | Callable[[int], float] | None = None,
                  gamma: float | Schedule | Callable[[int], float] | None = None,
-                 gain: str = "normalized", generator: torch.Generator | None = None,
+                 gain: str = "normalized", generator: torch.Generator | None = None, compile: bool = False,
                  _drift: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         self.device = load_device(device) if isinstance(device, str) else device
         if not isinstance(self.device, DeviceProfile):
@@ -86,6 +89,9 @@ class OpticalLoop:
         if gain == "absolute" and beta is not None:
             raise InputError("beta must be None with gain='absolute' (P, Q are scaled by max |W|)")
         self.gain = gain
+        if not isinstance(compile, bool):
+            raise InputError(f"compile = {compile!r}; expected True or False")
+        self.compile = compile
         self.alpha, self.beta, self.gamma = (as_schedule(alpha, "alpha"), as_schedule(beta, "beta"),
                                              as_schedule(gamma, "gamma"))
         self.bias = None if bias is None else _check_tensor("bias", bias, n, allow_1d=True).to(dtype)
@@ -97,6 +103,9 @@ class OpticalLoop:
         self.coeffs = (None if v["nonlinearity.coeffs"] is None else
                        _tensor(v["nonlinearity.coeffs"], dtype, dev))
         self.coeff_floats = None if self.coeffs is None else tuple(float(c) for c in v["nonlinearity.coeffs"])
+        self._sigmoid6 = torch.zeros(6, dtype=dtype, device=dev)  # [a, b, c, d, f, g] for the fused step
+        if self.coeffs is not None:
+            self._sigmoid6[: len(self.coeffs)] = self.coeffs
         self.poly_pos = _tensor(v["emitter.poly_pos"], dtype, dev)
         self.poly_neg = _tensor(v["emitter.poly_neg"], dtype, dev)
         self.rin_std = (rin_relative_std(v["noise.rin.rin_db_per_hz"], v["noise.bandwidth_hz"])
@@ -106,6 +115,9 @@ class OpticalLoop:
         # Deterministic path: fold the LED cubics too (operators act on [t, t^2, t^3]).
         f_y, off_y = C.fold_led(self.optics.k, self.poly_pos, self.poly_neg)
         self._fy_t0, self._cy0 = f_y.T.contiguous(), self.optics.k1 + off_y
+        # Compiled path: the operator on the LED signals without their constants, [q+, q-] = u - p0.
+        self._k_t0 = self.optics.k.T.contiguous()
+        self._led3 = torch.stack([self.poly_pos[:3], self.poly_neg[:3]])
         self._det_t = self.optics.m_det.T.contiguous()
         self._var_a, self._var_b = detector_variance_coefficients(v)
         self.detector_noise = v["noise.shot.enabled"] or v["noise.thermal.enabled"]
@@ -120,6 +132,7 @@ class OpticalLoop:
         o, (gain, offset) = self.optics, self.drift_state
         s = 1.0 + gain
         self._fy_t, self._cy, self._k0 = self._fy_t0 * s, self._cy0 * s, o.k0 * s + offset
+        self._k_t = self._k_t0 * s
         self._node_scale, self._node_lam = s * o.scaling * o.gain_scale, s * o.lam
 
     # -- construction helpers ---------------------------------------------------------------
@@ -222,23 +235,34 @@ class OpticalLoop:
         return g * (self._node_scale * diff + self._node_lam) + self._k0
 
     def _advance(self, z: torch.Tensor, inject: torch.Tensor, z_prev: torch.Tensor | None, k: int,
-                 generator: torch.Generator | None) -> torch.Tensor:
-        y = self.optical(z, iteration=k, generator=generator)
+                 generator: torch.Generator | None, offsets: dict | None = None) -> torch.Tensor:
+        """z[k+1] from z[k]; `offsets` (inference loops) caches inject + the optical constant per gain."""
         v = self.values
+        if self.compile and offsets is not None and z_prev is not None and not torch.is_grad_enabled():
+            if self.needs_generator:
+                return self._fused_noisy(z, z_prev, inject, k, offsets, generator)
+            return self._fused(z, z_prev, inject, k, offsets, steps=1)[0]
+        if offsets is not None and not self.needs_generator and not torch.is_grad_enabled():
+            # Deterministic inference: inject and the optical constant ride in the product's input.
+            g = self._gain(k)
+            if offsets.get("gain") != g:
+                offsets.update(gain=g, offset=inject + (self._cy * g + self._k0))
+            y = torch.addmm(offsets["offset"], C.power_features(self._nonlinear(z)), self._fy_t, alpha=g)
+        else:
+            y = self.optical(z, iteration=k, generator=generator)
+            y = y.add_(inject) if not y.requires_grad else y + inject
         if not y.requires_grad:  # inference: update the fresh tensor in place
-            y.add_(inject)
-            if self.alpha is not None:
-                y.add_(z, alpha=self.alpha(k))
-            if self.gamma is not None:
-                y.add_(z, alpha=self.gamma(k))
-                if z_prev is not None:
-                    y.sub_(z_prev, alpha=self.gamma(k))
+            alpha = self.alpha(k) if self.alpha is not None else 0.0
+            gamma = self.gamma(k) if self.gamma is not None else 0.0
+            if alpha + gamma != 0.0:
+                y.add_(z, alpha=alpha + gamma)
+            if gamma != 0.0 and z_prev is not None:
+                y.sub_(z_prev, alpha=gamma)
             if v["saturation.enabled"]:
                 y.clamp_(v["saturation.low_v"], v["saturation.high_v"])
             if self.response != 1.0:
                 y.sub_(z).mul_(self.response).add_(z)
             return y
-        y = y + inject
         if self.alpha is not None:
             y = y + self.alpha(k) * z
         if self.gamma is not None:
@@ -248,6 +272,55 @@ class OpticalLoop:
         if self.response != 1.0:
             y = z + self.response * (y - z)
         return y
+
+    # -- compiled deterministic iterations (aocsim.hardware.fused) ----------------------------
+    FUSED_BLOCK = 5  # steps per compiled call when the schedules are constant
+
+    def _fused(self, z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, k: int, cache: dict,
+               steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`steps` compiled iterations from k (schedules read at k, so steps > 1 needs constant ones)."""
+        v, g = self.values, self._gain(k)
+        if cache.get("fused_gain") != g:
+            cache.update(fused_gain=g, fused_offset=inject + (self._cy * g + self._k0), fused_operator=self._k_t * g)
+        return fused.run("steps", z, z_prev, cache["fused_offset"], cache["fused_operator"], self._sigmoid6,
+                         self._led3, self._node_vector(k, z, cache), steps=steps,
+                         tanh=v["nonlinearity.kind"] == "tanh", saturate=bool(v["saturation.enabled"]),
+                         respond=self.response != 1.0)
+
+    def _fused_noisy(self, z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, k: int, cache: dict,
+                     generator: torch.Generator) -> torch.Tensor:
+        """One compiled noisy iteration; the draws come from `generator` in the eager path's order."""
+        v, g = self.values, self._gain(k)
+        if "led4" not in cache:
+            cache.update(led4=torch.stack([self.poly_pos, self.poly_neg]), no_draw=torch.zeros_like(z))
+        if cache.get("noisy_gain") != g:
+            cache.update(noisy_gain=g, node_offset=g * self._node_lam + self._k0, noise=torch.tensor(
+                [self.rin_std, self._var_a, 2.0 * self._var_b, g], dtype=z.dtype, device=z.device))
+        rin_draw = (torch.randn(z.shape, generator=generator, dtype=z.dtype).to(z.device) if self.rin_std > 0
+                    else cache["no_draw"])
+        det_draw = (torch.randn(z.shape, generator=generator, dtype=z.dtype).to(z.device) if self.detector_noise
+                    else cache["no_draw"])
+        return fused.run("noisy_step", z, z_prev, inject, self._det_t, self.optics.c_det, self._sigmoid6,
+                         cache["led4"], rin_draw, det_draw, cache["noise"], self._node_scale, cache["node_offset"],
+                         self._node_vector(k, z, cache), tanh=v["nonlinearity.kind"] == "tanh",
+                         rin=self.rin_std > 0, detector=bool(self.detector_noise),
+                         saturate=bool(v["saturation.enabled"]), respond=self.response != 1.0)[0]
+
+    def _node_vector(self, k: int, z: torch.Tensor, cache: dict) -> torch.Tensor:
+        """[alpha + gamma, gamma, low rail, high rail, response] at iteration k, cached while unchanged."""
+        v = self.values
+        alpha = self.alpha(k) if self.alpha is not None else 0.0
+        gamma = self.gamma(k) if self.gamma is not None else 0.0
+        if cache.get("node_key") != (alpha, gamma):
+            low, high = (v["saturation.low_v"], v["saturation.high_v"]) if v["saturation.enabled"] else (0.0, 0.0)
+            cache.update(node_key=(alpha, gamma), node=torch.tensor(
+                [alpha + gamma, gamma, low, high, self.response], dtype=z.dtype, device=z.device))
+        return cache["node"]
+
+    def _fused_blocks_apply(self) -> bool:
+        """Whole blocks of compiled steps: deterministic inference with constant schedules."""
+        return (self.compile and not self.needs_generator and not torch.is_grad_enabled()
+                and all(s is None or isinstance(s, Constant) for s in (self.alpha, self.beta, self.gamma)))
 
     def _prepare(self, z: torch.Tensor, x: torch.Tensor, z_prev: torch.Tensor | None,
                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -302,8 +375,14 @@ class OpticalLoop:
         z, x, _ = self._prepare(z0, x, None, generator)
         inject = self.injection(x)
         z_prev, states = torch.zeros_like(z), []
-        for k in range(iterations):  # the hot loop: one folded product + elementwise work per step
-            z, z_prev = self._advance(z, inject, z_prev, k, generator), z
+        offsets: dict = {}
+        start = 0
+        if not trajectory and self._fused_blocks_apply():
+            while start + self.FUSED_BLOCK <= iterations:
+                z, z_prev = self._fused(z, z_prev, inject, start, offsets, self.FUSED_BLOCK)
+                start += self.FUSED_BLOCK
+        for k in range(start, iterations):  # the hot loop: one folded product + elementwise work per step
+            z, z_prev = self._advance(z, inject, z_prev, k, generator, offsets), z
             if trajectory:
                 states.append(z)
         return torch.stack(states) if trajectory else z
@@ -331,9 +410,9 @@ class OpticalLoop:
         interval, samples = v["readout.sample_interval_iterations"], v["readout.samples"]
         settle = v["readout.settle_iterations"]
         total = settle + (samples - 1) * interval + 1
-        z_prev, acc, taken = torch.zeros_like(z), torch.zeros_like(z), 0
+        z_prev, acc, taken, offsets = torch.zeros_like(z), torch.zeros_like(z), 0, {}
         for k in range(total):
-            z, z_prev = self._advance(z, inject, z_prev, k, generator), z
+            z, z_prev = self._advance(z, inject, z_prev, k, generator, offsets), z
             if k >= settle and (k - settle) % interval == 0:
                 acc = acc + C.quantize_range(z, low, high, v["readout.adc_bits"])
                 taken += 1

@@ -40,6 +40,20 @@ def rin_relative_std(rin_db_per_hz: float, bandwidth_hz: float) -> float:
     return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth_hz)
 
 
+def shot_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor:
+    """Per-iteration shot-noise std in detector units for signals d (either path) [B, N]."""
+    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]  # A per detector unit
+    current = unit_current * (d.abs() + v["noise.bias_units"])
+    return shot_current_std_a(current, v["noise.bandwidth_hz"]) / unit_current
+
+
+def thermal_noise_std(v: Mapping[str, Any]) -> float:
+    """Per-iteration thermal (TIA) noise std in detector units."""
+    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
+    return thermal_current_std_a(v["noise.thermal.temperature_k"], v["noise.thermal.feedback_resistance_ohm"],
+                                 v["noise.bandwidth_hz"]) / unit_current
+
+
 def detector_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor | None:
     """Per-iteration std of the detector noise (shot and thermal together) in detector units.
 
@@ -52,16 +66,10 @@ def detector_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor | 
     shot, thermal = v["noise.shot.enabled"], v["noise.thermal.enabled"]
     if not (shot or thermal):
         return None
-    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]  # A per detector unit
-    band = v["noise.bandwidth_hz"]
-    var = torch.zeros_like(d)
-    if shot:
-        current = unit_current * (d.abs() + v["noise.bias_units"])
-        var = var + 2.0 * ELECTRON_CHARGE_C * current * band
+    var = shot_noise_std(d, v) ** 2 if shot else torch.zeros_like(d)
     if thermal:
-        var = var + thermal_current_std_a(v["noise.thermal.temperature_k"],
-                                          v["noise.thermal.feedback_resistance_ohm"], band) ** 2
-    return torch.sqrt(var) / unit_current
+        var = var + thermal_noise_std(v) ** 2
+    return torch.sqrt(var)
 
 
 def detector_variance_coefficients(v: Mapping[str, Any]) -> tuple[float, float]:

@@ -14,7 +14,7 @@ import torch
 
 from aocsim.hardware import components as C
 from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.noise import detector_noise_std
+from aocsim.hardware.noise import shot_noise_std, thermal_noise_std
 
 
 class PerStageLoop:
@@ -77,9 +77,14 @@ class PerStageLoop:
         else:
             P, Q = self._pd(P, "pos"), self._pd(Q, "neg")
             P, Q = self._pbs(P, Q, p3_kept, q3_kept, w_pos, w_neg)
-        if loop.detector_noise:  # shot and thermal noise, each path its own draw
-            P = P + detector_noise_std(P, v) * torch.randn(P.shape, generator=generator, dtype=P.dtype)
-            Q = Q + detector_noise_std(Q, v) * torch.randn(Q.shape, generator=generator, dtype=Q.dtype)
+        # Shot noise at each photodetector, then thermal noise at each TIA: every source and path
+        # its own draw (the folded loop merges them into one draw of the summed variance).
+        if v["noise.shot.enabled"]:
+            P = P + shot_noise_std(P, v) * torch.randn(P.shape, generator=generator, dtype=P.dtype)
+            Q = Q + shot_noise_std(Q, v) * torch.randn(Q.shape, generator=generator, dtype=Q.dtype)
+        if v["noise.thermal.enabled"]:
+            P = P + thermal_noise_std(v) * torch.randn(P.shape, generator=generator, dtype=P.dtype)
+            Q = Q + thermal_noise_std(v) * torch.randn(Q.shape, generator=generator, dtype=Q.dtype)
         g = loop.beta(iteration) if loop.gain == "normalized" else m
         P, Q = (P * g / n, Q * g / n) if loop.gain == "normalized" else (P * m, Q * m)
         y = P - Q
