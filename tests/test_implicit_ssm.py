@@ -106,6 +106,23 @@ def test_training_reduces_the_loss_and_is_reproducible(tmp_path: Path) -> None:
         assert torch.equal(torch.from_numpy(h5["head.weight"][()]), m1.head.weight.detach())
 
 
+def test_jacobian_penalty_estimates_the_frobenius_norm_and_trains_it() -> None:
+    from aocsim.train.state_tracking import _jacobian_penalty
+    model = ImplicitSSM(SSMConfig(vocab_size=4, d_model=6, d_state=2, head_dim=4),
+                        generator=torch.Generator().manual_seed(1)).double()
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, 4, (2, 3), generator=gen)
+    u = model.injection(tokens)
+    z = 0.5 * torch.randn(2, 3, 6, generator=gen, dtype=torch.float64)
+    jac = torch.autograd.functional.jacobian(lambda s: model.f(s, u.detach()), z)
+    exact = float(jac.pow(2).sum()) / z.numel()  # ||J||_F^2 per state variable
+    probes = torch.stack([_jacobian_penalty(model, z, u, gen).detach() for _ in range(400)])
+    assert abs(float(probes.mean()) - exact) <= 5 * float(probes.std()) / 400 ** 0.5
+    penalty = _jacobian_penalty(model, z, u, gen)
+    penalty.backward()  # differentiable in the weights (double backward through f)
+    assert model.blocks[0].in_proj.parametrizations.weight.original1.grad.abs().sum() > 0
+
+
 STATE_MODELS = [m for m in bundled_models() if m.startswith(("parity-", "a5-"))]
 
 

@@ -5,7 +5,8 @@ Training follows the implicit-SSM paper's curriculum, sized for a CPU:
 - implicit models: a weight-tied warm-up (`tied_iters` applications of f from
   z = 0, full backprop) for the first `tied_fraction` of the steps, then DEQ
   training: `deq_iters` damped iterations without gradient, then `phantom_steps`
-  damped steps with autograd (the phantom gradient, damping tau).
+  damped steps with autograd (the phantom gradient, damping tau), plus an
+  optional Jacobian penalty at the fixed point (below).
 Per-position cross-entropy on the unshifted targets (the prefix product up to
 and including token t is predicted at position t). Fresh random sequences every
 step from a seeded numpy generator; weights from a seeded torch generator.
@@ -59,6 +60,11 @@ class StateTrackingRecipe:
     deq_iters: int = 16
     phantom_steps: int = 4
     tau: float = 0.8
+    # Weight of the Jacobian penalty E||v^T J_f(z*)||^2 / numel (Hutchinson estimate of
+    # ||J||_F^2 per state variable; Bai, Koltun & Kolter, "Stabilizing Equilibrium Models by
+    # Jacobian Regularization", ICML 2021). It keeps f contractive around its equilibria, so the
+    # fixed point is unique and both execution modes reach the same one; 0 switches it off.
+    jac_reg: float = 0.0
     seed: int = 0
     eval_batch: int = 256
     # Evaluation solves tightly: with a loose tolerance (1e-3) the two modes stop at points up
@@ -71,23 +77,35 @@ class StateTrackingRecipe:
                          head_dim=self.head_dim, n_layers=self.n_layers, implicit=self.implicit)
 
 
-def _forward_train(model: ImplicitSSM, tokens: torch.Tensor, step: int, r: StateTrackingRecipe) -> torch.Tensor:
-    """Logits [B, L, V] with the gradient path of the current phase."""
+def _jacobian_penalty(model: ImplicitSSM, z_star: torch.Tensor, u: torch.Tensor, gen: torch.Generator
+                      ) -> torch.Tensor:
+    """Hutchinson estimate of ||J_f(z*)||_F^2 per state variable, differentiable in the weights."""
+    z = z_star.detach().requires_grad_()
+    fz = model.f(z, u)
+    v = torch.randn(fz.shape, generator=gen, dtype=fz.dtype).to(fz.device)
+    (vjp,) = torch.autograd.grad(fz, z, v, create_graph=True)
+    return vjp.pow(2).sum() / v.numel()
+
+
+def _forward_train(model: ImplicitSSM, tokens: torch.Tensor, step: int, r: StateTrackingRecipe,
+                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logits [B, L, V] with the gradient path of the current phase, and the Jacobian penalty (or None)."""
     u = model.injection(tokens)
     z = u.new_zeros(*tokens.shape, model.config.d_model)
     if not r.implicit:
-        return model.head(model.f(z, u))
+        return model.head(model.f(z, u)), None
     if step < int(r.tied_fraction * r.steps):  # weight-tied warm-up, full backprop
         for _ in range(r.tied_iters):
             z = model.f(z, u)
-        return model.head(z)
+        return model.head(z), None
     with torch.no_grad():  # fixed-point phase: iterate without a graph ...
         u_const = u.detach()
         for _ in range(r.deq_iters):
             z = torch.lerp(z, model.f(z, u_const), r.tau)
+    penalty = _jacobian_penalty(model, z, u, gen) if r.jac_reg > 0 else None
     # ... then a few damped steps with autograd (phantom gradient)
     z = Phantom(r.phantom_steps, r.tau).attach(lambda s: model.f(s, u), z, z)
-    return model.head(z)
+    return model.head(z), penalty
 
 
 def write_checkpoint(model: ImplicitSSM, path: Path, step: int, metrics: dict[str, float]) -> None:
@@ -108,6 +126,7 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
     sched = torch.optim.lr_scheduler.LambdaLR(  # short linear warm-up, cosine decay to 10 %
         opt, lambda s: min(1.0, (s + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * min(s / r.steps, 1.0))))
     rng = np.random.default_rng(r.seed)
+    probe_gen = torch.Generator().manual_seed(r.seed + 1)  # Hutchinson probes of the Jacobian penalty
     if run_dir:
         run_dir.mkdir(parents=True, exist_ok=True)
     log_file = (run_dir / "metrics.jsonl").open("w") if run_dir else None
@@ -117,10 +136,10 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
         model.train()
         tokens, targets = word_problems(g, r.batch_size, r.train_length, identity_prob=r.identity_prob,
                                         generator=rng)
-        logits = _forward_train(model, tokens, step, r)
+        logits, penalty = _forward_train(model, tokens, step, r, probe_gen)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         opt.zero_grad()
-        loss.backward()
+        (loss if penalty is None else loss + r.jac_reg * penalty).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), r.grad_clip)
         opt.step()
         sched.step()
@@ -128,6 +147,8 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
             acc = float((logits.argmax(-1) == targets).double().mean())
             entry = {"step": step, "loss": round(loss.item(), 5), "train_acc": round(acc, 4),
                      "seconds": round(time.perf_counter() - start, 1)}
+            if penalty is not None:
+                entry["jacobian_fro2"] = round(penalty.item(), 5)
             history.append(entry)
             bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.3f}")
             if log_file:
