@@ -126,7 +126,8 @@ def run(kernel: str, *args: torch.Tensor, **flags: bool | int) -> tuple[torch.Te
 
     A missing toolchain or a compiler failure becomes one clear `AocsimError`.
     """
-    key = (kernel, tuple((a.shape, a.dtype, a.device) for a in args), tuple(sorted(flags.items())))
+    z = args[0]  # every other input's shape follows from z's [B, N] and the kernel
+    key = (kernel, z.shape, z.dtype, z.device, tuple(flags.items()))
     if key not in _GRAPHS:
         try:
             _GRAPHS[key] = _compile(kernel, args, flags)
