@@ -60,8 +60,9 @@ class OpticalLoop:
         gamma: momentum coefficient (number, schedule or None).
         gain: "normalized" (P, Q times beta / N) or "absolute" (times max |W|).
         generator: RNG for static per-weight-load draws (SLM programming error).
-        compile: run the deterministic inference iterations of `iterate` / `readout` as one
-            fused kernel (`aocsim.hardware.fused`; needs a C++ compiler, compiles per batch shape).
+        compile: run the inference iterations of `iterate` / `readout` as compiled, fused
+            kernels (`aocsim.hardware.fused`; noisy iterations draw the same numbers as eager ones;
+            needs a C++ compiler, compiles per batch shape). Single `step` calls stay eager.
 
     Example:
         >>> dev = load_device("aoc48-twin")
@@ -273,7 +274,7 @@ class OpticalLoop:
             y = z + self.response * (y - z)
         return y
 
-    # -- compiled deterministic iterations (aocsim.hardware.fused) ----------------------------
+    # -- compiled iterations (aocsim.hardware.fused) -------------------------------------------
     FUSED_BLOCK = 5  # steps per compiled call when the schedules are constant
 
     def _fused(self, z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, k: int, cache: dict,
