@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,9 @@ from aocsim.hardware import components as C
 from aocsim.hardware.schedules import Exponential, Function, Linear
 
 QUIET = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
+# compile=True builds C++ extensions: it needs a compiler and Python's headers.
+NO_TOOLCHAIN = (shutil.which("g++") is None and shutil.which("c++") is None) or not (
+    Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
 
 
 def _setup(gen: torch.Generator, n: int = 48, batch: int = 4, dtype=torch.float64):
@@ -258,10 +263,9 @@ def test_loop_step_is_the_loop_object(gen: torch.Generator) -> None:
     assert torch.equal(a, b)
 
 
-QUIET = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a C++ compiler")
+@pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
 @pytest.mark.parametrize(("name", "overrides", "dtype", "tol"), [
     ("aoc48", {**QUIET, "loop.bandwidth_hz": 20e6}, torch.float64, 1e-12),
     ("ideal", {}, torch.float64, 1e-12),
@@ -286,7 +290,7 @@ def test_compiled_iterations_equal_the_eager_ones(name: str, overrides: dict, dt
         assert (readings[0] - readings[1]).abs().max() < tol
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a C++ compiler")
+@pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
 @pytest.mark.parametrize(("overrides", "dtype", "tol"), [
     ({}, torch.float64, 1e-12),  # every noise source
     ({"noise.rin.enabled": False, "loop.bandwidth_hz": 20e6}, torch.float32, 1e-5),
