@@ -263,8 +263,6 @@ def test_loop_step_is_the_loop_object(gen: torch.Generator) -> None:
     assert torch.equal(a, b)
 
 
-
-
 @pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
 @pytest.mark.parametrize(("name", "overrides", "dtype", "tol"), [
     ("aoc48", {**QUIET, "loop.bandwidth_hz": 20e6}, torch.float64, 1e-12),
