@@ -10,10 +10,12 @@ product acts on the two LED signals [q+, q-] (2N wide) instead of the power
 features [t, t^2, t^3]. Calling the compiled graph directly skips dynamo's
 guards (~20 us per call), which matter at this size.
 
-With noise on, one step is one graph whose Gaussian draws are inputs: the
-loop draws them from its generator in the eager path's order (RIN, then the
-detectors), so the compiled step reproduces the eager one bit for bit in its
-random numbers and to float rounding in the result.
+With noise on, one step is one graph that also draws its Gaussian numbers:
+a counter-based generator (`aocsim.hardware.counter_rng`, keyed by one draw
+from the loop's generator per `iterate` / `readout` call) computes them inside
+the kernel, on every core, instead of torch's sequential CPU generator, which
+costs as much as the rest of the step. Same seed, same bits; the numbers are
+not the eager loop's (statistically the same, tests/test_loop.py).
 
 The graph depends only on the shapes, dtype, device, the number of steps and
 which stages exist; every number (calibration, gains, rails) is an input, so
@@ -29,6 +31,7 @@ from typing import Callable
 import torch
 
 from aocsim.errors import AocsimError
+from aocsim.hardware.counter_rng import normal_pair
 
 _GRAPHS: dict[tuple, Callable[..., object]] = {}
 
@@ -50,12 +53,13 @@ def _steps(z: torch.Tensor, z_prev: torch.Tensor, offset: torch.Tensor, operator
         (z[k + steps], z[k + steps - 1]).
     """
     a, b, c, d, f, g = sigmoid.unbind()
+    neg_inv_c = -1.0 / c  # one scalar division instead of one per element
     for _ in range(steps):
         if tanh:
             t = torch.tanh(z)
         else:  # (1 + |u|^c)^(-1/c) with base-2 exp / log, as in components.algebraic_sigmoid_fast
             u = a * z + b
-            t = d * u * torch.exp2(-torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) / c) + f + g * z
+            t = d * u * torch.exp2(torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) * neg_inv_c) + f + g * z
         q_pos = t * (led[0, 2] + t * (led[0, 1] + t * led[0, 0]))
         q_neg = t * (led[1, 2] + t * (led[1, 1] + t * led[1, 0]))
         y = torch.addmm(offset, torch.cat([q_pos, q_neg], dim=1), operator_t)
@@ -69,8 +73,8 @@ def _steps(z: torch.Tensor, z_prev: torch.Tensor, offset: torch.Tensor, operator
 
 
 def _noisy_step(z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, det_t: torch.Tensor,
-                det_offset: torch.Tensor, sigmoid: torch.Tensor, led: torch.Tensor, rin_draw: torch.Tensor,
-                det_draw: torch.Tensor, noise: torch.Tensor, node_scale: torch.Tensor, node_offset: torch.Tensor,
+                det_offset: torch.Tensor, sigmoid: torch.Tensor, led: torch.Tensor, rng_base: torch.Tensor,
+                rng_offsets: torch.Tensor, noise: torch.Tensor, node_scale: torch.Tensor, node_offset: torch.Tensor,
                 node: torch.Tensor, *, tanh: bool, rin: bool, detector: bool, saturate: bool,
                 respond: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """One iteration with per-iteration noise (same equation as `OpticalLoop.optical` + `_advance`).
@@ -78,17 +82,21 @@ def _noisy_step(z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, det
     Args:
         det_t, det_offset: the folded detector operator on [P+(t), P-(t)], [2N, 2N], and its offset [2N].
         led: the full cubics [[p3, p2, p1, p0] of P+, ... of P-].
-        rin_draw, det_draw: standard normal draws [B, N] (RIN per LED; detector noise per channel).
+        rng_base, rng_offsets: the counter generator's state before this step's B N numbers (int64
+            0-dim) and 1 ... B N as an int64 [B, N] tensor (`counter_rng.counters`); number i gives
+            the RIN draw of LED i and the detector draw of channel i (row-major over [B, N]).
         noise: [RIN std, a, 2 b, gain] with var(D_P - D_Q) = a (|D_P| + |D_Q|) + 2 b.
         node_scale, node_offset: y = gain (node_scale (D_P - D_Q) + node_offset) + ... ([N] each; the
             offset already holds the gain-free part, see `OpticalLoop._fused_noisy`).
     """
     a, b, c, d, f, g = sigmoid.unbind()
+    neg_inv_c = -1.0 / c  # one scalar division instead of one per element
+    rin_draw, det_draw = normal_pair(rng_base, rng_offsets, z.dtype)
     if tanh:
         t = torch.tanh(z)
     else:
         u = a * z + b
-        t = d * u * torch.exp2(-torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) / c) + f + g * z
+        t = d * u * torch.exp2(torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) * neg_inv_c) + f + g * z
     p = led[0, 3] + t * (led[0, 2] + t * (led[0, 1] + t * led[0, 0]))
     q = led[1, 3] + t * (led[1, 2] + t * (led[1, 1] + t * led[1, 0]))
     if rin:
@@ -134,6 +142,7 @@ def run(kernel: str, *args: torch.Tensor, **flags: bool | int) -> tuple[torch.Te
         except Exception as exc:  # Inductor raises many types (missing compiler, codegen failure)
             first = str(exc).splitlines()[0] if str(exc) else ""
             raise AocsimError(f"compile=True: could not compile the fused loop step ({type(exc).__name__}: "
-                              f"{first}); install a C++ compiler or use compile=False") from exc
+                              f"{first}); it needs a C++ compiler; compile=False runs the same loop eagerly"
+                              ) from exc
     out = _GRAPHS[key](*args)
     return out[0], out[1]

@@ -9,7 +9,8 @@ DAC of the input. What is drawn when:
 - once per chip (profile `variation.chip_seed`): chip-to-chip variation;
 - once per weight load (the loop's `generator`): SLM programming error;
 - once per inference (`OpticalLoop.drifted`): a drift step;
-- every iteration (the step's `generator`): RIN, shot and thermal noise.
+- every iteration (the step's `generator`): RIN, shot and thermal noise (with `compile=True`,
+  from a counter-based stream keyed by one draw of that generator per call).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.hardware import components as C
-from aocsim.hardware import fused
+from aocsim.hardware import counter_rng, fused
 from aocsim.hardware.noise import detector_noise_std, detector_variance_coefficients, rin_relative_std
 from aocsim.hardware.optics import FoldedOptics, channel_arrays, fold
 from aocsim.hardware.profile import DeviceProfile, load_device
@@ -61,8 +62,10 @@ class OpticalLoop:
         gain: "normalized" (P, Q times beta / N) or "absolute" (times max |W|).
         generator: RNG for static per-weight-load draws (SLM programming error).
         compile: run the inference iterations of `iterate` / `readout` as compiled, fused
-            kernels (`aocsim.hardware.fused`; noisy iterations draw the same numbers as eager ones;
-            needs a C++ compiler, compiles per batch shape). Single `step` calls stay eager.
+            kernels (`aocsim.hardware.fused`; needs a C++ compiler, compiles per batch shape).
+            Noisy iterations then draw from a counter-based generator keyed by `generator`
+            (reproducible, statistically the same, not the eager loop's numbers). Single `step`
+            calls stay eager.
 
     Example:
         >>> dev = load_device("aoc48-twin")
@@ -290,19 +293,17 @@ class OpticalLoop:
 
     def _fused_noisy(self, z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, k: int, cache: dict,
                      generator: torch.Generator) -> torch.Tensor:
-        """One compiled noisy iteration; the draws come from `generator` in the eager path's order."""
+        """One compiled noisy iteration, its normals from the counter generator keyed by `generator`."""
         v, g = self.values, self._gain(k)
-        if "led4" not in cache:
-            cache.update(led4=torch.stack([self.poly_pos, self.poly_neg]), no_draw=torch.zeros_like(z))
+        if "led4" not in cache:  # first noisy step of this iterate / readout call
+            cache.update(led4=torch.stack([self.poly_pos, self.poly_neg]), rng_key=counter_rng.key_from(generator),
+                         rng_offsets=counter_rng.counters(tuple(z.shape), z.device))
         if cache.get("noisy_gain") != g:
             cache.update(noisy_gain=g, node_offset=g * self._node_lam + self._k0, noise=torch.tensor(
                 [self.rin_std, self._var_a, 2.0 * self._var_b, g], dtype=z.dtype, device=z.device))
-        rin_draw = (torch.randn(z.shape, generator=generator, dtype=z.dtype).to(z.device) if self.rin_std > 0
-                    else cache["no_draw"])
-        det_draw = (torch.randn(z.shape, generator=generator, dtype=z.dtype).to(z.device) if self.detector_noise
-                    else cache["no_draw"])
+        base = counter_rng.stream_base(cache["rng_key"], k * z.numel()).to(z.device)
         return fused.run("noisy_step", z, z_prev, inject, self._det_t, self.optics.c_det, self._sigmoid6,
-                         cache["led4"], rin_draw, det_draw, cache["noise"], self._node_scale, cache["node_offset"],
+                         cache["led4"], base, cache["rng_offsets"], cache["noise"], self._node_scale, cache["node_offset"],
                          self._node_vector(k, z, cache), tanh=v["nonlinearity.kind"] == "tanh",
                          rin=self.rin_std > 0, detector=bool(self.detector_noise),
                          saturate=bool(v["saturation.enabled"]), respond=self.response != 1.0)[0]
