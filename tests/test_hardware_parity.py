@@ -12,6 +12,7 @@ import torch
 
 from aocsim import DEQ, DEQConfig, OpticalLoop, load_device, loop_step, solve
 from aocsim.hardware.reference import PerStageLoop
+from _toolchain import NO_TOOLCHAIN
 
 GOLDEN = sorted((Path(__file__).parent / "data" / "golden").glob("*.npz"))
 
@@ -20,12 +21,12 @@ def _none_if_nan(value: np.ndarray) -> float | None:
     return None if math.isnan(float(value)) else float(value)
 
 
-def _golden_loop(path: Path) -> tuple[OpticalLoop, dict]:
+def _golden_loop(path: Path, compile: bool = False) -> tuple[OpticalLoop, dict]:
     d = dict(np.load(path))
     dev = load_device(f"aoc{int(d['n'])}-twin", {"crosstalk.pbs.enabled": bool(d["pbs_crosstalk"])})
     loop = OpticalLoop(dev, torch.as_tensor(d["weight"]), bias=torch.as_tensor(d["bias"]),
                        alpha=_none_if_nan(d["alpha"]), beta=_none_if_nan(d["beta"]),
-                       gamma=_none_if_nan(d["gamma"]), gain=str(d["gain"]))
+                       gamma=_none_if_nan(d["gamma"]), gain=str(d["gain"]), compile=compile)
     return loop, {k: torch.as_tensor(v) if v.dtype != object and v.ndim else v for k, v in d.items()}
 
 
@@ -46,6 +47,18 @@ def test_twin_profiles_reproduce_golden_vectors(path: Path) -> None:
     assert (p - d["detector_pos"]).abs().max() < 1e-5
     assert (q - d["detector_neg"]).abs().max() < 1e-5
     assert (traj - d["trajectory"]).abs().max() < 1e-5
+
+
+@pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
+def test_compiled_loop_reproduces_the_golden_trajectories(path: Path) -> None:
+    loop, d = _golden_loop(path, compile=True)
+    steps = d["trajectory"].shape[0]
+    with torch.no_grad():  # per-step graphs for the trajectory, blocks of steps for the final state
+        traj = loop.iterate(d["z"], d["x"], steps, trajectory=True)
+        final = loop.iterate(d["z"], d["x"], steps)
+    assert (traj - d["trajectory"]).abs().max() < 1e-5
+    assert (final - d["trajectory"][-1]).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("path", GOLDEN[:2], ids=[p.stem for p in GOLDEN[:2]])

@@ -4,9 +4,6 @@ schedules, bandwidth, saturation, differentiability."""
 from __future__ import annotations
 
 import math
-import shutil
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,11 +13,9 @@ from aocsim import OpticalLoop, load_device, loop_step
 from aocsim.errors import InputError
 from aocsim.hardware import components as C
 from aocsim.hardware.schedules import Exponential, Function, Linear
+from _toolchain import NO_TOOLCHAIN
 
 QUIET = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
-# compile=True builds C++ extensions: it needs a compiler and Python's headers.
-NO_TOOLCHAIN = (shutil.which("g++") is None and shutil.which("c++") is None) or not (
-    Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
 
 
 def _setup(gen: torch.Generator, n: int = 48, batch: int = 4, dtype=torch.float64):
