@@ -19,8 +19,8 @@ not the eager loop's (statistically the same, tests/test_loop.py).
 
 The graph depends only on the shapes, dtype, device, the number of steps and
 which stages exist; every number (calibration, gains, rails) is an input, so
-one compiled graph serves every loop with that layout. It equals the eager
-step to float rounding (tests/test_loop.py). Compiling needs a C++ compiler
+one compiled graph serves every loop with that layout. The noiseless graphs
+equal the eager step to float rounding (tests/test_loop.py). Compiling needs a C++ compiler
 and takes a few seconds per new layout, so it is opt-in.
 """
 
@@ -46,7 +46,8 @@ def _steps(z: torch.Tensor, z_prev: torch.Tensor, offset: torch.Tensor, operator
         offset: inject + the optical constant at this gain, [B, N].
         operator_t: the folded operator on [q+, q-] times the gain, [2N, N].
         sigmoid: the nonlinearity's [a, b, c, d, f, g] (unused with tanh).
-        led: [[p3, p2, p1] of P+, [p3, p2, p1] of P-] (constant terms live in `offset`).
+        led: [[p3, p2, p1] of P+, [p3, p2, p1] of P-], p_k the coefficient of t^k (the constant
+            terms live in `offset`).
         node: [alpha + gamma, gamma, low rail, high rail, response].
         steps, tanh, saturate, respond: the graph's layout (fixed when compiled).
     Returns:
