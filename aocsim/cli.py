@@ -262,7 +262,12 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
     """Sample-iterations per second of the folded loop vs the twin-style per-stage loop (float32, CPU)."""
     from aocsim.experiments.bench import bench_loop, format_loop_bench
 
-    rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
+    try:
+        rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
+    except AocsimError as exc:
+        if compiled and "compile=True" in str(exc):
+            raise AocsimError(f"{exc} (--no-compiled times the eager loop only)") from None
+        raise
     click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}")
     click.echo(format_loop_bench(rows))
 

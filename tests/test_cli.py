@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from aocsim import __version__, load_model
@@ -111,3 +112,17 @@ def test_evaluate_state_tracking_model_prints_both_modes_and_plots(tmp_path: Pat
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
     wrong = run("evaluate", "parity-implicit", "--task", "A5")
     assert wrong.exit_code == 1 and "model card is for task 'Z2'" in wrong.output
+
+
+def test_bench_without_a_toolchain_says_how_to_skip_the_compiled_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim.hardware import fused
+
+    def no_compiler(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("C++ compiler not found")
+
+    monkeypatch.setattr(fused, "_compile", no_compiler)
+    monkeypatch.setattr(fused, "_GRAPHS", {})
+    out = run("bench", "loop", "--batch", "2", "--iterations", "5", "--repeats", "1")
+    assert out.exit_code == 1
+    assert "could not compile the fused loop step (RuntimeError: C++ compiler not found)" in out.output
+    assert "--no-compiled" in out.output and "Traceback" not in out.output
