@@ -196,3 +196,13 @@ def test_bad_config() -> None:
         SSMConfig(vocab_size=4, d_model=16, head_dim=7)
     with pytest.raises(InputError, match="SSMConfig.n_layers = 0"):
         SSMConfig(vocab_size=4, n_layers=0)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("jac_reg", -0.1, r"jac_reg = -0.1; expected >= 0"),
+    ("tau", 1.5, r"tau = 1.5; expected in \(0, 1\]"),
+    ("steps", 0, r"steps = 0; expected an integer >= 1"),
+])
+def test_bad_recipe_settings(field: str, value: float, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        StateTrackingRecipe(name="x", task="parity", implicit=True, **{field: value})

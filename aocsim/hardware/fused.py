@@ -36,6 +36,16 @@ from aocsim.hardware.counter_rng import normal_pair
 _GRAPHS: dict[tuple, Callable[..., object]] = {}
 
 
+def _nonlinearity(z: torch.Tensor, sigmoid: torch.Tensor, tanh: bool) -> torch.Tensor:
+    """t = f(z): tanh, or the calibrated sigmoid with (1 + |u|^c)^(-1/c) in base-2 exp / log
+    (as in components.algebraic_sigmoid_fast)."""
+    if tanh:
+        return torch.tanh(z)
+    a, b, c, d, f, g = sigmoid.unbind()
+    u = a * z + b
+    return d * u * torch.exp2(torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) * (-1.0 / c)) + f + g * z
+
+
 def _steps(z: torch.Tensor, z_prev: torch.Tensor, offset: torch.Tensor, operator_t: torch.Tensor,
            sigmoid: torch.Tensor, led: torch.Tensor, node: torch.Tensor, *, steps: int, tanh: bool,
            saturate: bool, respond: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,14 +63,8 @@ def _steps(z: torch.Tensor, z_prev: torch.Tensor, offset: torch.Tensor, operator
     Returns:
         (z[k + steps], z[k + steps - 1]).
     """
-    a, b, c, d, f, g = sigmoid.unbind()
-    neg_inv_c = -1.0 / c  # one scalar division instead of one per element
     for _ in range(steps):
-        if tanh:
-            t = torch.tanh(z)
-        else:  # (1 + |u|^c)^(-1/c) with base-2 exp / log, as in components.algebraic_sigmoid_fast
-            u = a * z + b
-            t = d * u * torch.exp2(torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) * neg_inv_c) + f + g * z
+        t = _nonlinearity(z, sigmoid, tanh)
         q_pos = t * (led[0, 2] + t * (led[0, 1] + t * led[0, 0]))
         q_neg = t * (led[1, 2] + t * (led[1, 1] + t * led[1, 0]))
         y = torch.addmm(offset, torch.cat([q_pos, q_neg], dim=1), operator_t)
@@ -90,14 +94,8 @@ def _noisy_step(z: torch.Tensor, z_prev: torch.Tensor, inject: torch.Tensor, det
         node_scale, node_offset: y = gain (node_scale (D_P - D_Q) + node_offset) + ... ([N] each; the
             offset already holds the gain-free part, see `OpticalLoop._fused_noisy`).
     """
-    a, b, c, d, f, g = sigmoid.unbind()
-    neg_inv_c = -1.0 / c  # one scalar division instead of one per element
     rin_draw, det_draw = normal_pair(rng_base, rng_offsets, z.dtype)
-    if tanh:
-        t = torch.tanh(z)
-    else:
-        u = a * z + b
-        t = d * u * torch.exp2(torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) * neg_inv_c) + f + g * z
+    t = _nonlinearity(z, sigmoid, tanh)
     p = led[0, 3] + t * (led[0, 2] + t * (led[0, 1] + t * led[0, 0]))
     q = led[1, 3] + t * (led[1, 2] + t * (led[1, 1] + t * led[1, 0]))
     if rin:

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from aocsim.errors import InputError
 from aocsim.io.model_files import save_model, software_versions
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
 from aocsim.solve.backward import Phantom
@@ -71,6 +72,17 @@ class StateTrackingRecipe:
     # to 0.2 apart on slowly contracting models, enough to flip near-tied predictions.
     eval_tol: float = 1e-5
     eval_max_iter: int = 300
+
+    def __post_init__(self) -> None:
+        checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "train_length": self.train_length >= 1,
+                  "lr": self.lr > 0, "tau": 0 < self.tau <= 1, "jac_reg": self.jac_reg >= 0,
+                  "tied_fraction": 0 <= self.tied_fraction <= 1, "eval_tol": self.eval_tol >= 0}
+        expected = {"steps": "an integer >= 1", "batch_size": "an integer >= 1", "train_length": "an integer >= 1",
+                    "lr": "> 0", "tau": "in (0, 1]", "jac_reg": ">= 0 (0 switches the penalty off)",
+                    "tied_fraction": "in [0, 1]", "eval_tol": ">= 0"}
+        for name, ok in checks.items():
+            if not ok:
+                raise InputError(f"recipe {self.name!r}: {name} = {getattr(self, name)!r}; expected {expected[name]}")
 
     def config(self, vocab_size: int) -> SSMConfig:
         return SSMConfig(vocab_size=vocab_size, d_model=self.d_model, d_state=self.d_state, expand=self.expand,
