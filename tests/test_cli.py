@@ -115,14 +115,14 @@ def test_evaluate_state_tracking_model_prints_both_modes_and_plots(tmp_path: Pat
 
 
 def test_bench_without_a_toolchain_says_how_to_skip_the_compiled_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aocsim.hardware import fused
+    from aocsim.hardware import backends
 
     def no_compiler(*args: object, **kwargs: object) -> None:
         raise RuntimeError("C++ compiler not found")
 
-    monkeypatch.setattr(fused, "_compile", no_compiler)
-    monkeypatch.setattr(fused, "_GRAPHS", {})
+    monkeypatch.setattr(backends, "_compile", no_compiler)
+    monkeypatch.setattr(backends, "_GRAPHS", {})
     out = run("bench", "loop", "--batch", "2", "--iterations", "5", "--repeats", "1")
     assert out.exit_code == 1
-    assert "could not compile the fused loop step (RuntimeError: C++ compiler not found)" in out.output
+    assert "could not compile the loop step (RuntimeError: C++ compiler not found)" in out.output
     assert "--no-compiled" in out.output and "Traceback" not in out.output

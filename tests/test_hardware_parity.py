@@ -72,8 +72,7 @@ def test_loop_step_function_matches_the_loop_object(path: Path) -> None:
 
 CASES = [("aoc48-twin", {}), ("aoc48-twin", {"crosstalk.pbs.enabled": True}), ("aoc16-twin", {}),
          ("aoc16-twin", {"crosstalk.pbs.enabled": True}),
-         ("aoc48", {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False,
-                    "loop.bandwidth_hz": 20e6}),
+         ("aoc48", {"noise.multiplier": 0.0, "loop.bandwidth_hz": 20e6}),
          ("ideal", {})]
 
 

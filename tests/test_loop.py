@@ -15,7 +15,7 @@ from aocsim.hardware import components as C
 from aocsim.hardware.schedules import Exponential, Function, Linear
 from _toolchain import NO_TOOLCHAIN
 
-QUIET = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
+QUIET = {"noise.multiplier": 0.0}  # what DeviceProfile.without_noise() sets (tests/test_profiles.py)
 
 
 def _setup(gen: torch.Generator, n: int = 48, batch: int = 4, dtype=torch.float64):

@@ -14,7 +14,7 @@ from aocsim.hardware.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_rel
                                    thermal_current_std_a)
 
 DRAWS = 6000
-OFF = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
+OFF = {"noise.multiplier": 0.0}  # what DeviceProfile.without_noise() sets
 
 
 def test_formulas_reproduce_the_published_magnitudes() -> None:

@@ -16,8 +16,6 @@ from aocsim.hardware.loop import OpticalLoop
 from aocsim.hardware.profile import load_device
 from aocsim.hardware.reference import PerStageLoop
 
-QUIET = {"noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
-
 
 @dataclass(frozen=True)
 class LoopBenchRow:
@@ -50,12 +48,12 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
 
     "deterministic" switches the per-iteration noise sources off (static effects
     such as 9-bit weights stay); "all noise" is the profile as it is. With
-    `compiled`, each setting is also timed with `compile=True` (fused kernels,
-    `aocsim.hardware.fused`) against the same per-stage measurement.
+    `compiled`, each setting is also timed with `compile=True` (the same step compiled,
+    `aocsim.hardware.backends`) against the same per-stage measurement.
     """
     rows = []
-    for setting, overrides in (("deterministic", QUIET), ("all noise", {})):
-        dev = load_device(profile, overrides)
+    for setting, quiet in (("deterministic", True), ("all noise", False)):
+        dev = load_device(profile).without_noise() if quiet else load_device(profile)
         n = dev.channels or 48
         gen = torch.Generator().manual_seed(seed)
         weight = torch.randn(n, n, generator=gen).to(dtype)
@@ -99,7 +97,7 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
 
 
 def format_loop_bench(rows: list[LoopBenchRow]) -> str:
-    lines = [f"{'setting':24s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
+    lines = [f"torch threads: {torch.get_num_threads()}", f"{'setting':24s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
              f"{'max |diff|':>11s}"]
     for r in rows:
         diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"

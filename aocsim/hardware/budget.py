@@ -18,7 +18,7 @@ import torch
 
 from aocsim.hardware import components as C
 from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.noise import detector_noise_std
+from aocsim.hardware import sources
 from aocsim.hardware.profile import DeviceProfile
 
 REFERENCE_BETA, REFERENCE_ALPHA, REFERENCE_BATCH = 18.6, 0.5, 256
@@ -36,8 +36,7 @@ class BudgetRow:
 
 
 def _row(source: str, when: str, std: float, amplitude: float) -> BudgetRow:
-    snr = math.inf if std == 0 else 20 * math.log10(amplitude / math.sqrt(2) / std)
-    return BudgetRow(source, when, std, snr, (snr - 1.76) / 6.02)
+    return BudgetRow(source, when, std, *sources.std_to_snr(std, amplitude))
 
 
 def _reference(profile: DeviceProfile) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -52,66 +51,63 @@ def _amplitude(profile: DeviceProfile) -> float:
     return float(rng[1] - rng[0]) / 2
 
 
-def _static_rms(profile: DeviceProfile, key_overrides: dict, w: torch.Tensor, z: torch.Tensor) -> float:
-    """rms change of the optical term when only the given static effect is switched on."""
-    off = {"slm.bits": None, "slm.programming_error_levels": 0.0, "variation.enabled": False,
-           "noise.shot.enabled": False, "noise.thermal.enabled": False, "noise.rin.enabled": False}
-    base = OpticalLoop(profile.with_overrides(off), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA)
-    with_effect = OpticalLoop(profile.with_overrides({**off, **key_overrides}), w, alpha=REFERENCE_ALPHA,
-                              beta=REFERENCE_BETA, generator=torch.Generator().manual_seed(2))
+def _static_rms(profile: DeviceProfile, source: sources.Source, w: torch.Tensor, z: torch.Tensor) -> float:
+    """rms change of the optical term when only this static source is switched on."""
+    base_profile = profile.without_noise(static=True).with_overrides({"slm.bits": None})
+    keep = {k: profile[k] for k in source.keys if k in profile.values}
+    if source is sources.PROGRAMMING:
+        keep["slm.bits"] = profile["slm.bits"]
+    base = OpticalLoop(base_profile, w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA)
+    with_effect = OpticalLoop(base_profile.with_overrides(keep), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA,
+                              generator=2)
     return float((with_effect.optical(z) - base.optical(z)).pow(2).mean().sqrt())
 
 
+def _per_iteration_std(source: sources.Source, v: sources.Values, loop: OpticalLoop, z: torch.Tensor
+                       ) -> torch.Tensor:
+    """Per channel and state, the std this per-iteration source (settings v) adds at the loop node [B, N]."""
+    o, n = loop.optics, loop.n
+    u = C.led_pair(C.nonlinearity(z, loop.values["nonlinearity.kind"], loop.coeffs), loop.poly_pos_f, loop.poly_neg_f)
+    to_node = (REFERENCE_BETA * o.scaling * o.gain_scale).abs()  # detector units -> loop volts
+    if isinstance(source, sources.DetectorSource):
+        a, b = source.variance_coefficients(v)
+        d = (u @ o.m_det.T + o.c_det).abs()
+        return to_node * torch.sqrt(a * (d[:, :n] + d[:, n:]) + 2 * b)
+    # RIN: y_j = g sum_i (K[j, i] p_i + K[j, N + i] q_i)(1 + eps_i), so LED i contributes c_ji eps_i.
+    contrib = REFERENCE_BETA * (o.k[None, :, :n] * u[:, None, :n] + o.k[None, :, n:] * u[:, None, n:])
+    return sources.rin_std(v) * contrib.pow(2).sum(-1).sqrt()
+
+
+def _converter_std(profile: DeviceProfile, source: sources.Source) -> float:
+    v = profile.values
+    if source is sources.DAC:
+        return float(v["injection.clip"][1] - v["injection.clip"][0]) / (2 ** v["injection.dac_bits"] - 1) / math.sqrt(12)
+    lsb = float(v["readout.range_v"][1] - v["readout.range_v"][0]) / (2 ** v["readout.adc_bits"] - 1)
+    return lsb / math.sqrt(12) / math.sqrt(v["readout.samples"])
+
+
 def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
-    """Rows for every enabled source, then `total (per iteration)`."""
+    """Rows for every enabled source (`aocsim.hardware.sources.SOURCES`), then `total (per iteration)`."""
     v = profile.values
     w, z, n = _reference(profile)
     amp = _amplitude(profile)
-    quiet = profile.with_overrides({"noise.shot.enabled": False, "noise.thermal.enabled": False,
-                                    "noise.rin.enabled": False})
-    loop = OpticalLoop(quiet, w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA,
-                       generator=torch.Generator().manual_seed(2))
-    o = loop.optics
-    u = C.led_pair(loop._nonlinear(z), loop.poly_pos_f, loop.poly_neg_f)  # LED signals [B, 2N]
-    d = u @ o.m_det.T + o.c_det
-    to_node = (REFERENCE_BETA * o.scaling * o.gain_scale).abs()  # detector units -> loop volts
+    loop = OpticalLoop(profile.without_noise(), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
     rows: list[BudgetRow] = []
     per_iteration_var = 0.0
-    for source, key in (("shot noise", "noise.shot.enabled"), ("thermal (TIA) noise", "noise.thermal.enabled")):
-        if v[key]:
-            other = "noise.thermal.enabled" if key == "noise.shot.enabled" else "noise.shot.enabled"
-            std_d = detector_noise_std(d, {**v, other: False})
-            std = to_node * torch.sqrt(std_d[:, :n] ** 2 + std_d[:, n:] ** 2)
-            rows.append(_row(source, "per iteration", float(std.median()), amp))
+    for source in sources.SOURCES:
+        if not source.enabled(v):
+            continue
+        if source.when == sources.PER_ITERATION:
+            std = _per_iteration_std(source, v, loop, z)
+            rows.append(_row(source.label(v), source.when, float(std.median()), amp))
             per_iteration_var += float(std.pow(2).mean())
-    if v["noise.rin.enabled"]:
-        noisy = OpticalLoop(profile.with_overrides({"noise.rin.enabled": True}), w, alpha=REFERENCE_ALPHA,
-                            beta=REFERENCE_BETA, generator=torch.Generator().manual_seed(2))
-        # y_j = g sum_i (K[j, i] p_i + K[j, N + i] q_i)(1 + eps_i): LED i contributes c_ji eps_i.
-        contrib = REFERENCE_BETA * (o.k[None, :, :n] * u[:, None, :n] + o.k[None, :, n:] * u[:, None, n:])
-        std = noisy.rin_std * contrib.pow(2).sum(-1).sqrt()
-        rows.append(_row("LED RIN", "per iteration", float(std.median()), amp))
-        per_iteration_var += float(std.pow(2).mean())
-    if v["slm.bits"] is not None:
-        rows.append(_row(f"SLM quantisation ({v['slm.bits']} bits)", "static",
-                         _static_rms(profile, {"slm.bits": v["slm.bits"]}, w, z), amp))
-    if v["slm.programming_error_levels"] > 0:
-        rows.append(_row("SLM programming error", "static", _static_rms(
-            profile, {"slm.bits": v["slm.bits"], "slm.programming_error_levels": v["slm.programming_error_levels"]},
-            w, z), amp))
-    if v["variation.enabled"] and v["variation.relative_std"] > 0:
-        rows.append(_row("chip-to-chip variation", "static",
-                         _static_rms(profile, {"variation.enabled": True}, w, z), amp))
-    if v["injection.dac_bits"] is not None and v["injection.clip"] is not None:
-        lsb = float(v["injection.clip"][1] - v["injection.clip"][0]) / (2 ** v["injection.dac_bits"] - 1)
-        rows.append(_row(f"injection DAC ({v['injection.dac_bits']} bits)", "static", lsb / math.sqrt(12), amp))
-    if v["readout.adc_bits"] is not None:
-        lsb = float(v["readout.range_v"][1] - v["readout.range_v"][0]) / (2 ** v["readout.adc_bits"] - 1)
-        rows.append(_row(f"readout ADC ({v['readout.adc_bits']} bits, mean of {v['readout.samples']})",
-                         "per readout", lsb / math.sqrt(12) / math.sqrt(v["readout.samples"]), amp))
-    if v["drift.enabled"]:
-        rows.append(_row("drift (offset step)", "per inference", v["drift.offset_std_v_per_inference"], amp))
-    rows.append(_row("total (per iteration)", "per iteration", math.sqrt(per_iteration_var), amp))
+        elif source in (sources.DAC, sources.ADC):
+            rows.append(_row(source.label(v), source.when, _converter_std(profile, source), amp))
+        elif source is sources.DRIFT:
+            rows.append(_row(source.label(v), source.when, v["drift.offset_std_v_per_inference"], amp))
+        else:
+            rows.append(_row(source.label(v), source.when, _static_rms(profile, source, w, z), amp))
+    rows.append(_row("total (per iteration)", sources.PER_ITERATION, math.sqrt(per_iteration_var), amp))
     return rows
 
 

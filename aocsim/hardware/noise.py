@@ -10,6 +10,9 @@ Formulas (B the detection bandwidth, q the electron charge, k Boltzmann):
     shot     var(I) = 2 q I B                       per iteration, per path
     thermal  var(I) = 4 k T B / R_f                 per iteration, per path
     RIN      var(dL / L) = 10^(RIN / 10) B           per iteration, per LED (both paths)
+    dark     var(I) = 2 q I_dark B                   per iteration, per path
+
+How the engine combines them: `aocsim.hardware.sources`.
 """
 
 from __future__ import annotations
@@ -47,42 +50,14 @@ def shot_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor:
     return shot_current_std_a(current, v["noise.bandwidth_hz"]) / unit_current
 
 
+def dark_shot_noise_std(v: Mapping[str, Any]) -> float:
+    """Per-iteration shot-noise std of the mean dark current, detector units."""
+    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
+    return shot_current_std_a(v["noise.dark.current_a"], v["noise.bandwidth_hz"]) / unit_current
+
+
 def thermal_noise_std(v: Mapping[str, Any]) -> float:
     """Per-iteration thermal (TIA) noise std in detector units."""
     unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     return thermal_current_std_a(v["noise.thermal.temperature_k"], v["noise.thermal.feedback_resistance_ohm"],
                                  v["noise.bandwidth_hz"]) / unit_current
-
-
-def detector_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor | None:
-    """Per-iteration std of the detector noise (shot and thermal together) in detector units.
-
-    Args:
-        d: detector signals (either path) [B, N], twin units.
-        v: profile values (`DeviceProfile.values`).
-    Returns:
-        std tensor broadcastable to d, or None when both sources are off.
-    """
-    shot, thermal = v["noise.shot.enabled"], v["noise.thermal.enabled"]
-    if not (shot or thermal):
-        return None
-    var = shot_noise_std(d, v) ** 2 if shot else torch.zeros_like(d)
-    if thermal:
-        var = var + thermal_noise_std(v) ** 2
-    return torch.sqrt(var)
-
-
-def detector_variance_coefficients(v: Mapping[str, Any]) -> tuple[float, float]:
-    """(a, b) with var(D) = a |D| + b per path, in squared detector units.
-
-    From the module formulas with I = R P_unit (|D| + bias): a = 2 q B / (R P_unit) when shot
-    noise is on, b = a bias + 4 k T B / R_f / (R P_unit)^2 when thermal noise is on.
-    """
-    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
-    band = v["noise.bandwidth_hz"]
-    a = 2.0 * ELECTRON_CHARGE_C * band / unit_current if v["noise.shot.enabled"] else 0.0
-    b = a * v["noise.bias_units"]
-    if v["noise.thermal.enabled"]:
-        b += thermal_current_std_a(v["noise.thermal.temperature_k"], v["noise.thermal.feedback_resistance_ohm"],
-                                   band) ** 2 / unit_current ** 2
-    return a, b

@@ -23,15 +23,6 @@ import torch
 
 from aocsim.hardware import components as C
 
-# Calibrated per-channel arrays that chip-to-chip variation perturbs.
-VARIED_KEYS = (
-    "emitter.fan_in_pos", "emitter.fan_in_neg", "slm.distortion_pos", "slm.distortion_neg",
-    "detector.output_pos", "detector.output_neg", "crosstalk.pd.later_pos", "crosstalk.pd.later_neg",
-    "crosstalk.pd.earlier_pos", "crosstalk.pd.earlier_neg", "crosstalk.pbs.negative_to_positive",
-    "crosstalk.pbs.positive_to_negative", "closed_loop.scaling",
-)
-
-
 @dataclass(frozen=True)
 class FoldedOptics:
     """Effective operators of one weight load (see the module docstring).
@@ -52,35 +43,13 @@ class FoldedOptics:
     k1: torch.Tensor
 
 
-def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
-                   chip_seed: int | None, relative_std: float) -> dict[str, torch.Tensor | None]:
-    """Per-channel calibration arrays as tensors of size n, perturbed for the chip if asked.
-
-    Chip variation multiplies every entry of each array in VARIED_KEYS by (1 + s n_ij),
-    n_ij standard normal drawn from a generator seeded with `chip_seed` (static per chip).
-    """
-    from aocsim.hardware.schema import BY_KEY, N
-
-    out: dict[str, torch.Tensor | None] = {}
-    gen = torch.Generator().manual_seed(chip_seed) if chip_seed is not None else None
-    for key, spec in BY_KEY.items():
-        if not (spec.shape and spec.shape[0] == N):
-            continue
-        raw = values[key]
-        if raw is None:
-            out[key] = None
-            continue
-        arr = torch.tensor(np.array(raw, dtype=np.float64))
-        arr = arr.expand(n, *spec.shape[1:]) if arr.ndim < len(spec.shape) else arr
-        if gen is not None and key in VARIED_KEYS:
-            arr = arr * (1.0 + relative_std * torch.randn(arr.shape, generator=gen, dtype=torch.float64))
-        out[key] = arr.to(dtype=dtype, device=device).contiguous()
-    return out
-
-
 def fold(values: Mapping[str, Any], arrays: Mapping[str, torch.Tensor | None], w_pos: torch.Tensor,
-         w_neg: torch.Tensor, m: torch.Tensor, gain: str) -> FoldedOptics:
-    """Build the effective operators from normalised sign matrices W+/m, W-/m (after quantisation)."""
+         w_neg: torch.Tensor, m: torch.Tensor, gain: str, dark: torch.Tensor | None = None) -> FoldedOptics:
+    """Build the effective operators from normalised sign matrices W+/m, W-/m (after quantisation).
+
+    `dark` [2N]: each detector's dark current in detector units (`programming.dark_offsets`),
+    added to the detector signals after the optical crosstalk.
+    """
     n = w_pos.shape[0]
     eye = torch.eye(n, dtype=w_pos.dtype, device=w_pos.device)
     zeros = torch.zeros_like(eye)
@@ -122,6 +91,8 @@ def fold(values: Mapping[str, Any], arrays: Mapping[str, torch.Tensor | None], w
     else:
         mp, mq, cp, cq = pd_stage(mp, mq, cp, cq)
         mp, mq = pbs_stage(mp, mq)
+    if dark is not None:  # an electrical offset of each photodiode: after the optical leakage
+        cp, cq = cp + dark[:n], cq + dark[n:]
     # Steps 8-10: gain, subtraction, closed-loop correction.
     gain_scale = (torch.ones_like(m) / n) if gain == "normalized" else m
     if values["closed_loop.enabled"]:

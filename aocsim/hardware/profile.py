@@ -71,6 +71,15 @@ class DeviceProfile:
         return DeviceProfile(flat["name"], MappingProxyType(flat), self.origin,
                              MappingProxyType({**self.overrides, **overrides}))
 
+    def without_noise(self, *, static: bool = False) -> "DeviceProfile":
+        """This profile with every per-iteration noise source off (and, with static=True, every other
+        random effect: programming error, chip variation, dark-current offsets, drift). Precision
+        limits (bits) stay. The sources and their switches: `aocsim.hardware.sources.SOURCES`."""
+        from aocsim.hardware.sources import noise_free_overrides  # physics sits above profiles
+
+        off = noise_free_overrides(self.values, static=static)
+        return self.with_overrides(off) if off else self
+
     def to_dict(self) -> dict[str, Any]:
         """Nested plain-Python mapping (YAML / JSON ready): `load` of it gives this profile back."""
         return unflatten({k: _plain(v) for k, v in self.values.items()})

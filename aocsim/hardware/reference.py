@@ -14,7 +14,8 @@ import torch
 
 from aocsim.hardware import components as C
 from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.noise import shot_noise_std, thermal_noise_std
+from aocsim.hardware.noise import dark_shot_noise_std, rin_relative_std, shot_noise_std, thermal_noise_std
+from aocsim.hardware.programming import dark_offsets
 
 
 class PerStageLoop:
@@ -24,6 +25,15 @@ class PerStageLoop:
         self.loop = loop
         self.v = loop.values
         self.a = loop.arrays
+        w = loop.weight
+        self.dark = dark_offsets(self.v, loop.n, dtype=w.dtype, device=w.device)  # the chip's static draw
+        m = self.v["noise.multiplier"]
+        self.rin = m * rin_relative_std(self.v["noise.rin.rin_db_per_hz"], self.v["noise.bandwidth_hz"]) if (
+            self.v["noise.rin.enabled"]) else 0.0
+        self.noise_scale = m
+
+    def _normal(self, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return torch.randn(like.shape, generator=generator, dtype=like.dtype).to(like.device)
 
     def _pd(self, p: torch.Tensor, path: str) -> torch.Tensor:
         # Leaks to the neighbours as whole shifted copies (roll, then zero the wrapped entry).
@@ -43,8 +53,8 @@ class PerStageLoop:
             P = P + a["detector.output_pos"] * p3 * a["crosstalk.pbs.negative_to_positive"]
             Q = Q + a["detector.output_neg"] * q3 * a["crosstalk.pbs.positive_to_negative"]
             return P, Q
-        k_p = torch.tensor(v["crosstalk.pbs.poly_pos"], dtype=P.dtype)
-        k_n = torch.tensor(v["crosstalk.pbs.poly_neg"], dtype=P.dtype)
+        k_p = torch.tensor(v["crosstalk.pbs.poly_pos"], dtype=P.dtype, device=P.device)
+        k_n = torch.tensor(v["crosstalk.pbs.poly_neg"], dtype=P.dtype, device=P.device)
         P = P - q3 @ C.mirrored_pbs_pattern(w_neg, k_p) / v["crosstalk.pbs.scale_pos"]
         Q = Q + p3 @ C.mirrored_pbs_pattern(w_pos, k_n) / v["crosstalk.pbs.scale_neg"]
         return P, Q
@@ -58,8 +68,8 @@ class PerStageLoop:
         cp, cq = loop.poly_pos, loop.poly_neg
         p = cp[0] * torch.pow(t, 3) + cp[1] * torch.pow(t, 2) + cp[2] * t + cp[3]
         q = cq[0] * torch.pow(t, 3) + cq[1] * torch.pow(t, 2) + cq[2] * t + cq[3]
-        if loop.rin_std > 0:
-            eps = loop.rin_std * torch.randn(t.shape, generator=generator, dtype=t.dtype)
+        if self.rin > 0:
+            eps = self.rin * self._normal(t, generator)
             p, q = p * (1 + eps), q * (1 + eps)
         p3, q3 = p * a["emitter.fan_in_pos"], q * a["emitter.fan_in_neg"]
         p3_kept, q3_kept = p3.clone(), q3.clone()  # the twin keeps copies for the PBS stage
@@ -77,14 +87,21 @@ class PerStageLoop:
         else:
             P, Q = self._pd(P, "pos"), self._pd(Q, "neg")
             P, Q = self._pbs(P, Q, p3_kept, q3_kept, w_pos, w_neg)
-        # Shot noise at each photodetector, then thermal noise at each TIA: every source and path
-        # its own draw (the folded loop merges them into one draw of the summed variance).
-        if v["noise.shot.enabled"]:
-            P = P + shot_noise_std(P, v) * torch.randn(P.shape, generator=generator, dtype=P.dtype)
-            Q = Q + shot_noise_std(Q, v) * torch.randn(Q.shape, generator=generator, dtype=Q.dtype)
-        if v["noise.thermal.enabled"]:
-            P = P + thermal_noise_std(v) * torch.randn(P.shape, generator=generator, dtype=P.dtype)
-            Q = Q + thermal_noise_std(v) * torch.randn(Q.shape, generator=generator, dtype=Q.dtype)
+        # Shot noise of the light at each photodetector, then its dark current and that current's
+        # shot noise, then thermal noise at each TIA: every source and path its own draw (the
+        # folded loop merges them into one draw of the summed variance).
+        ns = self.noise_scale
+        if v["noise.shot.enabled"] and ns > 0:
+            P = P + ns * shot_noise_std(P, v) * self._normal(P, generator)
+            Q = Q + ns * shot_noise_std(Q, v) * self._normal(Q, generator)
+        if self.dark is not None:
+            P, Q = P + self.dark[:n], Q + self.dark[n:]
+            if ns > 0:
+                P = P + ns * dark_shot_noise_std(v) * self._normal(P, generator)
+                Q = Q + ns * dark_shot_noise_std(v) * self._normal(Q, generator)
+        if v["noise.thermal.enabled"] and ns > 0:
+            P = P + ns * thermal_noise_std(v) * self._normal(P, generator)
+            Q = Q + ns * thermal_noise_std(v) * self._normal(Q, generator)
         g = loop.beta(iteration) if loop.gain == "normalized" else m
         P, Q = (P * g / n, Q * g / n) if loop.gain == "normalized" else (P * m, Q * m)
         y = P - Q

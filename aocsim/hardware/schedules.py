@@ -6,16 +6,18 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
+import torch
+
 from aocsim.errors import InputError
 
 
 @dataclass(frozen=True)
 class Constant:
-    """alpha(k) = value."""
+    """alpha(k) = value (a number, or a 0-dim tensor that may require grad: a trainable gain)."""
 
-    value: float
+    value: float | torch.Tensor
 
-    def __call__(self, k: int) -> float:
+    def __call__(self, k: int) -> float | torch.Tensor:
         return self.value
 
 
@@ -68,6 +70,13 @@ def as_schedule(value: float | Schedule | Callable[[int], float] | None, name: s
     """None stays None (no such term); numbers become Constant; callables become Function."""
     if value is None or isinstance(value, (Constant, Linear, Exponential, Function)):
         return value
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or not value.is_floating_point() or not bool(torch.isfinite(value).all()):
+            raise InputError(f"{name} = tensor of shape {tuple(value.shape)} {value.dtype}; expected a finite "
+                             "floating-point tensor with one element")
+        return Constant(value.reshape(()))
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise InputError(f"{name} = {value!r}; expected a finite number, a schedule or None")

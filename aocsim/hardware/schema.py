@@ -114,6 +114,8 @@ FIELDS: tuple[Field, ...] = (
     Field("noise.bias_units", "float", "light on a detector at the LED bias point, in twin detector units: "
           "photocurrent I = R P_unit (|D| + bias_units) (assumption)", low=0.0),
     Field("noise.responsivity_a_per_w", "float", "photodetector responsivity R", "A/W", low=1e-300),
+    Field("noise.multiplier", "float", "scales the std of every per-iteration noise source (1 = the figures "
+          "above; for sensitivity studies)", low=0.0),
     Field("noise.shot.enabled", "bool", "shot noise per iteration: var(I) = 2 q I B"),
     Field("noise.thermal.enabled", "bool", "Johnson / TIA noise per iteration: var(I) = 4 k T B / R_f"),
     Field("noise.thermal.feedback_resistance_ohm", "float", "TIA feedback resistance R_f", "ohm", low=1e-300),
@@ -121,6 +123,11 @@ FIELDS: tuple[Field, ...] = (
     Field("noise.rin.enabled", "bool", "LED relative intensity noise per iteration, multiplicative on p, q: "
           "var = 10^(RIN/10) B, one draw per LED shared by both paths"),
     Field("noise.rin.rin_db_per_hz", "float", "relative intensity noise", "dB/Hz", high=0.0),
+    Field("noise.dark.enabled", "bool", "photodetector dark current: an offset I_dark per detector (static, per "
+          "chip) and its shot noise var(I) = 2 q I_dark B per iteration"),
+    Field("noise.dark.current_a", "float", "mean dark current I_dark of one photodetector", "A", low=0.0),
+    Field("noise.dark.relative_spread", "float", "detector-to-detector std of I_dark relative to its mean "
+          "(static per chip; the paths' offsets cancel only where their dark currents match)", low=0.0),
     Field("variation.enabled", "bool", "chip-to-chip variation: static multiplicative perturbation (1 + s n) "
           "of every calibrated per-channel array, drawn once per chip"),
     Field("variation.relative_std", "float", "s", low=0.0),

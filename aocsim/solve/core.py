@@ -33,13 +33,16 @@ def solve(
     z0: torch.Tensor,
     *,
     solver: str | Picard | Anderson = "anderson",
-    atol: Tolerance = 1e-10,
-    rtol: Tolerance = 1e-8,
+    atol: Tolerance | None = 1e-10,
+    rtol: Tolerance | None = 1e-8,
     max_iter: int = 200,
     return_best: bool = True,
     trace: bool = False,
     divergence_ratio: float = 1e8,
     raise_on_failure: bool = False,
+    early_stop: bool = True,
+    floor_factor: float = 3.0,
+    patience: int = 10,
     **solver_options: Any,
 ) -> SolveResult:
     """Solve z = fn(z) for a batch of independent problems.
@@ -61,7 +64,17 @@ def solve(
         trace: record per-sample absolute residuals per iteration.
         divergence_ratio: residual growth that counts as divergence.
         raise_on_failure: raise ConvergenceError unless every sample converged.
+        early_stop: freeze a sample once it has a status (False: every sample runs `max_iter`
+            updates, its status is the first one it reached; the device readout runs this way).
+        floor_factor, patience: for maps that predict their own noise (`fn.noise_floor(z)`, the
+            device loop): a sample whose residual stays within floor_factor x that prediction for
+            `patience` consecutive iterations is NOISE_FLOOR ("settled at the noise floor").
         **solver_options: options of a named solver (e.g. damping, memory).
+
+    With atol = rtol = None and no trace, the solve is a fixed count of `max_iter`
+    updates with no residual checks (a map with `advance(z, n)` runs them itself,
+    for example as compiled blocks); the status is then MAX_ITER.
+    A map with a `round_trip_s` attribute (the device loop) gets hardware_time_s.
 
     Returns:
         SolveResult with the iterate, per-sample status, iterations, residuals.
@@ -81,8 +94,14 @@ def solve(
     strategy = make_solver(solver, **solver_options)
     batch = z0.shape[0]
     shape = z0.shape
-    atol_b = _per_sample(atol, "atol", batch, z0)
-    rtol_b = _per_sample(rtol, "rtol", batch, z0)
+    if atol is None and rtol is None and not trace:
+        return _fixed_count(fn, z0, strategy, max_iter)
+    atol_b = _per_sample(0.0 if atol is None else atol, "atol", batch, z0)
+    rtol_b = _per_sample(0.0 if rtol is None else rtol, "rtol", batch, z0)
+    floor_fn = getattr(fn, "noise_floor", None)
+    if not (isinstance(patience, int) and patience >= 1) or not floor_factor > 0:
+        raise InputError(f"patience = {patience!r}, floor_factor = {floor_factor!r}; expected an integer >= 1 "
+                         "and a number > 0")
 
     def flat_map(zf: torch.Tensor) -> torch.Tensor:
         out = fn(zf.reshape(shape))
@@ -99,6 +118,7 @@ def solve(
     last_res, last_rel = best_res.clone(), best_res.clone()
     first_res: torch.Tensor | None = None
     traces: list[torch.Tensor] = []
+    calm = torch.zeros(batch, dtype=torch.int64, device=z.device)  # iterations within the noise floor
 
     for k in range(max_iter + 1):
         fz = flat_map(z)
@@ -110,6 +130,12 @@ def solve(
         finite = torch.isfinite(res)
         diverged = active & (~finite | (res > divergence_ratio * first_res.clamp_min(atol_b)))
         converged = active & finite & (res <= atol_b + rtol_b * fnorm)
+        if floor_fn is not None:
+            floor = floor_fn(z.reshape(shape))
+            calm = torch.where(finite & (res <= floor_factor * floor) & (floor > 0), calm + 1, torch.zeros_like(calm))
+            settled = active & ~converged & (calm >= patience)
+        else:
+            settled = torch.zeros_like(converged)
         # A sample updates its record only while active and finite.
         live = active & finite
         last_res = torch.where(live, res, last_res)
@@ -122,13 +148,14 @@ def solve(
             traces.append(torch.where(active, res, torch.full_like(res, float("nan"))))
         status = torch.where(converged, SolveStatus.CONVERGED, status)
         status = torch.where(diverged & ~converged, SolveStatus.DIVERGED, status)
-        stopped = converged | diverged
+        status = torch.where(settled & ~diverged, SolveStatus.NOISE_FLOOR, status)
+        stopped = converged | diverged | settled
         iterations = torch.where(stopped, k, iterations)
         active = active & ~stopped
-        if k == max_iter or not bool(active.any()):
+        if k == max_iter or (early_stop and not bool(active.any())):
             break
         z_next = strategy.step(state, z, fz)
-        z = torch.where(active.unsqueeze(1), z_next, z)
+        z = torch.where(active.unsqueeze(1), z_next, z) if early_stop else z_next
 
     if return_best:
         z_out, res_out, rel_out = best_z, best_res, best_rel
@@ -142,7 +169,33 @@ def solve(
         rel_residual=rel_out,
         trace=torch.stack(traces, dim=1) if trace else None,
         solver=strategy.name,
+        hardware_time_s=_hardware_time(fn, iterations),
     )
     if raise_on_failure and not result.all_converged:
         raise ConvergenceError(f"fixed-point solve did not converge: {result.summary()}")
     return result
+
+
+def _hardware_time(fn: object, iterations: torch.Tensor) -> torch.Tensor | None:
+    round_trip = getattr(fn, "round_trip_s", None)
+    return None if round_trip is None else iterations.to(torch.float64) * round_trip
+
+
+def _fixed_count(fn: Callable[[torch.Tensor], torch.Tensor], z0: torch.Tensor, strategy: Any, max_iter: int
+                 ) -> SolveResult:
+    """`max_iter` updates, no residual checks (the device loop's `iterate`)."""
+    advance = getattr(fn, "advance", None)
+    if advance is not None and getattr(strategy, "damping", None) == 1.0:
+        z = advance(z0, max_iter)
+    else:
+        z, state = z0, strategy.init(z0.reshape(z0.shape[0], -1))
+        for _ in range(max_iter):
+            fz = fn(z)
+            _check_map_output(fz, z)
+            z = strategy.step(state, z.reshape(z.shape[0], -1), fz.reshape(z.shape[0], -1)).reshape(z0.shape)
+    batch = z0.shape[0]
+    nan = torch.full((batch,), float("nan"), dtype=z0.dtype, device=z0.device)
+    iterations = torch.full((batch,), max_iter, dtype=torch.int64, device=z0.device)
+    return SolveResult(z=z, status=torch.full((batch,), SolveStatus.MAX_ITER, dtype=torch.int64, device=z0.device),
+                       iterations=iterations, abs_residual=nan, rel_residual=nan.clone(), trace=None,
+                       solver=strategy.name, hardware_time_s=_hardware_time(fn, iterations))

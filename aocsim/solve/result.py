@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ class SolveStatus(enum.IntEnum):
     CONVERGED = 0
     MAX_ITER = 1
     DIVERGED = 2
+    NOISE_FLOOR = 3
 
     @property
     def message(self) -> str:
@@ -24,6 +26,7 @@ class SolveStatus(enum.IntEnum):
             SolveStatus.CONVERGED: "residual below tolerance",
             SolveStatus.MAX_ITER: "iteration cap reached before the tolerance",
             SolveStatus.DIVERGED: "non-finite values (the map diverged)",
+            SolveStatus.NOISE_FLOOR: "settled at the noise floor (residual stays within the predicted noise)",
         }[self]
 
 
@@ -42,6 +45,7 @@ class SolveResult:
         trace: [B, K] absolute residual per iteration (NaN after a sample
             stopped), or None when traces were not requested.
         solver: name of the solver used.
+        hardware_time_s: [B] iterations x the loop's round trip, for device maps (None otherwise).
     """
 
     z: torch.Tensor
@@ -51,6 +55,11 @@ class SolveResult:
     rel_residual: torch.Tensor
     trace: torch.Tensor | None
     solver: str
+    hardware_time_s: torch.Tensor | None = None
+
+    def with_z(self, z: torch.Tensor) -> "SolveResult":
+        """The same result reporting another iterate (the device readout reports its ADC average)."""
+        return dataclasses.replace(self, z=z)
 
     @property
     def converged(self) -> torch.Tensor:
@@ -66,8 +75,9 @@ class SolveResult:
         n = self.status.numel()
         counts = {s.name.lower(): int((self.status == s).sum()) for s in SolveStatus}
         it = self.iterations.double()
+        floor = f", {counts['noise_floor']} at the noise floor" if counts["noise_floor"] else ""
         return (
             f"{counts['converged']}/{n} converged ({counts['max_iter']} at cap, "
-            f"{counts['diverged']} diverged); iterations mean {it.mean():.1f}, "
+            f"{counts['diverged']} diverged{floor}); iterations mean {it.mean():.1f}, "
             f"max {int(it.max()) if n else 0}; solver {self.solver}"
         )

@@ -1,0 +1,116 @@
+"""The device iteration as a map for `aocsim.solve`: the loop's own dynamics, driven by the one solver loop.
+
+`LoopMap(loop, x, key, samples)` is called once per loop iteration with z[k]
+and returns z[k+1]; it keeps z[k-1] (momentum), the iteration index (schedules,
+keys) and, for the readout, the running ADC average. It tells the driver what
+the noise predicts for the residual (`noise_floor`) and how long an iteration
+takes (`round_trip_s`), so the solve can say "settled at the noise floor" and
+report hardware time. `advance(z, n)` runs n iterations with no checks
+(compiled blocks where the layout allows): the fixed-count path of the driver.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from aocsim.hardware import backends
+from aocsim.hardware import components as C
+from aocsim.hardware import keys
+from aocsim.hardware.step import led_light, nonlinearity
+
+if TYPE_CHECKING:
+    from aocsim.hardware.loop import OpticalLoop
+
+FUSED_BLOCK = 5  # compiled iterations per call when nothing changes between them
+
+
+class LoopMap:
+    """One inference of `loop` on input x (see the module docstring)."""
+
+    def __init__(self, loop: "OpticalLoop", x: torch.Tensor, batch: int, key: keys.Key | None,
+                 samples: torch.Tensor, *, readout: bool = False, record: bool = False) -> None:
+        self.loop, self.key, self.k = loop, key, 0
+        self.c = loop.constants()
+        self.layout = loop.layout()
+        inject = loop.injection(x)
+        self.base = (inject + loop.k0()).expand(batch, loop.n)
+        self.counters = keys.sample_counters(samples, loop.n) if self.layout.draws else None
+        self.z_prev: torch.Tensor | None = None
+        self.round_trip_s = float(loop.values["loop.round_trip_s"])
+        self.fast = loop.compile and not torch.is_grad_enabled()
+        self.states: list[torch.Tensor] | None = [] if record else None
+        v = loop.values
+        self.readout = readout
+        if readout:
+            self.settle, self.interval = v["readout.settle_iterations"], v["readout.sample_interval_iterations"]
+            self.samples = v["readout.samples"]
+            self.total = self.settle + (self.samples - 1) * self.interval + 1
+            self.adc = (float(v["readout.range_v"][0]), float(v["readout.range_v"][1]), v["readout.adc_bits"])
+            self.sum: torch.Tensor | None = None
+            self.taken = 0
+
+    def _key(self, k: int, device: torch.device) -> torch.Tensor | None:
+        return self.key.fold(keys.ITERATION, k).tensor(device) if self.layout.draws else None
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """z[k+1] from z[k]; advances the iteration index."""
+        k, loop = self.k, self.loop
+        z_prev = self.z_prev if self.z_prev is not None else torch.zeros_like(z)
+        node = loop.node(k, z)
+        key = self._key(k, z.device)
+        if self.fast:
+            out = backends.compiled(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)[0]
+        else:
+            out = backends.eager(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)
+        self.z_prev, self.k = z, k + 1
+        if self.states is not None:
+            self.states.append(out)
+        if self.readout and k >= self.settle and (k - self.settle) % self.interval == 0 and self.taken < self.samples:
+            reading = C.quantize_range(out, *self.adc)
+            self.sum = reading if self.sum is None else self.sum + reading
+            self.taken += 1
+        return out
+
+    def advance(self, z: torch.Tensor, n: int) -> torch.Tensor:
+        """n iterations with no residual checks (compiled blocks of FUSED_BLOCK where nothing changes)."""
+        loop = self.loop
+        if self.fast and not self.layout.draws and self.states is None and not self.readout and loop.constant_schedules:
+            z_prev = self.z_prev if self.z_prev is not None else torch.zeros_like(z)
+            node = loop.node(self.k, z)
+            while n >= FUSED_BLOCK:
+                z, z_prev = backends.compiled(z, z_prev, self.base, self.c, node, None, None, self.layout,
+                                              steps=FUSED_BLOCK)
+                n, self.k = n - FUSED_BLOCK, self.k + FUSED_BLOCK
+            self.z_prev = z_prev
+        for _ in range(n):
+            z = self(z)
+        return z
+
+    def reading(self) -> torch.Tensor:
+        """The readout: the mean of the ADC samples taken so far."""
+        if not self.readout or self.sum is None:
+            raise RuntimeError("internal: no readout samples were taken")
+        return self.sum / self.taken
+
+    def noise_floor(self, z: torch.Tensor) -> torch.Tensor:
+        """Predicted norm of one iteration's noise at state z, [B]: the residual a settled loop keeps.
+
+        Per channel j: var = g^2 node_scale_j^2 (a (|D_P| + |D_Q|) + 2 b) from the detector sources plus
+        RIN's sum over LEDs i of (g (K_ji p_i + K_j,N+i q_i) rin)^2, times the loop response squared.
+        """
+        loop, c = self.loop, self.c
+        if not self.layout.draws:
+            return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
+        with torch.no_grad():
+            g = loop.node(max(self.k - 1, 0), z)[0]
+            p, q = led_light(nonlinearity(z, c.sigmoid, self.layout.tanh), c.led, constant=True)
+            n = loop.n
+            d = torch.cat([p, q], 1) @ c.det_t + c.det_offset
+            var = (c.node_scale * g) ** 2 * ((d[:, :n].abs() + d[:, n:].abs()) * c.noise[1] + c.noise[2])
+            if self.layout.rin:
+                kp, kq = c.op_t[:n].T * g, c.op_t[n:].T * g  # [N_out, N_in] per path
+                var = var + c.noise[0] ** 2 * ((p * p) @ (kp * kp).T + 2 * (p * q) @ (kp * kq).T + (q * q) @ (kq * kq).T)
+            response = float(loop.response)
+            return response * var.sum(1).sqrt()

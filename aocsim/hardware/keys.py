@@ -1,0 +1,124 @@
+"""Keyed randomness: every draw of the virtual AOC from a counter-based stream.
+
+A draw is named by coordinates, not by its place in a sequence: the root key
+(a seed, or one 64-bit draw of a `torch.Generator`), then what it is for
+(chip variation, SLM programming, drift, per-iteration noise) and where it
+falls (chip, tile, weight load, inference, iteration, sample, channel, slot).
+`fold_in` derives a child key from a key and one coordinate; the elementwise
+numbers of a key come from `counter_rng` (SplitMix64, Box-Muller). So the same
+seed gives the same numbers eagerly, compiled, on the CPU and on CUDA, and a
+sample's noise depends on its sample index, not on its batch or position.
+
+Key derivation runs on Python integers (exact, free, device-independent);
+only the elementwise stream is tensor arithmetic, on the state's device.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware.counter_rng import GOLDEN_GAMMA, normal_pair
+
+MASK64 = (1 << 64) - 1
+
+# Purposes: the first coordinate under a root key, so that streams for different jobs never meet.
+CHIP, PROGRAMMING, DRIFT, ITERATION, TILE_CALL, DARK = range(1, 7)
+
+Seed = Union[int, torch.Generator, "Key", None]
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's output function on Python integers (a bijection of 64-bit words)."""
+    x &= MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+class Key:
+    """A 64-bit stream key; `key.fold(a, b, ...)` derives the key of a sub-stream."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value & MASK64
+
+    def fold(self, *coordinates: int) -> "Key":
+        """The child key for the given coordinates (non-negative integers), in order."""
+        v = self.value
+        for c in coordinates:
+            if not isinstance(c, int) or c < 0:
+                raise InputError(f"stream coordinate = {c!r}; expected an integer >= 0")
+            v = _mix(v ^ _mix((c + 1) * GOLDEN_GAMMA))
+        return Key(v)
+
+    def tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The key as an int64 0-dim tensor (the same bits)."""
+        return torch.tensor(_signed(self.value), dtype=torch.int64, device=device)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"Key(0x{self.value:016x})"
+
+
+def as_key(seed: Seed, what: str = "generator") -> Key | None:
+    """A `Key` from an int seed, a `torch.Generator` (one 64-bit draw of it) or a Key; None stays None."""
+    if seed is None or isinstance(seed, Key):
+        return seed
+    if isinstance(seed, torch.Generator):
+        drawn = int(torch.randint(-(1 << 63), (1 << 63) - 1, (), generator=seed, dtype=torch.int64))
+        return Key(_mix(drawn & MASK64))
+    if isinstance(seed, int) and not isinstance(seed, bool) or _is_numpy_int(seed):
+        seed = int(seed)
+        if seed < 0:
+            raise InputError(f"{what} = {seed!r}; expected an integer seed >= 0, a torch.Generator or None")
+        return Key(_mix(seed))
+    raise InputError(f"{what} = {seed!r}; expected an integer seed >= 0, a torch.Generator, an aocsim Key or None")
+
+
+def _is_numpy_int(x: object) -> bool:
+    return type(x).__module__ == "numpy" and hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"
+
+
+def normals(key: Key, shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """Standard normals of `key`, element i (row-major) from counter i // 2 (cosine or sine half)."""
+    count = 1
+    for s in shape:
+        count *= s
+    pairs = (count + 1) // 2
+    counters = torch.arange(1, pairs + 1, dtype=torch.int64, device=device)
+    a, b = normal_pair(key.tensor(device), counters, dtype)
+    return torch.stack([a, b], dim=1).reshape(-1)[:count].reshape(shape)
+
+
+def sample_counters(samples: torch.Tensor, channels: int) -> torch.Tensor:
+    """Counters [B, N] of (sample s, channel c): 1 + s N + c, so sample s's numbers are its own."""
+    c = torch.arange(channels, dtype=torch.int64, device=samples.device)
+    return samples.to(torch.int64)[:, None] * channels + c[None, :] + 1
+
+
+def check_samples(samples: object, batch: int, device: torch.device) -> torch.Tensor:
+    """Per-sample stream indices [B] (default 0 ... B-1): a sample's noise follows its index."""
+    if samples is None:
+        return torch.arange(batch, dtype=torch.int64, device=device)
+    if isinstance(samples, int) and not isinstance(samples, bool):
+        if samples < 0:
+            raise InputError(f"samples = {samples!r}; expected an index >= 0 of the batch's first sample")
+        return torch.arange(samples, samples + batch, dtype=torch.int64, device=device)
+    if (not isinstance(samples, torch.Tensor) or samples.dtype not in (torch.int64, torch.int32)
+            or samples.shape != (batch,) or bool((samples < 0).any())):
+        raise InputError(f"samples = {samples!r}; expected None, the first sample's index, or an integer "
+                         f"tensor [{batch}] of indices >= 0")
+    return samples.to(device=device, dtype=torch.int64)

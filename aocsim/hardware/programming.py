@@ -1,0 +1,113 @@
+"""Programming a weight matrix onto the SLM, and the chip's static draws.
+
+Static effects are drawn once, from keyed streams (`aocsim.hardware.keys`):
+- per chip and tile (key: the profile's `variation.chip_seed`): fixed-pattern
+  variation of the calibrated arrays, and each detector's dark current;
+- per weight load and tile (key: the loop's seed or generator): the SLM
+  programming error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware import components as C
+from aocsim.hardware import keys
+from aocsim.hardware.sources import dark_offset_units
+
+# Calibrated per-channel arrays that chip-to-chip variation perturbs.
+VARIED_KEYS = (
+    "emitter.fan_in_pos", "emitter.fan_in_neg", "slm.distortion_pos", "slm.distortion_neg",
+    "detector.output_pos", "detector.output_neg", "crosstalk.pd.later_pos", "crosstalk.pd.later_neg",
+    "crosstalk.pd.earlier_pos", "crosstalk.pd.earlier_neg", "crosstalk.pbs.negative_to_positive",
+    "crosstalk.pbs.positive_to_negative", "closed_loop.scaling",
+)
+
+
+def chip_key(values: Mapping[str, Any], tile: int = 0) -> keys.Key:
+    """The stream key of one chip's tile (from `variation.chip_seed`)."""
+    return keys.Key(keys._mix(values["variation.chip_seed"])).fold(keys.CHIP, tile)
+
+
+def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+                   tile: int = 0) -> dict[str, torch.Tensor | None]:
+    """Per-channel calibration arrays as tensors of size n, perturbed for the chip when variation is on.
+
+    Variation multiplies every entry of each array in VARIED_KEYS by (1 + s n_ij), n_ij standard
+    normal from the chip's stream (one sub-stream per array).
+    """
+    from aocsim.hardware.schema import BY_KEY, N
+
+    s = values["variation.relative_std"] if values["variation.enabled"] else 0.0
+    key = chip_key(values, tile)
+    out: dict[str, torch.Tensor | None] = {}
+    for key_name, spec in BY_KEY.items():
+        if not (spec.shape and spec.shape[0] == N):
+            continue
+        raw = values[key_name]
+        if raw is None:
+            out[key_name] = None
+            continue
+        arr = torch.tensor(np.array(raw, dtype=np.float64), device=device)
+        arr = arr.expand(n, *spec.shape[1:]) if arr.ndim < len(spec.shape) else arr
+        if s > 0 and key_name in VARIED_KEYS:
+            draw = keys.normals(key.fold(VARIED_KEYS.index(key_name)), tuple(arr.shape), dtype=torch.float64,
+                                device=device)
+            arr = arr * (1.0 + s * draw)
+        out[key_name] = arr.to(dtype=dtype).contiguous()
+    return out
+
+
+def dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+                 tile: int = 0) -> torch.Tensor | None:
+    """Each detector's dark current in detector units, [2N] = [P path; Q path]; None when off.
+
+    I_dark (1 + spread n), n standard normal per detector from the chip's stream, clamped at 0.
+    """
+    mean = dark_offset_units(values)
+    if mean == 0.0:
+        return None
+    draw = keys.normals(chip_key(values, tile).fold(keys.DARK), (2 * n,), dtype=torch.float64, device=device)
+    return (mean * (1.0 + values["noise.dark.relative_spread"] * draw)).clamp_min(0.0).to(dtype)
+
+
+@dataclass(frozen=True)
+class Programmed:
+    """What the SLM holds: normalised sign matrices after quantisation and programming error.
+
+    w_pos, w_neg: [M, K] in [0, 1 + error]; scale: m = max |W| (the normalisation);
+    error: the static programming error added to W/m (None when off).
+    """
+
+    w_pos: torch.Tensor
+    w_neg: torch.Tensor
+    scale: torch.Tensor
+    error: torch.Tensor | None
+
+
+def programming_error_std(values: Mapping[str, Any]) -> float:
+    """std of the programming error in units of W / m: sigma levels of the b-bit grid (9 bits when unset)."""
+    bits = values["slm.bits"] if values["slm.bits"] is not None else 9
+    return values["slm.programming_error_levels"] / (2 ** (bits - 1) - 1)
+
+
+def program_slm(values: Mapping[str, Any], weight: torch.Tensor, key: keys.Key | None, *, tile: int = 0
+                ) -> Programmed:
+    """Normalise by max |W|, quantise (straight-through), add the static programming error, split by sign."""
+    m = weight.abs().max()
+    m = torch.where(m > 0, m, torch.ones_like(m))
+    w = C.quantize_signed(weight / m, values["slm.bits"])
+    error = None
+    if values["slm.programming_error_levels"] > 0:
+        if key is None:
+            raise InputError("generator is required: the profile draws a static SLM programming error "
+                             f"(slm.programming_error_levels = {values['slm.programming_error_levels']})")
+        draw = keys.normals(key.fold(keys.PROGRAMMING, tile), tuple(w.shape), dtype=w.dtype, device=w.device)
+        error = programming_error_std(values) * draw
+        w = w + error
+    return Programmed(torch.relu(w), torch.relu(-w), m, error)
