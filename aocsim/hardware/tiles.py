@@ -1,0 +1,237 @@
+"""Optical tiles: y = W t for any [M, K] matrix on a chip of N channels (`TiledMatrix`, `tiled_matvec`).
+
+Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; here one pass, no loop):
+
+1. Encode: per sample b, s_in[b] = max_k |t[b, k]| / r (s_in = 1 for an all-zero sample), so the
+   emitter drive u = t / s_in spans [-r, r] volts. r (`input_range`) defaults to the emitters' range:
+   the amplitude of the drive the loop gives them (the nonlinearity's swing: 1 for tanh, |d| =
+   0.215 V for the calibrated sigmoid), capped by the largest symmetric range inside
+   `injection.clip` (1 on `ideal`: no clip, tanh). Not the clip half-range alone: 1.3 V on the
+   twins lies far outside the calibrated LED cubics, whose response turns over there. u is then
+   clipped and DAC-quantised by `OpticalLoop.injection` (`injection.dac_bits` over the clip).
+2. Tile: W is cut into a grid of rows x cols blocks of `tile_size`, zero-padded to the chip's N
+   channels. Tile i = r * cols + c is its own `OpticalLoop(gain="absolute", tile=i)`: its own SLM
+   load (scale max |W_tile|, programming error key.fold(PROGRAMMING, i)) and chip draws (variation,
+   dark currents of tile i). Padded inputs sit at zero drive; padded outputs are discarded.
+3. Optics: `step.optical` (the loop iteration's own optical stage) acts on u directly, no
+   nonlinearity (the input drives the emitters), plus the tile's folded constant `k0()`. Per-call
+   noise: key.fold(TILE_CALL, call, i), counters (sample, channel) from `keys.sample_counters`
+   (cosine half RIN, sine half detector), so a sample's noise does not depend on its batch.
+   With gain="absolute" the node of tile (r, c) carries W_rc u_c in volts (exactly on `ideal`).
+4. Readout: the ADC (`readout.adc_bits` over `readout.range_v`, clamping there) sees node volts,
+   i.e. (W t) / s_in plus the analog errors, before any digital scaling. "analog": the cols
+   partials of an output row are added at an analog summing node, one ADC per output; "digital":
+   one ADC per tile output, the codes summed digitally. Then y = reading * s_in (digital).
+   Callers scale W so that |W u| fits range_v; `adc_clipped` counts the inputs that did not.
+
+Not modelled here: saturation rails, loop bandwidth and drift (they act on the loop state across
+iterations; a tile pass is one settled round trip of a fresh weight load), SLM reload time, and
+any per-tile calibration: on the calibrated twins the absolute convention's small-signal gain is
+not 1 (about 0.13 on aoc48-twin) and the node offsets (k0, LED bias, darkness) are un-scaled with
+the signal, so y there is an uncalibrated analog reading of W t; on `ideal` it is exact.
+Hardware time assumes every tile pass runs in sequence on one chip: one round trip
+(`loop.round_trip_s`) per tile per sample (the analog sum is held between passes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from aocsim.errors import InputError
+from aocsim.hardware import components as C
+from aocsim.hardware import keys
+from aocsim.hardware.loop import OpticalLoop
+from aocsim.hardware.profile import DeviceProfile, load_device
+from aocsim.hardware.step import optical
+from aocsim.hardware.validate import check_iterations, check_state
+
+PARTIAL_SUMS = ("analog", "digital")
+
+
+@dataclass(frozen=True)
+class TiledProduct:
+    """One tiled product and what it cost (ready for an energy model).
+
+    y: [B, M] in W t units. grid: (rows, cols) of tiles; tiles = rows * cols; tile_size, channels.
+    input_scale: s_in [B]. partials: [cols, B, M] node volts before the ADC (keep_partials=True).
+    Conversions count values that carry data: a DAC conversion per real input per tile pass
+    (rows * K per sample), an ADC conversion per real output (M, analog) or per tile output
+    (cols * M, digital); padded channels convert nothing.
+    """
+
+    y: torch.Tensor
+    grid: tuple[int, int]
+    tile_size: int
+    channels: int
+    partial_sums: str
+    batch: int
+    dac_conversions_per_sample: int
+    adc_conversions_per_sample: int
+    adc_clipped: int
+    round_trip_s: float
+    input_scale: torch.Tensor
+    partials: torch.Tensor | None = None
+
+    @property
+    def tiles(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def dac_conversions(self) -> int:
+        return self.dac_conversions_per_sample * self.batch
+
+    @property
+    def adc_conversions(self) -> int:
+        return self.adc_conversions_per_sample * self.batch
+
+    @property
+    def hardware_time_per_sample_s(self) -> float:
+        """One round trip per tile pass, tiles in sequence on one chip."""
+        return self.tiles * self.round_trip_s
+
+    @property
+    def hardware_time_s(self) -> float:
+        return self.hardware_time_per_sample_s * self.batch
+
+
+def _profile(device: DeviceProfile | str) -> DeviceProfile:
+    profile = load_device(device) if isinstance(device, str) else device
+    if not isinstance(profile, DeviceProfile):
+        raise InputError(f"device = {device!r}; expected a DeviceProfile or a profile name")
+    return profile
+
+
+def _tile_size(profile: DeviceProfile, tile_size: object) -> int:
+    n = profile.channels
+    if tile_size is None:
+        if n is None:
+            raise InputError(f"tile_size = None; profile {profile.name!r} has any size (channels: null), "
+                             "so expected an integer >= 1")
+        return n
+    if isinstance(tile_size, bool) or not isinstance(tile_size, int) or tile_size < 1:
+        raise InputError(f"tile_size = {tile_size!r}; expected an integer >= 1")
+    if n is not None and tile_size > n:
+        raise InputError(f"tile_size = {tile_size}; profile {profile.name!r} has {n} channels, "
+                         f"so expected an integer in [1, {n}]")
+    return tile_size
+
+
+def _input_range(profile: DeviceProfile, input_range: object) -> float:
+    if input_range is not None:
+        if isinstance(input_range, bool) or not isinstance(input_range, (int, float)) or not (
+                0 < input_range < math.inf):
+            raise InputError(f"input_range = {input_range!r}; expected a number > 0 (volts) or None")
+        return float(input_range)
+    v = profile.values
+    swing = 1.0 if v["nonlinearity.kind"] == "tanh" else abs(float(v["nonlinearity.coeffs"][3]))
+    clip = v["injection.clip"]
+    if clip is None:
+        return swing
+    r = min(-float(clip[0]), float(clip[1]))
+    if r <= 0:
+        raise InputError(f"injection.clip = {list(clip)} of profile {profile.name!r}; expected a range "
+                         "with low < 0 < high (tile inputs are signed)")
+    return min(r, swing)
+
+
+class TiledMatrix:
+    """W [M, K] programmed once onto a grid of optical tiles; call it on batches t [B, K].
+
+    Args:
+        device: a `DeviceProfile` or a profile name.
+        weight: W [M, K], any float dtype (the computation, t included, runs in it).
+        tile_size: block size; required where the profile's channels is null, else <= channels
+            (default: channels).
+        generator: seed, `torch.Generator` (one key drawn) or `keys.Key`: the static draws of every
+            tile and, unless a call passes its own, the per-call noise.
+        input_range: r, the emitter drive max |t| maps to (volts; default: module docstring).
+    """
+
+    def __init__(self, device: DeviceProfile | str, weight: torch.Tensor, *, tile_size: int | None = None,
+                 generator: keys.Seed = None, input_range: float | None = None) -> None:
+        self.profile = _profile(device)
+        if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or weight.ndim != 2:
+            raise InputError(f"weight must be a floating-point tensor [M, K]; got "
+                             f"{type(weight).__name__} {getattr(weight, 'dtype', '')} "
+                             f"{tuple(getattr(weight, 'shape', ()))}".rstrip())
+        if weight.numel() == 0:
+            raise InputError(f"weight has shape {tuple(weight.shape)}; expected M >= 1 and K >= 1")
+        if not bool(torch.isfinite(weight).all()):
+            raise InputError("weight contains NaN or infinite values")
+        self.weight = weight
+        self.tile_size = ts = _tile_size(self.profile, tile_size)
+        self.channels = n = self.profile.channels or ts
+        self.input_range = _input_range(self.profile, input_range)
+        self.key = keys.as_key(generator)
+        m, k = weight.shape
+        self.grid = (math.ceil(m / ts), math.ceil(k / ts))
+        self.loops: list[OpticalLoop] = []
+        for r in range(self.grid[0]):
+            for c in range(self.grid[1]):
+                block = weight[r * ts:(r + 1) * ts, c * ts:(c + 1) * ts]
+                padded = F.pad(block, (0, n - block.shape[1], 0, n - block.shape[0]))
+                self.loops.append(OpticalLoop(self.profile, padded, gain="absolute", generator=self.key,
+                                              tile=r * self.grid[1] + c))
+
+    def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, s_in): the DAC'd emitter drive [B, K] (volts) and the per-sample scale [B]."""
+        s_in = t.abs().amax(dim=1) / self.input_range
+        s_in = torch.where(s_in > 0, s_in, torch.ones_like(s_in))  # an all-zero sample stays zero
+        return self.loops[0].injection(t / s_in[:, None]), s_in
+
+    def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
+                 samples: object = None, call: int = 0, keep_partials: bool = False) -> TiledProduct:
+        """y = W t through the tiles (module docstring); `call` and `samples` index the noise streams."""
+        m, k = self.weight.shape
+        t = check_state("t", t, k).to(dtype=self.weight.dtype, device=self.weight.device)
+        if partial_sums not in PARTIAL_SUMS:
+            raise InputError(f"partial_sums = {partial_sums!r}; expected one of {list(PARTIAL_SUMS)}")
+        call = check_iterations("call", call)
+        batch, (rows, cols), ts, n = t.shape[0], self.grid, self.tile_size, self.channels
+        ids = keys.check_samples(samples, batch, t.device)
+        key = self.key if generator is None else keys.as_key(generator)
+        draws = self.loops[0].layout().draws
+        if draws and key is None:
+            raise InputError("generator = None; the profile draws noise on every pass (RIN or detector "
+                             "noise), so expected a seed, torch.Generator or Key")
+        counters = keys.sample_counters(ids, n) if draws else None
+        u, s_in = self.encode(t)
+        columns = []
+        for c in range(cols):
+            x = u[:, c * ts:(c + 1) * ts]
+            x = F.pad(x, (0, n - x.shape[1]))  # unused emitters at zero drive
+            outs = []
+            for r in range(rows):
+                i = r * cols + c
+                loop = self.loops[i]
+                tkey = key.fold(keys.TILE_CALL, call, i).tensor(t.device) if draws else None
+                node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), tkey, counters) + loop.k0()
+                outs.append(node[:, :ts])
+            columns.append(torch.cat(outs, dim=1)[:, :m])
+        partials = torch.stack(columns)  # [cols, B, M] node volts
+        v = self.profile.values
+        low, high = (float(b) for b in v["readout.range_v"])
+        bits = v["readout.adc_bits"]
+        adc_in = partials.sum(0) if partial_sums == "analog" else partials
+        clipped = int(((adc_in < low) | (adc_in > high)).sum()) if bits is not None else 0
+        reading = C.quantize_range(adc_in, low, high, bits)
+        y = (reading if partial_sums == "analog" else reading.sum(0)) * s_in[:, None]
+        return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=rows * k,
+                            adc_conversions_per_sample=m if partial_sums == "analog" else cols * m,
+                            adc_clipped=clipped, round_trip_s=float(v["loop.round_trip_s"]), input_scale=s_in,
+                            partials=partials if keep_partials else None)
+
+
+def tiled_matvec(device: DeviceProfile | str, weight: torch.Tensor, t: torch.Tensor, *,
+                 partial_sums: str = "analog", tile_size: int | None = None, generator: keys.Seed = None,
+                 samples: object = None, call: int = 0, keep_partials: bool = False,
+                 input_range: float | None = None) -> TiledProduct:
+    """y = W t on `device`'s optical tiles: `TiledMatrix(device, weight, ...)(t, ...)` with one key
+    (from `generator`) for the static draws and the call's noise (separate purposes of the stream)."""
+    key = keys.as_key(generator)
+    return TiledMatrix(device, weight, tile_size=tile_size, generator=key, input_range=input_range)(
+        t, partial_sums=partial_sums, samples=samples, call=call, keep_partials=keep_partials)
