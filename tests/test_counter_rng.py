@@ -8,7 +8,12 @@ import pytest
 import torch
 from scipy import stats
 
-from aocsim.hardware.counter_rng import GOLDEN_GAMMA, counters, key_from, normal_pair, splitmix64, stream_base
+from aocsim.hardware.counter_rng import GOLDEN_GAMMA, normal_pair, splitmix64
+from aocsim.hardware.keys import Key, sample_counters
+
+
+def counters(n: int) -> torch.Tensor:
+    return torch.arange(1, n + 1, dtype=torch.int64)
 
 MASK = (1 << 64) - 1
 
@@ -23,7 +28,7 @@ def _splitmix64_reference(state: int) -> int:
 
 def test_stream_is_splitmix64() -> None:
     # The first output of SplitMix64 seeded with 0 is 0xE220A8397B1DCDAF.
-    first = splitmix64(stream_base(torch.tensor(0), 0) + counters((1,)) * (GOLDEN_GAMMA - (1 << 64)))
+    first = splitmix64(torch.tensor(0) + counters(1) * (GOLDEN_GAMMA - (1 << 64)))
     assert int(first) & MASK == 0xE220A8397B1DCDAF
     gen = torch.Generator().manual_seed(0)
     states = torch.randint(-(1 << 63), (1 << 63) - 1, (200,), generator=gen, dtype=torch.int64)
@@ -34,7 +39,7 @@ def test_stream_is_splitmix64() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_normals_are_standard_and_independent(dtype: torch.dtype) -> None:
     n = 200_000
-    a, b = normal_pair(stream_base(torch.tensor(12345), 0), counters((n,)), dtype)
+    a, b = normal_pair(torch.tensor(12345), counters(n), dtype)
     assert a.dtype == dtype and bool(torch.isfinite(a).all() & torch.isfinite(b).all())
     for x in (a.double(), b.double()):
         assert abs(float(x.mean())) <= 5 / math.sqrt(n)
@@ -45,11 +50,18 @@ def test_normals_are_standard_and_independent(dtype: torch.dtype) -> None:
         assert abs(float((x.double() * y.double()).mean())) <= 5 / math.sqrt(n)
 
 
-def test_blocks_of_the_stream_line_up_and_keys_differ() -> None:
-    key = key_from(torch.Generator().manual_seed(1))
-    whole, _ = normal_pair(stream_base(key, 0), counters((2, 6)), torch.float64)
-    first, _ = normal_pair(stream_base(key, 0), counters((1, 6)), torch.float64)
-    second, _ = normal_pair(stream_base(key, 6), counters((1, 6)), torch.float64)
-    assert torch.equal(whole, torch.cat([first, second]))  # step k reads numbers k B N ... (k + 1) B N - 1
-    assert torch.equal(key, key_from(torch.Generator().manual_seed(1)))
-    assert not torch.equal(key, key_from(torch.Generator().manual_seed(2)))
+def test_sample_counters_give_each_sample_its_own_numbers() -> None:
+    key = Key(12345).tensor()
+    whole, _ = normal_pair(key, sample_counters(torch.arange(4), 6), torch.float64)
+    part, _ = normal_pair(key, sample_counters(torch.tensor([2, 3]), 6), torch.float64)
+    assert torch.equal(whole[2:], part)  # sample s reads counters 1 + 6 s ... 6 (s + 1)
+    other, _ = normal_pair(Key(54321).tensor(), sample_counters(torch.arange(4), 6), torch.float64)
+    assert not torch.equal(whole, other)
+
+
+def test_key_derivation_uses_the_same_mixer() -> None:
+    from aocsim.hardware.keys import _mix
+
+    gen = torch.Generator().manual_seed(3)
+    for s in torch.randint(-(1 << 63), (1 << 63) - 1, (50,), generator=gen, dtype=torch.int64):
+        assert _mix(int(s) & MASK) == _splitmix64_reference(int(s))

@@ -40,28 +40,10 @@ def splitmix64(state: torch.Tensor) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
-def key_from(generator: torch.Generator) -> torch.Tensor:
-    """One 64-bit key drawn from `generator` (int64 0-dim tensor)."""
-    return torch.randint(-(1 << 63), (1 << 63) - 1, (), generator=generator, dtype=torch.int64)
-
-
-def stream_base(key: torch.Tensor, first: int) -> torch.Tensor:
-    """The SplitMix64 state just before number `first` of `key`'s stream (int64 0-dim)."""
-    return key + torch.tensor(first, dtype=torch.int64) * _signed(GOLDEN_GAMMA)
-
-
-def counters(shape: tuple[int, ...], device: torch.device | str = "cpu") -> torch.Tensor:
-    """1, 2, ..., numel laid out in `shape` (int64): the offsets of one block of numbers."""
-    count = 1
-    for s in shape:
-        count *= s
-    return torch.arange(1, count + 1, dtype=torch.int64, device=device).reshape(shape)
-
-
 def normal_pair(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Two independent standard-normal tensors shaped like `offsets`: numbers base + offsets of the stream.
 
-    `offsets` is data (see `counters`), not an index expression, so that compilers
+    `offsets` is data (`keys.sample_counters`), not an index expression, so that compilers
     do not try to reason about the wrapping 64-bit products symbolically.
     """
     bits = splitmix64(base + offsets * _signed(GOLDEN_GAMMA))

@@ -20,7 +20,7 @@ from typing import Union
 import torch
 
 from aocsim.errors import InputError
-from aocsim.hardware.counter_rng import GOLDEN_GAMMA, normal_pair
+from aocsim.hardware.counter_rng import GOLDEN_GAMMA, _signed, normal_pair
 
 MASK64 = (1 << 64) - 1
 
@@ -31,15 +31,13 @@ Seed = Union[int, torch.Generator, "Key", None]
 
 
 def _mix(x: int) -> int:
-    """SplitMix64's output function on Python integers (a bijection of 64-bit words)."""
+    """SplitMix64's output function on Python integers (a bijection of 64-bit words): key derivation
+    runs per call or per iteration, where a tensor op would cost more than the arithmetic (the
+    elementwise version is `counter_rng.splitmix64`; tests check both against a reference)."""
     x &= MASK64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
     return x ^ (x >> 31)
-
-
-def _signed(x: int) -> int:
-    return x - (1 << 64) if x >= 1 << 63 else x
 
 
 class Key:
