@@ -21,15 +21,15 @@ from typing import Callable
 import torch
 
 from aocsim.errors import AocsimError
-from aocsim.hardware.step import Constants, Layout, iteration
+from aocsim.hardware.step import NODE_PARAMS, Constants, Layout, iteration
 
 _GRAPHS: dict[tuple, Callable[..., object]] = {}
 
 
 def _block(steps: int, layout: Layout) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """`steps` iterations with one node vector (constant schedules), as a flat-argument function."""
-    def run(z, z_prev, base, node, key, counters, *constants):
-        c = Constants(*constants)
+    def run(z, z_prev, base, key, counters, *rest):
+        node, c = rest[:NODE_PARAMS], Constants.from_tensors(rest[NODE_PARAMS:])
         for _ in range(steps):  # keys advance per iteration only with draws, where steps == 1
             z, z_prev = iteration(z, z_prev, base, c, node, key, counters, layout), z
         return z, z_prev
@@ -44,13 +44,13 @@ def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...]) -> Calla
         return inductor_compile(make_fx(fn)(*args), list(args))
 
 
-def eager(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: torch.Tensor,
+def eager(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],
           key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout) -> torch.Tensor:
     """One iteration, eagerly."""
     return iteration(z, z_prev, base, c, node, key, counters, layout)
 
 
-def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: torch.Tensor,
+def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],
              key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout, steps: int = 1
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """`steps` iterations through the compiled graph (compiled on first use of a layout).
@@ -62,7 +62,7 @@ def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
     if key is None:  # placeholders keep one argument list (the graph ignores them)
         key = torch.zeros((), dtype=torch.int64, device=z.device)
         counters = torch.zeros((1, 1), dtype=torch.int64, device=z.device)
-    args = (z, z_prev, base, node, key, counters, *c.tensors())
+    args = (z, z_prev, base, key, counters, *node, *c.tensors())
     graph_key = (layout, steps, z.shape, z.dtype, z.device, base.shape, counters.shape)
     if graph_key not in _GRAPHS:
         try:

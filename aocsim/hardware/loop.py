@@ -28,7 +28,9 @@ from aocsim.hardware.optics import FoldedOptics, fold
 from aocsim.hardware.profile import DeviceProfile, load_device
 from aocsim.hardware.programming import channel_arrays, dark_offsets, program_slm
 from aocsim.hardware.schedules import Constant, Schedule, as_schedule
-from aocsim.hardware.step import Constants, Layout, detector_signals, led_light, nonlinearity, optical
+from aocsim.hardware import components as C
+from aocsim.hardware.step import (Constants, Layout, detector_signals, led_light, nonlinearity, optical,
+                                  SIGMOID_PARAMS, sigmoid_constants)
 from aocsim.hardware.validate import check_iterations, check_state
 from aocsim.solve.result import SolveResult
 
@@ -98,7 +100,7 @@ class OpticalLoop:
         zero = torch.zeros(n, dtype=dtype, device=dev)
         self.drift_state = _drift if _drift is not None else (zero, zero.clone())
         self._consts: Constants | None = None
-        self._node_cache: dict[tuple, torch.Tensor] = {}
+        self._node_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
 
     def _tensor(self, values: Any) -> torch.Tensor:
         return torch.tensor(np.array(values, dtype=np.float64), dtype=self.weight.dtype, device=self.weight.device)
@@ -125,12 +127,13 @@ class OpticalLoop:
             s = 1.0 + drift_gain
             op_t = (o.k * s[:, None]).T.contiguous()
             p0 = torch.cat([self.poly_pos[3].expand(self.n), self.poly_neg[3].expand(self.n)])
-            sig = torch.zeros(6, dtype=self.weight.dtype, device=self.weight.device)
-            if self.coeffs is not None:
-                sig[: len(self.coeffs)] = self.coeffs
+            op3, _ = C.fold_led(op_t.T, self.poly_pos, self.poly_neg)
+            sig = (sigmoid_constants(self.coeffs) if self.coeffs is not None else
+                   tuple(self._tensor(0.0) for _ in range(SIGMOID_PARAMS)))
             noise = self._tensor([self.rin_std, self._var_a, 2.0 * self._var_b])
-            self._consts = Constants(sig, torch.stack([self.poly_pos, self.poly_neg]), op_t, o.k1 * s + p0 @ op_t,
-                                     o.m_det.T.contiguous(), o.c_det, s * o.scaling * o.gain_scale, s * o.lam, noise)
+            self._consts = Constants(sig, torch.stack([self.poly_pos, self.poly_neg]), op_t, op3.T.contiguous(),
+                                     o.k1 * s + p0 @ op_t, o.m_det.T.contiguous(), o.c_det, s * o.scaling * o.gain_scale,
+                                     s * o.lam, noise)
         return self._consts
 
     def k0(self) -> torch.Tensor:
@@ -153,8 +156,8 @@ class OpticalLoop:
     def constant_schedules(self) -> bool:
         return all(s is None or isinstance(s, Constant) for s in (self.alpha, self.beta, self.gamma))
 
-    def node(self, k: int, like: torch.Tensor) -> torch.Tensor:
-        """[g, alpha + gamma, gamma, low rail, high rail, response] at iteration k."""
+    def node(self, k: int, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(g, alpha + gamma, gamma, low rail, high rail, response) at iteration k, 0-dim tensors."""
         v = self.values
         g = self.beta(k) if self.gain == "normalized" else 1.0
         a = self.alpha(k) if self.alpha is not None else 0.0
@@ -162,16 +165,15 @@ class OpticalLoop:
         low, high = (v["saturation.low_v"], v["saturation.high_v"]) if v["saturation.enabled"] else (0.0, 0.0)
         parts = (g, a + m, m, low, high, self.response)
         if any(isinstance(p, torch.Tensor) for p in parts):  # trainable gains keep their graph
-            return torch.stack([torch.as_tensor(p, dtype=like.dtype, device=like.device) for p in parts])
+            return tuple(torch.as_tensor(p, dtype=like.dtype, device=like.device) for p in parts)
         cache_key = (parts, like.dtype, like.device)
         if cache_key not in self._node_cache:
-            self._node_cache = {cache_key: torch.tensor(parts, dtype=like.dtype, device=like.device)}
+            self._node_cache = {cache_key: tuple(torch.tensor(p, dtype=like.dtype, device=like.device)
+                                                 for p in parts)}
         return self._node_cache[cache_key]
 
     def injection(self, x: torch.Tensor) -> torch.Tensor:
         """clip(x + b) on the DAC grid: the input term of every iteration."""
-        from aocsim.hardware import components as C
-
         v = self.values
         u = x if self.bias is None else x + self.bias
         clip = v["injection.clip"]
@@ -216,7 +218,7 @@ class OpticalLoop:
         m, z = self._map(z, torch.zeros(self.n, dtype=self.weight.dtype), generator, samples)
         key = m._key(iteration, z.device)
         return optical(nonlinearity(z, m.c.sigmoid, m.layout.tanh), m.c, self.node(iteration, z)[0], m.layout, key,
-                       m.counters) + self.k0()
+                       m.counters, self.k0())
 
     def detectors(self, z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
                   samples: Any = None) -> tuple[torch.Tensor, torch.Tensor]:

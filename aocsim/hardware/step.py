@@ -47,17 +47,21 @@ class Layout:
 class Constants:
     """Per weight load (and drift state) tensors of the step; see the module docstring.
 
-    sigmoid: [a, b, c, d, f, g] of the calibrated nonlinearity (unused with tanh).
+    sigmoid: (d a, d b, c, -c log2|d|, -1/c, f, g) from the calibrated [a, b, c, d, f, g]
+        (unused with tanh): the nonlinearity rewritten so that it costs few passes. Scalars are
+        separate 0-dim tensors, not views of one vector: eager CPU kernels broadcast views slowly.
     led: [[p3, p2, p1, p0] of P+, [...] of P-].
-    op_t: [2N, N] node operator on q = u - p0 (gain excluded); c1: [N] its constant.
+    op_t: [2N, N] node operator on q = u - p0 (gain excluded); op3_t: [3N, N] the same operator
+        with both LED cubics folded in, acting on [t, t^2, t^3]; c1: [N] their constant.
     det_t: [2N, 2N] = M_det^T; det_offset: [2N] (dark current included).
     node_scale, node_lam: [N] each (drift gain included).
     noise: [RIN std, a, 2 b] with var(D_P - D_Q) = a (|D_P| + |D_Q|) + 2 b.
     """
 
-    sigmoid: torch.Tensor
+    sigmoid: tuple[torch.Tensor, ...]
     led: torch.Tensor
     op_t: torch.Tensor
+    op3_t: torch.Tensor
     c1: torch.Tensor
     det_t: torch.Tensor
     det_offset: torch.Tensor
@@ -66,21 +70,39 @@ class Constants:
     noise: torch.Tensor
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.sigmoid, self.led, self.op_t, self.c1, self.det_t, self.det_offset, self.node_scale,
-                self.node_lam, self.noise)
+        """Every tensor in a flat tuple (the compiled graph's inputs); `from_tensors` inverts it."""
+        return (*self.sigmoid, self.led, self.op_t, self.op3_t, self.c1, self.det_t, self.det_offset,
+                self.node_scale, self.node_lam, self.noise)
+
+    @classmethod
+    def from_tensors(cls, flat: tuple[torch.Tensor, ...]) -> "Constants":
+        return cls(tuple(flat[:SIGMOID_PARAMS]), *flat[SIGMOID_PARAMS:])
 
 
-def nonlinearity(z: torch.Tensor, sigmoid: torch.Tensor, tanh: bool) -> torch.Tensor:
+SIGMOID_PARAMS = 7
+NODE_PARAMS = 6  # g, alpha + gamma, gamma, low rail, high rail, response
+
+
+def sigmoid_constants(coeffs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(d a, d b, c, -c log2|d|, -1/c, f, g) from the profile's [a, b, c, d, f] or [a, b, c, d, f, g]."""
+    a, b, c, d, f = coeffs[:5].unbind()
+    g = coeffs[5] if coeffs.shape[0] > 5 else torch.zeros_like(a)
+    return tuple(x.clone() for x in (d * a, d * b, c, -c * torch.log2(d.abs()), -1.0 / c, f, g))
+
+
+def nonlinearity(z: torch.Tensor, sigmoid: tuple[torch.Tensor, ...], tanh: bool) -> torch.Tensor:
     """t = f(z): tanh, or d u (1 + |u|^c)^(-1/c) + f + g z with u = a z + b.
 
-    The fractional powers run as base-2 exp / log (cheaper than pow on CPUs, exact at u = 0).
+    Written with v = d u and |u|^c = 2^(c log2|v| - c log2|d|), the calibrated sigmoid costs nine
+    elementwise passes (base-2 exp / log are cheaper than pow on CPUs, and exact at u = 0).
     """
     if tanh:
         return torch.tanh(z)
-    a, b, c, d, f, g = sigmoid.unbind()
-    u = a * z + b
-    scale = torch.exp2(torch.log2(1.0 + torch.exp2(c * torch.log2(u.abs()))) * (-1.0 / c))
-    return d * u * scale + f + g * z
+    da, db, c, shift, inv_c, f, g = sigmoid
+    v = z * da + db
+    power = torch.log2(v.abs()) * c + shift  # c log2|u|
+    scale = torch.exp2(torch.log2(torch.exp2(power) + 1.0) * inv_c)  # (1 + |u|^c)^(-1/c)
+    return torch.addcmul(z * g + f, v, scale)
 
 
 def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,11 +126,11 @@ def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: torch.Tensor
 
 
 def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
-            counters: torch.Tensor | None) -> torch.Tensor:
-    """g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node, without k0."""
-    if not layout.draws:
-        p, q = led_light(t, c.led, constant=False)
-        return gain * torch.addmm(c.c1, torch.cat([p, q], dim=1), c.op_t)
+            counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
+    """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`."""
+    if not layout.draws:  # one product on the power features: LED cubics and detectors folded
+        t2 = t * t
+        return torch.addmm(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=1), c.op3_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
     p, q = led_light(t, c.led, constant=True)
     if layout.rin:  # one intensity fluctuation per LED, seen by both of its paths
@@ -116,12 +138,13 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         p, q = p * flicker, q * flicker
     if layout.detector_noise:
         d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
-        diff = d_pos - d_neg + difference_std(d_pos, d_neg, c.noise) * det_draw
-        return gain * (c.node_scale * diff + c.node_lam)
-    return gain * torch.addmm(c.c1, torch.cat([p - c.led[0, 3], q - c.led[1, 3]], dim=1), c.op_t)
+        diff = torch.addcmul(d_pos - d_neg, difference_std(d_pos, d_neg, c.noise), det_draw)
+        return torch.addcmul(base + gain * c.node_lam, diff, c.node_scale * gain)
+    return torch.addmm(base + gain * c.c1, torch.cat([p - c.led[0, 3], q - c.led[1, 3]], dim=1), c.op_t * gain)
 
 
-def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: torch.Tensor,
+def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants,
+              node: tuple[torch.Tensor, ...],
               key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout) -> torch.Tensor:
     """z[k+1] from z[k] (and z[k-1] for momentum).
 
@@ -129,17 +152,17 @@ def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Cons
         z, z_prev: states [B, N], volts.
         base: inject + k0, [B, N].
         c: the weight load's `Constants`.
-        node: [g, alpha + gamma, gamma, low rail, high rail, response] at this iteration.
+        node: (g, alpha + gamma, gamma, low rail, high rail, response) at this iteration, 0-dim tensors.
         key, counters: this iteration's stream key (int64 0-dim) and the (sample, channel) counters
             [B, N] (`keys.sample_counters`); None when the layout draws nothing.
         layout: the stages present.
     """
-    y = optical(nonlinearity(z, c.sigmoid, layout.tanh), c, node[0], layout, key, counters) + base
-    y = y + node[1] * z
+    y = optical(nonlinearity(z, c.sigmoid, layout.tanh), c, node[0], layout, key, counters, base)
+    y = torch.addcmul(y, z, node[1])
     if layout.momentum:
-        y = y - node[2] * z_prev
-    if layout.saturate:
-        y = torch.clamp(y, node[3], node[4])
+        y = torch.addcmul(y, z_prev, -node[2])
+    if layout.saturate:  # (maximum / minimum: clamp with tensor bounds is 4x slower on CPUs)
+        y = torch.minimum(torch.maximum(y, node[3]), node[4])
     if layout.respond:
-        y = z + node[5] * (y - z)
+        y = torch.lerp(z, y, node[5])
     return y

@@ -209,7 +209,7 @@ class TiledMatrix:
                 i = r * cols + c
                 loop = self.loops[i]
                 tkey = key.fold(keys.TILE_CALL, call, i).tensor(t.device) if draws else None
-                node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), tkey, counters) + loop.k0()
+                node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), tkey, counters, loop.k0())
                 outs.append(node[:, :ts])
             columns.append(torch.cat(outs, dim=1)[:, :m])
         partials = torch.stack(columns)  # [cols, B, M] node volts
