@@ -273,7 +273,10 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
 
 
 def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE pairs, each VALUE read the way profile files are (so 5e7 is a number)."""
     import yaml
+
+    from aocsim.hardware.profile import read_value
 
     out: dict[str, Any] = {}
     for item in items:
@@ -281,7 +284,7 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
         if not sep:
             raise click.BadParameter(f"{item!r}; expected KEY=VALUE", param_hint="--set")
         try:
-            out[key.strip()] = yaml.safe_load(raw)
+            out[key.strip()] = read_value(raw)
         except yaml.YAMLError:
             raise click.BadParameter(f"{item!r}; the value is not valid YAML", param_hint="--set") from None
     return out

@@ -274,3 +274,58 @@ def test_alpha_and_beta_train_through_the_device(gen: torch.Generator) -> None:
         assert float(grad) == pytest.approx(float(plus - minus) / (2 * eps), rel=1e-5)
     with pytest.raises(InputError, match="beta = tensor of shape"):
         OpticalLoop(dev, w, beta=torch.ones(3), generator=1)
+
+
+# -- nothing silently wrong (the reliability issue's loop cases) -----------------------------------
+
+@pytest.mark.parametrize("alpha", [-3.0, 1e6])
+def test_a_diverging_loop_is_reported_not_returned(alpha: float, gen: torch.Generator) -> None:
+    from aocsim.errors import ConvergenceError
+
+    w, x, z0 = _noisy_setup(gen, 2)
+    loop = OpticalLoop("aoc48-twin", w, alpha=alpha, beta=18.6)
+    with pytest.raises(ConvergenceError, match=rf"the loop diverged: 2 of 2 samples .* \(alpha {alpha}, beta 18.6\)"):
+        loop.iterate(z0, x, 200)
+    assert (loop.solve(x).status == SolveStatus.DIVERGED).all()
+
+
+@pytest.mark.parametrize("bad", [-5, 2.5, "10", None, True])
+def test_iteration_counts_are_checked(bad: object, gen: torch.Generator) -> None:
+    w, x, z0 = _noisy_setup(gen, 2)
+    loop = OpticalLoop("aoc48-twin", w, alpha=0.5, beta=18.6)
+    with pytest.raises(InputError, match=rf"iterations = {bad!r}; expected an integer >= 0"):
+        loop.iterate(z0, x, bad)
+    with pytest.raises(InputError, match="iterations = 0; expected an integer >= 1"):
+        loop.iterate(z0, x, 0, trajectory=True)
+    with pytest.raises(InputError, match="x has batch size 2 but z has 1"):
+        loop.iterate(z0[:1], x, 3)
+
+
+def test_precision_is_never_silently_demoted(gen: torch.Generator) -> None:
+    w, x, z0 = _noisy_setup(gen, 2, torch.float32)
+    loop = OpticalLoop("aoc48-twin", w, alpha=0.5, beta=18.6)
+    with pytest.raises(InputError, match="z is torch.float64 but the loop computes in torch.float32"):
+        loop.step(z0.double(), x)
+    assert loop.step(z0.half(), x).dtype == torch.float32  # promotion is fine
+
+
+def test_overrides_take_numpy_scalars_and_the_cli_reads_numbers_like_profile_files() -> None:
+    import numpy as np
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+
+    dev = load_device("aoc48", {"slm.bits": np.int64(6), "noise.bandwidth_hz": np.float32(5e7),
+                                "noise.shot.enabled": np.bool_(False)})
+    assert dev["slm.bits"] == 6 and type(dev["slm.bits"]) is int and dev["noise.shot.enabled"] is False
+    out = CliRunner().invoke(main, ["devices", "show", "aoc48", "--set", "noise.bandwidth_hz=5e7"])
+    assert out.exit_code == 0 and "'noise.bandwidth_hz': 50000000.0" in out.output
+
+
+def test_absurd_noise_settings_are_flagged_in_the_budget() -> None:
+    from aocsim.hardware.budget import format_budget
+
+    text = format_budget(noise_budget(load_device("aoc48", {"noise.power_per_unit_w": 1e-30})))
+    assert "note: shot noise" in text and "SNR < 0 dB" in text
+    assert max(len(line) for line in text.splitlines()[:-1]) < 90  # 4 significant digits, no 31-digit numbers
+    assert "note:" not in format_budget(noise_budget(load_device("aoc48")))

@@ -16,6 +16,7 @@ needs a C++ compiler and takes seconds per layout, so it is opt-in.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import torch
@@ -57,6 +58,7 @@ def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
 
     Returns (z[k + steps], z[k + steps - 1]). A missing toolchain becomes one `AocsimError`.
     """
+    layout = dataclasses.replace(layout, led_folded=False)  # fused elementwise work: fewer flops wins
     if layout.draws and steps != 1:
         raise AocsimError("internal: noisy iterations run one per compiled call (each has its own key)")
     if key is None:  # placeholders keep one argument list (the graph ignores them)

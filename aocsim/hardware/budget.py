@@ -112,10 +112,14 @@ def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
 
 
 def format_budget(rows: list[BudgetRow]) -> str:
-    """A fixed-width table of the budget."""
+    """A fixed-width table of the budget (4 significant digits), with a note when noise swamps the signal."""
     lines = [f"{'source':44s} {'drawn':14s} {'std (mV)':>10s} {'SNR (dB)':>9s} {'ENOB':>6s}"]
     for r in rows:
         snr = "inf" if math.isinf(r.snr_db) else f"{r.snr_db:9.1f}"
         enob = "inf" if math.isinf(r.enob) else f"{r.enob:6.1f}"
-        lines.append(f"{r.source:44s} {r.when:14s} {r.std_v * 1e3:10.4f} {snr:>9s} {enob:>6s}")
+        lines.append(f"{r.source:44s} {r.when:14s} {r.std_v * 1e3:10.4g} {snr:>9s} {enob:>6s}")
+    swamped = [r.source for r in rows if r.snr_db < 0]
+    if swamped:
+        lines.append(f"note: {', '.join(swamped)} exceed the full-scale signal (SNR < 0 dB): with these settings "
+                     "the loop computes noise; check the noise.* and precision settings")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from aocsim.errors import InputError
+from aocsim.errors import ConvergenceError, InputError
 from aocsim.hardware import keys, sources
 from aocsim.hardware.dynamics import LoopMap
 from aocsim.hardware.optics import FoldedOptics, fold
@@ -201,6 +201,10 @@ class OpticalLoop:
     def _map(self, z: torch.Tensor, x: torch.Tensor, generator: keys.Seed, samples: Any, **options: bool
              ) -> tuple[LoopMap, torch.Tensor]:
         dt, dev = self.weight.dtype, self.weight.device
+        for name, t in (("z", z), ("x", x)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and torch.finfo(t.dtype).bits > torch.finfo(dt).bits:
+                raise InputError(f"{name} is {t.dtype} but the loop computes in {dt} (its weight's dtype); "
+                                 f"expected {dt} or lower (build the loop with a {t.dtype} weight to keep the precision)")
         z = check_state("z", z, self.n).to(dtype=dt, device=dev)
         x = check_state("x", x, self.n, allow_1d=True).to(dtype=dt, device=dev)
         if x.ndim == 2 and x.shape[0] != z.shape[0]:
@@ -260,8 +264,17 @@ class OpticalLoop:
 
         iterations = check_iterations("iterations", iterations, allow_zero=not trajectory)
         m, z = self._map(z0, x, generator, samples, record=trajectory)
-        out = solve(m, z, solver="picard", max_iter=iterations, atol=None, rtol=None).z
+        out = self._finite(solve(m, z, solver="picard", max_iter=iterations, atol=None, rtol=None).z, iterations)
         return torch.stack(m.states) if trajectory else out
+
+    def _finite(self, z: torch.Tensor, iterations: int) -> torch.Tensor:
+        """The state, or a ConvergenceError: a call that returns only a state never returns a diverged one."""
+        if not bool(torch.isfinite(z).all()):
+            bad = int((~torch.isfinite(z).all(dim=1)).sum())
+            raise ConvergenceError(f"the loop diverged: {bad} of {z.shape[0]} samples are not finite after "
+                                   f"{iterations} iterations (alpha {_shown(self.alpha)}, beta {_shown(self.beta)}); "
+                                   "OpticalLoop.solve reports this per sample as status 'diverged'")
+        return z
 
     def solve(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
               samples: Any = None, stop: str = "tolerance", atol: float = 1e-6, rtol: float = 1e-5,
@@ -293,7 +306,12 @@ class OpticalLoop:
                 samples: Any = None) -> torch.Tensor:
         """What the machine reports: settle, then the mean of K ADC samples taken every
         `readout.sample_interval_iterations` iterations (AOC paper: 2.5 us settle, 40 samples at 6.25 MHz)."""
-        return self.solve(x, z0, generator=generator, samples=samples, stop="readout").z
+        result = self.solve(x, z0, generator=generator, samples=samples, stop="readout")
+        return self._finite(result.z, int(result.iterations.max()))
+
+
+def _shown(schedule: Schedule | None) -> object:
+    return schedule.value if isinstance(schedule, Constant) else schedule
 
 
 def loop_step(device: DeviceProfile | str, weight: torch.Tensor, z: torch.Tensor, x: torch.Tensor, *,

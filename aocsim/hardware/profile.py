@@ -123,6 +123,18 @@ _Loader.add_implicit_resolver(
 )
 
 
+def read_value(text: str) -> Any:
+    """One value written as in a profile file (YAML with 5e7-style floats), e.g. from `--set KEY=VALUE`."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def _plain_scalar(value: Any) -> Any:
+    """numpy scalars (np.int64(6), np.float32(0.1), np.bool_) as the Python values they hold."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
@@ -221,7 +233,7 @@ def _apply_overrides(flat: dict[str, Any], overrides: Mapping[str, Any], where: 
     for key, value in overrides.items():
         if key not in BY_KEY:
             raise ProfileError(f"{where}: unknown key {key!r}{_suggest(str(key))}")
-        flat[key] = value
+        flat[key] = _plain_scalar(value)
 
 
 def _check_complete(flat: dict[str, Any], where: str) -> None:

@@ -37,6 +37,10 @@ class Layout:
     momentum: bool
     saturate: bool
     respond: bool
+    # Without draws, two equal forms of the product: LED cubics folded into one operator on
+    # [t, t^2, t^3] (fewest elementwise passes: eager), or the cubics computed and the [2N] LED
+    # signals multiplied (fewest flops: compiled, where elementwise work fuses into one pass).
+    led_folded: bool = True
 
     @property
     def draws(self) -> bool:
@@ -128,9 +132,12 @@ def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: torch.Tensor
 def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
             counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
     """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`."""
-    if not layout.draws:  # one product on the power features: LED cubics and detectors folded
+    if not layout.draws and layout.led_folded:  # one product on [t, t^2, t^3]: LED cubics folded in
         t2 = t * t
         return torch.addmm(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=1), c.op3_t * gain)
+    if not layout.draws:
+        p, q = led_light(t, c.led, constant=False)
+        return torch.addmm(base + gain * c.c1, torch.cat([p, q], dim=1), c.op_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
     p, q = led_light(t, c.led, constant=True)
     if layout.rin:  # one intensity fluctuation per LED, seen by both of its paths
