@@ -22,15 +22,14 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware import keys, sources
+from aocsim.hardware import keys, probes, sources
 from aocsim.hardware.dynamics import LoopMap
 from aocsim.hardware.optics import FoldedOptics, fold
 from aocsim.hardware.profile import DeviceProfile, load_device
 from aocsim.hardware.programming import channel_arrays, dark_offsets, program_slm
 from aocsim.hardware.schedules import Constant, Schedule, as_schedule
 from aocsim.hardware import components as C
-from aocsim.hardware.step import (Constants, Layout, detector_signals, led_light, nonlinearity, optical,
-                                  SIGMOID_PARAMS, sigmoid_constants)
+from aocsim.hardware.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
 from aocsim.hardware.validate import check_iterations, check_state
 from aocsim.solve.result import SolveResult
 
@@ -201,14 +200,8 @@ class OpticalLoop:
     def _map(self, z: torch.Tensor, x: torch.Tensor, generator: keys.Seed, samples: Any, **options: bool
              ) -> tuple[LoopMap, torch.Tensor]:
         dt, dev = self.weight.dtype, self.weight.device
-        for name, t in (("z", z), ("x", x)):
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and torch.finfo(t.dtype).bits > torch.finfo(dt).bits:
-                raise InputError(f"{name} is {t.dtype} but the loop computes in {dt} (its weight's dtype); "
-                                 f"expected {dt} or lower (build the loop with a {t.dtype} weight to keep the precision)")
-        z = check_state("z", z, self.n).to(dtype=dt, device=dev)
-        x = check_state("x", x, self.n, allow_1d=True).to(dtype=dt, device=dev)
-        if x.ndim == 2 and x.shape[0] != z.shape[0]:
-            raise InputError(f"x has batch size {x.shape[0]} but z has {z.shape[0]}; expected equal sizes")
+        z = check_state("z", z, self.n, dtype=dt).to(dtype=dt, device=dev)
+        x = check_state("x", x, self.n, allow_1d=True, dtype=dt, batch=z.shape[0]).to(dtype=dt, device=dev)
         key = keys.as_key(generator)
         if self.needs_generator and key is None:
             raise InputError("generator is required: the profile draws noise every iteration "
@@ -218,32 +211,13 @@ class OpticalLoop:
 
     def optical(self, z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
                 samples: Any = None) -> torch.Tensor:
-        """y_opt: the optical path's contribution at the loop node, [B, N] volts."""
-        m, z = self._map(z, torch.zeros(self.n, dtype=self.weight.dtype), generator, samples)
-        key = m._key(iteration, z.device)
-        return optical(nonlinearity(z, m.c.sigmoid, m.layout.tanh), m.c, self.node(iteration, z)[0], m.layout, key,
-                       m.counters, self.k0())
+        """y_opt: the optical path's contribution at the loop node, [B, N] volts (`probes.optical_term`)."""
+        return probes.optical_term(self, z, iteration=iteration, generator=generator, samples=samples)
 
     def detectors(self, z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
                   samples: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P, Q): the two detector signals after the gain, [B, N] each; each path draws its own noise."""
-        m, z = self._map(z, torch.zeros(self.n, dtype=self.weight.dtype), generator, samples)
-        c = m.c
-        p, q = led_light(nonlinearity(z, c.sigmoid, m.layout.tanh), c.led, constant=True)
-        if m.layout.draws:
-            key = m.key.fold(keys.ITERATION, iteration)
-            from aocsim.hardware.counter_rng import normal_pair
-            led_draw, _ = normal_pair(key.tensor(z.device), m.counters, z.dtype)
-            flicker = 1.0 + c.noise[0] * led_draw
-            p, q = p * flicker, q * flicker
-        d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
-        if m.layout.detector_noise:  # per path: var = a |D| + b, from a sub-stream of its own
-            draws = keys.normals(m.key.fold(keys.ITERATION, iteration, 1), (2,) + tuple(z.shape), dtype=z.dtype,
-                                 device=z.device)
-            d_pos = d_pos + torch.sqrt(d_pos.abs() * self._var_a + self._var_b) * draws[0]
-            d_neg = d_neg + torch.sqrt(d_neg.abs() * self._var_a + self._var_b) * draws[1]
-        g = self.node(iteration, z)[0] * self.optics.gain_scale
-        return d_pos * g, d_neg * g
+        """(P, Q): the detector signals after the gain, [B, N] each, each path its own noise (`probes`)."""
+        return probes.detector_readings(self, z, iteration=iteration, generator=generator, samples=samples)
 
     def step(self, z: torch.Tensor, x: torch.Tensor, *, z_prev: torch.Tensor | None = None,
              generator: keys.Seed = None, iteration: int = 0, samples: Any = None) -> torch.Tensor:
