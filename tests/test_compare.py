@@ -134,3 +134,59 @@ def test_unknown_device_and_a_model_larger_than_the_device(digits) -> None:
     with pytest.raises(InputError, match="state_size = 48 does not fit device 'aoc16' with 16 channels") as err:
         compare(MODEL, "aoc16", digits.x_test[:3])
     assert "\n" not in str(err.value)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+def _cli(*args: str):
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+
+    return CliRunner().invoke(main, ["compare", *args])
+
+
+def test_cli_writes_the_dataset_prints_the_summary_and_never_overwrites(tmp_path: Path) -> None:
+    out = tmp_path / "results.nc"
+    first = _cli("--device", "aoc48-twin", "--seeds", "1", "--chips", "1", "--out", str(out))
+    assert first.exit_code == 0, first.output
+    with xr.open_dataset(out, engine="h5netcdf") as ds:
+        agreement = float(ds.agreement.mean())
+        assert ds.attrs["device"] == "aoc48-twin" and dict(ds.sizes)["sample"] == 450
+    line = next(x for x in first.output.splitlines() if x.strip().startswith("agreement"))
+    assert float(line.split()[1]) == pytest.approx(100 * agreement, abs=0.005)
+    assert "accuracy exact" in first.output and "noise_floor" in first.output and "us per sample" in first.output
+    before = out.read_bytes()
+    again = _cli("--device", "aoc48-twin", "--out", str(out))
+    assert again.exit_code == 1 and again.output.strip().count("\n") == 0
+    assert "exists; pass --overwrite" in again.output and out.read_bytes() == before
+
+
+def test_cli_errors_come_before_any_work_and_are_one_line(tmp_path: Path) -> None:
+    for args, message in [
+        (("--out", str(tmp_path / "missing" / "r.nc")), "does not exist or is not writable"),
+        (("parity-implicit", "--out", str(tmp_path / "r.nc")), "has task 'state_tracking'"),
+        (("digits-deq48", "digits-deq48", "--out", str(tmp_path / "r.nc")), "given twice"),
+        (("nope", "--out", str(tmp_path / "r.nc")), "unknown model"),
+        (("--device", "aoc16", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),
+    ]:
+        result = _cli(*args)
+        assert result.exit_code == 1 and message in result.output, result.output
+        assert result.output.strip().count("\n") == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_writes_one_group_per_model(tmp_path: Path) -> None:
+    from aocsim.io.model_files import save_model
+
+    model = load_model(MODEL)
+    copy = save_model(model, tmp_path / "copy", {**model.card, "name": "digits-copy"})
+    out = tmp_path / "two.nc"
+    result = _cli(MODEL, str(copy), "--device", "aoc48-twin", "--seeds", "1", "--chips", "1", "--no-fit",
+                  "--out", str(out))
+    assert result.exit_code == 0, result.output
+    groups = [xr.open_dataset(out, engine="h5netcdf", group=name) for name in (MODEL, "digits-copy")]
+    assert [g.attrs["model"] for g in groups] == [MODEL, "digits-copy"]
+    xr.testing.assert_identical(groups[0].prediction, groups[1].prediction)
+    for g in groups:
+        g.close()

@@ -173,3 +173,27 @@ def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor 
         "fit": int(fit), "placement": "native (W on the SLM, U x + b and V z + c digital)",
     })
     return ds
+
+
+def summarize(ds: xr.Dataset) -> dict[str, Any]:
+    """The headline figures of a `compare` Dataset (spreads over chips x seeds, one value per run).
+
+    Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
+    mean iterations per path, device status counts, mean hardware time per sample (s) and the number
+    of runs (chips x seeds) and samples.
+    """
+    runs = ds.sizes["chip"] * ds.sizes["seed"]
+    agree = ds.agreement.mean("sample")
+    out: dict[str, Any] = {
+        "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs, "samples": ds.sizes["sample"],
+        "agreement": (float(agree.mean()), float(agree.std()), float(agree.min())),
+        "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
+        "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
+        "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
+        "accuracy": None,
+    }
+    if "correct" in ds:
+        device = ds.correct.sel(path="device").mean("sample")
+        out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
+                           "device": (float(device.mean()), float(device.std()), float(device.min()))}
+    return out
