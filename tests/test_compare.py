@@ -118,6 +118,7 @@ def test_readout_stop_reports_the_adc_average(digits) -> None:
     ({"chips": (-1,)}, "chips = \\(-1,\\); expected a non-empty sequence of distinct integers >= 0"),
     ({"stop": "never"}, "stop = 'never'; expected one of"),
     ({"model": "parity-implicit"}, "model is a ImplicitSSM; compare supports DEQ models today"),
+    ({"fit_inputs": torch.zeros(5, 8, dtype=torch.float64)}, r"fit_inputs has shape \(5, 8\); expected a tensor"),
 ])
 def test_bad_arguments_are_one_line_errors(change: dict, message: str, digits) -> None:
     args = {"model": MODEL, "device": "aoc48-twin", "inputs": digits.x_test[:3], "targets": digits.y_test[:3]}

@@ -126,6 +126,10 @@ def compile_deq(model: DEQ, profile: DeviceProfile, *, fit: bool = True,
     if not fit:
         return Compiled(analytic_program(known, operator, alpha, a, b), torch.arange(n), a, b, False)
     x = default_fit_inputs(model) if fit_inputs is None else fit_inputs
+    k = model.config.input_size
+    if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.shape[0] == 0 or x.shape[1] != k:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise InputError(f"fit_inputs has shape {shape}; expected a tensor [B >= 1, {k}] (the model's input_size)")
     with torch.no_grad():
         z_star = model(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500).z
     order = assign_channels(operator, z_star, weak_channel(known, n))
