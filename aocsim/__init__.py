@@ -10,6 +10,7 @@ Public entry points:
 
 from aocsim._version import __version__
 from aocsim.errors import AocsimError, InputError, ModelFileError, UnknownNameError
+from aocsim.experiments.compare import compare
 from aocsim.hardware.loop import OpticalLoop, loop_step
 from aocsim.hardware.profile import DeviceProfile, load_device
 from aocsim.io.model_files import load_model
@@ -22,5 +23,5 @@ __all__ = [
     "__version__", "AocsimError", "Anderson", "DEQ", "DEQConfig", "DeviceProfile", "Implicit", "InputError",
     "OpticalLoop", "load_device", "loop_step",
     "ModelFileError", "Phantom", "Picard", "SolveResult", "SolveStatus", "UnknownNameError",
-    "Unrolled", "equilibrium", "load_model", "solve",
+    "Unrolled", "compare", "equilibrium", "load_model", "solve",
 ]

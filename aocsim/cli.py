@@ -290,5 +290,82 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+# -- aocsim compare ------------------------------------------------------------------------------
+
+@main.command("compare")
+@click.argument("model_names", metavar="[MODEL ...]", nargs=-1)
+@click.option("--device", default="aoc48", show_default=True, help="Device profile (name or YAML file).")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Seeds 0..N-1: SLM programming draw, drift and per-iteration noise.")
+@click.option("--chips", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Chips 0..N-1 (variation.chip_seed): one compilation each.")
+@click.option("--stop", type=click.Choice(["tolerance", "readout"]), default="tolerance", show_default=True,
+              help="tolerance: the device state at its fixed point; readout: the ADC average after settling.")
+@click.option("--fit/--no-fit", default=True, show_default=True,
+              help="Compile with the least-squares fit to the calibrated pipeline (else the analytic mapping).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.nc"),
+              show_default=True,
+              help="NetCDF output (h5netcdf); several models go to one group each (named by the model card).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@_friendly
+def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
+                out: Path, overwrite: bool) -> None:
+    """Run each MODEL (default digits-deq48) on the device next to its exact path.
+
+    Prints accuracy (exact vs device, mean +- std over chips x seeds), agreement of the device's
+    predictions with the exact ones, iterations, device statuses and hardware time (s, 20 ns per
+    loop iteration), and writes the labelled results to --out.
+    """
+    import os
+
+    names = model_names or ("digits-deq48",)
+    if out.exists() and not overwrite:
+        raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
+    if not out.resolve().parent.is_dir() or not os.access(out.resolve().parent, os.W_OK):
+        raise click.ClickException(f"--out {out}: directory {out.resolve().parent} does not exist or is not "
+                                   "writable; expected a path in a writable directory")
+    from aocsim.experiments.compare import compare, summarize
+    from aocsim.io.model_files import load_model
+    from aocsim.tasks.digits import load_split
+
+    loaded = {}
+    for name in names:  # every model checked before any work
+        model = load_model(name)
+        if model.card.get("task") != "digits":
+            raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; "
+                                       "compare runs DEQ digits models today")
+        if model.card["name"] in loaded:
+            raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
+                                       "expected distinct models (one NetCDF group each)")
+        loaded[model.card["name"]] = model
+    results = {}
+    for name, model in loaded.items():
+        split = load_split(model.weight.dtype)
+        results[name] = compare(model, device, split.x_test, split.y_test, seeds=tuple(range(seeds)),
+                                chips=tuple(range(chips)), stop=stop, fit=fit)
+    tmp = out.with_name(f".{out.name}.tmp")
+    for i, (name, ds) in enumerate(results.items()):
+        group = None if len(results) == 1 else name
+        ds.to_netcdf(tmp, engine="h5netcdf", mode="w" if i == 0 else "a", group=group)
+    os.replace(tmp, out)
+    for ds in results.values():
+        _print_compare(summarize(ds))
+    click.echo(f"wrote {out}")
+
+
+def _print_compare(s: dict[str, Any]) -> None:
+    def spread(v: tuple[float, float, float]) -> str:
+        return f"{100 * v[0]:7.2f} +- {100 * v[1]:.2f} %  (min {100 * v[2]:.2f} %)"
+
+    click.echo(f"model {s['model']} on {s['device']}: {s['runs']} runs (chips x seeds) x {s['samples']} samples")
+    if s["accuracy"] is not None:
+        click.echo(f"  accuracy exact     {100 * s['accuracy']['exact']:7.2f} %")
+        click.echo(f"  accuracy device    {spread(s['accuracy']['device'])}")
+    click.echo(f"  agreement          {spread(s['agreement'])}")
+    click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
+    click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
+    click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per sample (mean)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

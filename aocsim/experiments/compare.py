@@ -1,0 +1,199 @@
+"""`compare`: a trained DEQ on a virtual AOC next to its exact path, as a labelled `xarray.Dataset`.
+
+For every chip (`variation.chip_seed`) the model is compiled once (aocsim/execute/deq.py); for every
+seed it is loaded onto the SLM (programming draws) and run on all inputs (drift step and per-iteration
+noise), with sample indices keying the noise so that results do not depend on the batch. The exact
+path (float64 Anderson to 1e-12) is the same for every chip and seed. See docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import xarray as xr
+
+from aocsim._version import __version__
+from aocsim.errors import InputError
+from aocsim.execute.deq import EXACT_TOLERANCE, check_fits, compile_deq, resolve_profile, PlacedDEQ
+from aocsim.hardware import keys
+from aocsim.hardware.profile import DeviceProfile
+from aocsim.io.model_files import load_model
+from aocsim.nn.deq import DEQ
+from aocsim.solve.result import SolveStatus
+
+STOPS = ("tolerance", "readout")
+
+
+def _model(model: DEQ | str | Path) -> DEQ:
+    loaded = load_model(model) if isinstance(model, (str, Path)) else model
+    if not isinstance(loaded, DEQ):
+        raise InputError(f"model is a {type(loaded).__name__}; compare supports DEQ models today")
+    return loaded
+
+
+def _ids(name: str, values: Any) -> list[int]:
+    """A non-empty list of distinct integers >= 0 (seeds, chips)."""
+    try:
+        out = list(values)
+    except TypeError:
+        raise InputError(f"{name} = {values!r}; expected a sequence of integers >= 0") from None
+    ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in out)
+    if not out or not ok or len(set(out)) != len(out):
+        raise InputError(f"{name} = {values!r}; expected a non-empty sequence of distinct integers >= 0")
+    return [int(v) for v in out]
+
+
+def _inputs(model: DEQ, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    k, classes = model.config.input_size, model.config.output_size
+    if not isinstance(inputs, torch.Tensor) or inputs.ndim != 2 or inputs.shape[1] != k:
+        shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+        raise InputError(f"inputs has shape {shape}; expected a tensor [B, {k}] (the model's input_size = {k})")
+    if inputs.shape[0] == 0:
+        raise InputError(f"inputs has shape {tuple(inputs.shape)}; expected at least one sample")
+    if not inputs.is_floating_point() or not bool(torch.isfinite(inputs).all()):
+        raise InputError("inputs contains non-finite or non-float values; expected finite floats")
+    if targets is None:
+        return inputs, None
+    b = inputs.shape[0]
+    if not isinstance(targets, torch.Tensor) or targets.shape != (b,) or targets.is_floating_point():
+        shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise InputError(f"targets has shape {shape}; expected an integer tensor [{b}] (one class per input)")
+    if bool((targets < 0).any()) or bool((targets >= classes).any()):
+        raise InputError(f"targets has values outside [0, {classes}); expected class ids of the model's output")
+    return inputs, targets
+
+
+def _checksum(model: DEQ) -> str:
+    card = getattr(model, "card", None)
+    if card and card.get("weights", {}).get("sha256"):
+        return str(card["weights"]["sha256"])
+    buf = io.BytesIO()
+    for name, value in sorted(model.state_dict().items()):
+        buf.write(name.encode())
+        buf.write(value.detach().cpu().contiguous().numpy().tobytes())
+    return hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def compare(model: DEQ | str | Path, device: DeviceProfile | str, inputs: torch.Tensor,
+            targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
+            stop: str = "tolerance", max_iter: int = 2000, fit: bool = True, atol: float = 1e-6,
+            rtol: float = 1e-5, fit_inputs: torch.Tensor | None = None) -> xr.Dataset:
+    """Run `model` on `device` and on its exact path; per chip, seed and sample.
+
+    Args:
+        model: a loaded DEQ, a bundled model name or a model directory.
+        device: a profile name or `DeviceProfile`.
+        inputs: [B, input_size] (digits: pixel / 16).
+        targets: class ids [B] (adds `correct`), or None.
+        seeds: keys of the SLM programming draws, the drift step and every iteration's noise.
+        chips: values of `variation.chip_seed` (one compilation each).
+        stop: "tolerance" (the device state at its fixed point) or "readout" (the ADC average; then
+            `iterations` says where the residual settled and `hardware_time_s` is the whole window).
+        max_iter: the device's iteration cap (stop="tolerance").
+        fit: compile with the least-squares fit (aocsim/execute/fit.py) or the analytic mapping.
+        atol, rtol: the device tolerance, device volts (stop="tolerance").
+        fit_inputs: inputs whose exact fixed points the fit matches (default: the task's training set).
+
+    Returns:
+        Dataset with dims path ("exact", "device"), chip, seed, sample: `prediction`, `correct`,
+        `iterations`, `status` (`SolveStatus` values; `status_names` attribute), `residual` (model
+        units), `hardware_time_s` (NaN on the exact path) over all four; `agreement` (device
+        prediction == exact) and `fixed_point_error` (||z_device - z_exact|| / ||z_exact||) over chip,
+        seed, sample. Attributes: provenance.
+
+    Example:
+        >>> ds = compare("digits-deq48", "aoc48", load_split().x_test, load_split().y_test, seeds=(0, 1))
+        >>> float(ds.agreement.mean())
+    """
+    m = _model(model)
+    if stop not in STOPS:
+        raise InputError(f"stop = {stop!r}; expected one of {list(STOPS)}")
+    seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
+    base = resolve_profile(device)
+    check_fits(m, base)
+    x, y = _inputs(m, inputs, targets)
+    x = x.to(dtype=m.weight.dtype)
+    b = x.shape[0]
+    with torch.no_grad():
+        exact = m(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500)
+    shape = (2, len(chip_ids), len(seed_ids), b)
+    out = {name: np.zeros(shape, dtype=dt) for name, dt in
+           (("prediction", np.int64), ("iterations", np.int64), ("status", np.int64), ("residual", np.float64),
+            ("hardware_time_s", np.float64))}
+    fpe = np.zeros(shape[1:], dtype=np.float64)
+    out["prediction"][0] = exact.logits.argmax(1).numpy()
+    out["iterations"][0] = exact.solve.iterations.numpy()
+    out["status"][0] = exact.solve.status.numpy()
+    out["residual"][0] = exact.solve.abs_residual.numpy()
+    out["hardware_time_s"][0] = np.nan
+    samples = torch.arange(b)
+    for ci, chip in enumerate(chip_ids):
+        profile = resolve_profile(base, chip)
+        compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
+        for si, seed in enumerate(seed_ids):
+            key = keys.as_key(seed)
+            run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
+                x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol)
+            r = run.solve
+            out["prediction"][1, ci, si] = run.logits.argmax(1).numpy()
+            out["iterations"][1, ci, si] = r.iterations.numpy()
+            out["status"][1, ci, si] = r.status.numpy()
+            out["residual"][1, ci, si] = (compiled.gain * r.abs_residual).numpy()  # z = a z_d + b
+            out["hardware_time_s"][1, ci, si] = run.hardware_time_s.numpy()
+            fpe[ci, si] = ((run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)).numpy()
+    return _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
+
+
+def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None, model: DEQ,
+             profile: DeviceProfile, seeds: list[int], chips: list[int], stop: str, fit: bool) -> xr.Dataset:
+    dims = ("path", "chip", "seed", "sample")
+    pred = out["prediction"]
+    data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
+    data["agreement"] = (dims[1:], pred[1] == pred[0])
+    data["fixed_point_error"] = (dims[1:], fpe)
+    if targets is not None:
+        data["correct"] = (dims, pred == targets.numpy())
+    coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds, "sample": np.arange(pred.shape[-1])}
+    ds = xr.Dataset(data, coords=coords)
+    ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
+    ds["residual"].attrs["units"] = "model state units (||f(z) - z||_2)"
+    ds["hardware_time_s"].attrs["units"] = "s"
+    ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
+    card = getattr(model, "card", {}) or {}
+    ds.attrs.update({
+        "aocsim_version": __version__, "model": str(card.get("name", "<in-memory DEQ>")),
+        "model_sha256": _checksum(model), "device": profile.name,
+        "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
+        "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64), "stop": stop,
+        "fit": int(fit), "placement": "native (W on the SLM, U x + b and V z + c digital)",
+    })
+    return ds
+
+
+def summarize(ds: xr.Dataset) -> dict[str, Any]:
+    """The headline figures of a `compare` Dataset (spreads over chips x seeds, one value per run).
+
+    Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
+    mean iterations per path, device status counts, mean hardware time per sample (s) and the number
+    of runs (chips x seeds) and samples.
+    """
+    runs = ds.sizes["chip"] * ds.sizes["seed"]
+    agree = ds.agreement.mean("sample")
+    out: dict[str, Any] = {
+        "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs, "samples": ds.sizes["sample"],
+        "agreement": (float(agree.mean()), float(agree.std()), float(agree.min())),
+        "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
+        "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
+        "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
+        "accuracy": None,
+    }
+    if "correct" in ds:
+        device = ds.correct.sel(path="device").mean("sample")
+        out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
+                           "device": (float(device.mean()), float(device.std()), float(device.min()))}
+    return out
