@@ -42,8 +42,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'aocsim' has no attribute {name!r}")
-    if name == "load_model":
-        importlib.import_module("aocsim.nn.registry")  # registers the model kinds load_model rebuilds
     value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import click
 
 from aocsim._version import __version__
-from aocsim.errors import AocsimError
+from aocsim.errors import AocsimError, InputError
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,33 +43,49 @@ def main(verbose: int) -> None:
 
 @main.command()
 @click.argument("model", default="digits-deq48")
-@click.option("--float32", "use_float32", is_flag=True, help="Evaluate in float32 instead of float64 (DEQ models).")
+@click.option("--float32", "use_float32", is_flag=True,
+              help="DEQ models: evaluate in float32 instead of float64 (forward tolerance 1e-5 instead of 1e-9).")
 @click.option("--task", default=None, help="State tracking: evaluate on this group instead of the trained one.")
-@click.option("--batch", default=256, show_default=True, type=click.IntRange(min=1),
-              help="State tracking: sequences per length.")
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="State tracking: sequences per length [default: 256].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="State tracking: accuracy-by-position plot [default: MODEL-accuracy-by-position.png].")
+              help="State tracking: accuracy-by-position plot, .png or .svg "
+                   "[default: MODEL-accuracy-by-position.png].")
+@click.option("--device", "torch_device", default="cpu", show_default=True,
+              help="Torch device to evaluate on (cpu, cuda, cuda:N).")
 @_friendly
-def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_path: Path | None) -> None:
+def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None, plot_path: Path | None,
+             torch_device: str) -> None:
     """Evaluate MODEL (a bundled name or a model directory) on its task.
 
     DEQ classifiers: test-set accuracy and convergence on the exact path.
     State-tracking models: per-token accuracy at the training length L and at
-    4L and 8L, in simultaneous and sequential mode, with iterations per token
-    and the agreement of the two modes; writes a plot of accuracy by position.
+    4L and 8L (implicit models in simultaneous and sequential mode, with
+    iterations per token and the agreement of the two modes); writes a plot of
+    accuracy by position.
     """
     import torch
 
     from aocsim.experiments.evaluate import evaluate_model, evaluate_state_tracking
     from aocsim.io.model_files import load_model
 
-    loaded = load_model(model)
+    loaded = load_model(model, device=torch_device)
+    name = loaded.card["name"]
     if loaded.card.get("task") == "state_tracking":
-        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch), plot_path)
+        if use_float32:
+            raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
+                             "(evaluated in the dtype of its weights)")
+        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch or 256), plot_path)
         return
+    given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path)) if value is not None]
+    if given:  # silently ignoring them would report a different evaluation than the one asked for
+        raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to state-tracking "
+                         f"models; {name} is a {loaded.card.get('kind', '?')} model on task "
+                         f"{loaded.card.get('task')!r}")
     dtype = torch.float32 if use_float32 else torch.float64
     m = evaluate_model(loaded, dtype=dtype)
-    click.echo(f"model {loaded.card['name']} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path)")
+    click.echo(f"model {name} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path, "
+               f"atol {m['atol']:g})")
     click.echo(f"  accuracy            {m['accuracy']:.4f}")
     click.echo(f"  converged           {m['converged_fraction']:.4f} of samples")
     click.echo(f"  iterations          mean {m['iterations_mean']:.2f}, max {m['iterations_max']}")
@@ -80,13 +96,21 @@ def _print_state_tracking(model: Any, result: dict[str, Any], plot_path: Path | 
     from aocsim.experiments.plots import plot_accuracy_by_position
 
     name = model.card["name"]
-    kind = "implicit" if result["implicit"] else f"explicit, {model.config.n_layers} layer(s)"
+    implicit = result["implicit"]
+    kind = "implicit" if implicit else f"explicit, {model.config.n_layers} layer(s)"
     click.echo(f"model {name} ({kind}), task {result['group']}")
-    click.echo(f"{'length':>8s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+    if implicit:
+        click.echo(f"{'length':>8s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+    else:  # one pass per token: no modes, iterations or convergence to report
+        click.echo(f"{'length':>8s} {'accuracy':>9s}")
     for key, entry in result["lengths"].items():
+        label = f"{key + ' = ' + str(entry['length']):>8s}"
+        if not implicit:
+            click.echo(f"{label} {entry['simultaneous']['accuracy']:9.4f}")
+            continue
         for mode in ("simultaneous", "sequential"):
             e = entry[mode]
-            click.echo(f"{key + ' = ' + str(entry['length']):>8s} {mode:>13s} {e['accuracy']:9.4f} "
+            click.echo(f"{label} {mode:>13s} {e['accuracy']:9.4f} "
                        f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
         click.echo(f"{'':>8s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
     path = plot_path or _free_path(Path(f"{name}-accuracy-by-position.png"))

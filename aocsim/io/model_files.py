@@ -10,6 +10,7 @@ against the weights and fails with one line naming what disagrees.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import shutil
 import tempfile
@@ -23,7 +24,8 @@ import yaml
 from torch import nn
 
 from aocsim._version import __version__
-from aocsim.errors import ModelFileError, UnknownNameError
+from aocsim._checks import short, torch_device
+from aocsim.errors import InputError, ModelFileError, UnknownNameError
 from aocsim.paths import models_dir
 
 CARD_FILE = "card.yaml"
@@ -76,6 +78,9 @@ def bundled_models() -> list[str]:
 
 def resolve_model_dir(name_or_path: str | Path) -> Path:
     """A model directory from a bundled name or a path; errors list the bundled names."""
+    if not isinstance(name_or_path, (str, os.PathLike)) or str(name_or_path).strip() == "":
+        raise InputError(f"name_or_path = {short(name_or_path)}; expected a bundled model name "
+                         f"({', '.join(bundled_models())}) or a model directory")
     path = Path(name_or_path)
     if path.is_dir():
         return path
@@ -160,14 +165,17 @@ def _read_weights(directory: Path, card: dict[str, Any]) -> dict[str, torch.Tens
         raise ModelFileError(f"{path}: not a readable HDF5 file ({exc})") from None
 
 
-def load_model(name_or_path: str | Path) -> nn.Module:
+def load_model(name_or_path: str | Path, *, device: str | torch.device = "cpu") -> nn.Module:
     """Load a trained model from a bundled name (e.g. "digits-deq48") or a directory.
 
-    The returned module is in eval mode and has the parsed model card as
-    `model.card`. Nothing is unpickled.
+    The returned module is in eval mode, on `device` ("cpu", "cuda", "cuda:N"),
+    and has the parsed model card as `model.card`. Nothing is unpickled.
     """
+    target = torch_device(device)
     directory = resolve_model_dir(name_or_path)
     card = read_card(directory)
+    import aocsim.nn.registry  # noqa: F401  (registers the built-in kinds; imported here, not at start-up)
+
     if card["kind"] not in _KINDS:
         raise UnknownNameError("model kind", card["kind"], list(_KINDS))
     tensors = _read_weights(directory, card)
@@ -189,6 +197,7 @@ def load_model(name_or_path: str | Path) -> nn.Module:
                              f"(config wants {[expected.get(k) for k in bad]}, "
                              f"file has {[found.get(k) for k in bad]})")
     model.load_state_dict(tensors)
+    model.to(target)
     model.eval()
     model.card = card
     return model
