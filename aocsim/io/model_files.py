@@ -151,18 +151,47 @@ def read_card(directory: Path) -> dict[str, Any]:
     return card
 
 
-def _read_weights(directory: Path, card: dict[str, Any]) -> dict[str, torch.Tensor]:
+def _weights_path(directory: Path, card: dict[str, Any]) -> Path:
+    """The weight file named by the card, confined to the model's folder."""
+    where = directory / CARD_FILE
     meta = card["weights"]
-    path = directory / str(meta.get("file", WEIGHTS_FILE))
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{where}: weights = {short(meta)}; expected a mapping with file, sha256, tensors")
+    name = meta.get("file", WEIGHTS_FILE)
+    # A card is data someone else may have written: it must not point at files elsewhere.
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ModelFileError(f"{where}: weights.file = {short(name)}; expected a relative file name inside "
+                             "the model folder (no absolute path, no '..')")
+    path = directory / name
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise ModelFileError(f"{where}: weights.file = {name!r} resolves to {path.resolve()}, outside the model "
+                             "folder; expected a file inside it")
+    return path
+
+
+def _read_weights(directory: Path, card: dict[str, Any]) -> dict[str, torch.Tensor]:
+    path = _weights_path(directory, card)
     if not path.is_file():
         raise ModelFileError(f"{path}: weight file missing")
-    if "sha256" in meta and _sha256(path) != meta["sha256"]:
+    expected = card["weights"].get("sha256")
+    if not isinstance(expected, str) or len(expected) != 64:
+        raise ModelFileError(f"{directory / CARD_FILE}: weights.sha256 = {short(expected)}; expected the "
+                             f"SHA-256 (64 hex digits) of {path.name}, as save_model writes it")
+    if _sha256(path) != expected.lower():
         raise ModelFileError(f"{path}: SHA-256 does not match the model card (corrupt or replaced file)")
     try:
         with h5py.File(path, "r") as h5:
-            return {k: torch.from_numpy(np.asarray(h5[k])) for k in h5.keys()}
-    except OSError as exc:
-        raise ModelFileError(f"{path}: not a readable HDF5 file ({exc})") from None
+            tensors = {k: torch.from_numpy(np.asarray(h5[k])) for k in h5.keys()}
+    except (OSError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: not a readable HDF5 file of tensors ({exc})") from None
+    for key, t in tensors.items():
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:  # a NaN weight would evaluate to a meaningless accuracy instead of failing
+            raise ModelFileError(f"{path}: tensor {key!r} has {bad} non-finite value(s) (NaN or inf) of "
+                                 f"{t.numel()}; expected finite weights")
+    return tensors
 
 
 def load_model(name_or_path: str | Path, *, device: str | torch.device = "cpu") -> nn.Module:
