@@ -11,7 +11,7 @@ from typing import Any, Callable
 import click
 
 from aocsim._version import __version__
-from aocsim.errors import AocsimError, InputError
+from aocsim.errors import AocsimError, InputError, UnknownNameError
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,7 +49,7 @@ def main(verbose: int) -> None:
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="State tracking: sequences per length [default: 256].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="State tracking: accuracy-by-position plot, .png or .svg "
+              help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
                    "[default: MODEL-accuracy-by-position.png].")
 @click.option("--device", "torch_device", default="cpu", show_default=True,
               help="Torch device to evaluate on (cpu, cuda, cuda:N).")
@@ -68,6 +68,7 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
 
     from aocsim.experiments.evaluate import evaluate_model, evaluate_state_tracking
     from aocsim.io.model_files import load_model
+    from aocsim.io.outputs import check_output_file
 
     loaded = load_model(model, device=torch_device)
     name = loaded.card["name"]
@@ -75,7 +76,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
         if use_float32:
             raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
                              "(evaluated in the dtype of its weights)")
-        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch or 256), plot_path)
+        # The plot is written after minutes of evaluation: check its path and format first.
+        plot = check_output_file(plot_path or _free_path(Path(f"{name}-accuracy-by-position.png")), what="--plot")
+        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch or 256), plot)
         return
     given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path)) if value is not None]
     if given:  # silently ignoring them would report a different evaluation than the one asked for
@@ -92,7 +95,7 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     click.echo(f"  max residual        {m['residual_max']:.2e}")
 
 
-def _print_state_tracking(model: Any, result: dict[str, Any], plot_path: Path | None) -> None:
+def _print_state_tracking(model: Any, result: dict[str, Any], path: Path) -> None:
     from aocsim.experiments.plots import plot_accuracy_by_position
 
     name = model.card["name"]
@@ -113,7 +116,6 @@ def _print_state_tracking(model: Any, result: dict[str, Any], plot_path: Path | 
             click.echo(f"{label} {mode:>13s} {e['accuracy']:9.4f} "
                        f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
         click.echo(f"{'':>8s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
-    path = plot_path or _free_path(Path(f"{name}-accuracy-by-position.png"))
     plot_accuracy_by_position(result["lengths"], path, title=f"{name} on {result['group']}")
     click.echo(f"plot: {path}")
 
@@ -145,9 +147,13 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     a5-explicit{1,2,4}. State-tracking runs also write a metrics log and HDF5
     checkpoints to runs/RECIPE-sSEED/.
     """
-    from aocsim.train import run
+    from aocsim.io.outputs import check_output_dir, check_writable_folder
+    from aocsim.train import RECIPES, run
     from aocsim.train.recipes import STATE_TRACKING
 
+    if recipe not in RECIPES:
+        raise UnknownNameError("recipe", recipe, list(RECIPES))
+    check_output_dir(out or Path("models") / recipe, overwrite=force, what="--out")
     options: dict[str, Any] = {"overwrite": force, "progress": sys.stderr.isatty()}
     if seed is not None:
         options["seed"] = seed
@@ -157,6 +163,7 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
         options["steps"] = steps
     if recipe in STATE_TRACKING:
         options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else STATE_TRACKING[recipe].seed}"
+        check_writable_folder(options["run_dir"], what="run folder")
     path = run(recipe, out, **options)
     from aocsim.io.model_files import read_card
 
