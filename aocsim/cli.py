@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -27,10 +28,38 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+@contextlib.contextmanager
+def _compute() -> Iterator[int]:
+    """Around a command's long work: torch's thread count (--threads or automatic) and progress lines.
+
+    Yields the number of threads; torch's previous setting is restored afterwards.
+    """
+    import torch
+
+    from aocsim.progress import lines_off_terminal
+    from aocsim.threads import choose_threads
+
+    ctx = click.get_current_context(silent=True)
+    requested = ctx.find_root().params.get("threads") if ctx is not None else None
+    before = torch.get_num_threads()
+    threads, note = choose_threads(requested, before)
+    if note:
+        click.echo(note, err=True)
+    torch.set_num_threads(threads)
+    try:
+        with lines_off_terminal():
+            yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aocsim")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Torch threads for the work [default: the CPU cores the load average leaves free, "
+                   "or OMP_NUM_THREADS].")
+def main(verbose: int, threads: int | None) -> None:
     """aocsim: a virtual analog optical computer (AOC) for implicit neural models.
 
     Runs fixed-point models on an exact reference path (float64) and on
@@ -78,7 +107,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
                              "(evaluated in the dtype of its weights)")
         # The plot is written after minutes of evaluation: check its path and format first.
         plot = check_output_file(plot_path or _free_path(Path(f"{name}-accuracy-by-position.png")), what="--plot")
-        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch or 256), plot)
+        with _compute():
+            result = evaluate_state_tracking(loaded, task=task, batch=batch or 256, progress=True)
+        _print_state_tracking(loaded, result, plot)
         return
     given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path)) if value is not None]
     if given:  # silently ignoring them would report a different evaluation than the one asked for
@@ -86,7 +117,8 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
                          f"models; {name} is a {loaded.card.get('kind', '?')} model on task "
                          f"{loaded.card.get('task')!r}")
     dtype = torch.float32 if use_float32 else torch.float64
-    m = evaluate_model(loaded, dtype=dtype)
+    with _compute():
+        m = evaluate_model(loaded, dtype=dtype)
     click.echo(f"model {name} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path, "
                f"atol {m['atol']:g})")
     click.echo(f"  accuracy            {m['accuracy']:.4f}")
@@ -154,7 +186,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     if recipe not in RECIPES:
         raise UnknownNameError("recipe", recipe, list(RECIPES))
     check_output_dir(out or Path("models") / recipe, overwrite=force, what="--out")
-    options: dict[str, Any] = {"overwrite": force, "progress": sys.stderr.isatty()}
+    # A bar on a terminal, a line every few seconds elsewhere (see _compute).
+    options: dict[str, Any] = {"overwrite": force, "progress": True}
     if seed is not None:
         options["seed"] = seed
     if epochs is not None:
@@ -164,7 +197,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     if recipe in STATE_TRACKING:
         options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else STATE_TRACKING[recipe].seed}"
         check_writable_folder(options["run_dir"], what="run folder")
-    path = run(recipe, out, **options)
+    with _compute():
+        path = run(recipe, out, **options)
     from aocsim.io.model_files import read_card
 
     card = read_card(path)
@@ -294,12 +328,14 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
     from aocsim.experiments.bench import bench_loop, format_loop_bench
 
     try:
-        rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
+        with _compute() as threads:
+            rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
     except AocsimError as exc:
         if compiled and "compile=True" in str(exc):
             raise AocsimError(f"{exc} (--no-compiled times the eager loop only)") from None
         raise
-    click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}")
+    click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}, "
+               f"{threads} torch thread(s)")
     click.echo(format_loop_bench(rows))
 
 

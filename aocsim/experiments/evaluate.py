@@ -82,16 +82,21 @@ def state_tracking_recipe(model: nn.Module, group_name: str | None = None):
 
 
 def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factors: tuple[int, ...] = (1, 4, 8),
-                            batch: int = 256) -> dict[str, Any]:
+                            batch: int = 256, progress: bool = False) -> dict[str, Any]:
     """Per-token accuracy by position at the training length and multiples of it.
 
     Implicit models are evaluated in simultaneous and sequential mode (the two
     ways of reaching the fixed point). An explicit model has no fixed point to
     reach: both modes compute the same function, so it is evaluated once.
+    With `progress`, a bar (`aocsim.progress`) advances per length.
     """
+    from aocsim.progress import bar
     from aocsim.train.state_tracking import evaluate_lengths
 
     recipe = state_tracking_recipe(model, task)
     modes = ("simultaneous", "sequential") if recipe.implicit else ("simultaneous",)
-    return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit,
-            "lengths": evaluate_lengths(model, recipe, factors=factors, batch=batch, modes=modes)}
+    lengths: dict[str, Any] = {}
+    # One length at a time (the same sequences as all at once: each length has its own seed).
+    for factor in bar(factors, desc=f"{model.card['name']} lengths", enabled=progress):
+        lengths.update(evaluate_lengths(model, recipe, factors=(factor,), batch=batch, modes=modes))
+    return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit, "lengths": lengths}
