@@ -354,7 +354,7 @@ class OpticalLoop:
 
     def detectors(self, z: torch.Tensor, *, iteration: int = 0, generator: torch.Generator | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P, Q): the two detector signals after the gain (PHYSICS.md step 8), [B, N] each.
+        """(P, Q): the two detector signals after the gain (docs/PHYSICS.md section 2 step 8), [B, N] each.
 
         With shot / thermal noise on, each path gets its own draw.
         """
