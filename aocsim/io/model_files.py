@@ -82,12 +82,12 @@ def resolve_model_dir(name_or_path: str | Path) -> Path:
         raise InputError(f"name_or_path = {short(name_or_path)}; expected a bundled model name "
                          f"({', '.join(bundled_models())}) or a model directory")
     path = Path(name_or_path)
-    if path.is_dir():
+    if os.path.isdir(path):  # os.path's tests answer False for names the OS rejects (too long, NUL)
         return path
-    if path.name == CARD_FILE and path.is_file():
+    if path.name == CARD_FILE and os.path.isfile(path):
         return path.parent
     bundled = models_dir() / str(name_or_path)
-    if isinstance(name_or_path, str) and "/" not in name_or_path and bundled.is_dir():
+    if isinstance(name_or_path, str) and "/" not in name_or_path and os.path.isdir(bundled):
         return bundled
     raise UnknownNameError("model (neither a bundled name nor a directory)", str(name_or_path),
                            bundled_models())
@@ -148,7 +148,24 @@ def read_card(directory: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED_CARD_KEYS if k not in card]
     if missing:
         raise ModelFileError(f"{card_path}: missing keys {missing}")
+    _check_card_types(card, card_path)
     return card
+
+
+def _check_card_types(card: dict[str, Any], card_path: Path) -> None:
+    """The types the loader relies on, so that a damaged card fails with one line naming the field."""
+    expected = {"name": (str, "a string"), "kind": (str, "a string"), "task": (str, "a string"),
+                "config": (dict, "a mapping"), "weights": (dict, "a mapping of file, sha256, tensors")}
+    for key, (kind, words) in expected.items():
+        if key in card and not isinstance(card[key], kind):
+            raise ModelFileError(f"{card_path}: {key} = {short(card[key])}; expected {words}")
+    tensors = card["weights"].get("tensors", {})
+    ok = isinstance(tensors, dict) and all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                           for d in v) for k, v in tensors.items())
+    if not ok:
+        raise ModelFileError(f"{card_path}: weights.tensors = {short(tensors)}; expected a mapping of tensor "
+                             "names to shapes (lists of sizes)")
 
 
 def _weights_path(directory: Path, card: dict[str, Any]) -> Path:
@@ -217,8 +234,8 @@ def load_model(name_or_path: str | Path, *, device: str | torch.device = "cpu") 
     dtype = next(iter(tensors.values())).dtype if tensors else torch.float64
     try:
         model = _KINDS[card["kind"]](card["config"], dtype)
-    except (TypeError, ValueError) as exc:
-        raise ModelFileError(f"{directory / CARD_FILE}: invalid config ({exc})") from None
+    except (TypeError, ValueError, RuntimeError, MemoryError) as exc:  # incl. sizes too large to allocate
+        raise ModelFileError(f"{directory / CARD_FILE}: invalid config ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     expected = {k: list(v.shape) for k, v in model.state_dict().items()}
     if expected != found:
         bad = [k for k in sorted(set(expected) | set(found)) if expected.get(k) != found.get(k)]
