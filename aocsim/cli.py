@@ -56,7 +56,7 @@ def _compute() -> Iterator[int]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aocsim")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=click.IntRange(1, 1024), default=None,
               help="Torch threads for the work [default: the CPU cores the load average leaves free, "
                    "or OMP_NUM_THREADS].")
 def main(verbose: int, threads: int | None) -> None:
@@ -75,7 +75,7 @@ def main(verbose: int, threads: int | None) -> None:
 @click.option("--float32", "use_float32", is_flag=True,
               help="DEQ models: evaluate in float32 instead of float64 (forward tolerance 1e-5 instead of 1e-9).")
 @click.option("--task", default=None, help="State tracking: evaluate on this group instead of the trained one.")
-@click.option("--batch", default=None, type=click.IntRange(min=1),
+@click.option("--batch", default=None, type=click.IntRange(1, 100_000),
               help="State tracking: sequences per length [default: 256].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
@@ -165,7 +165,7 @@ def _free_path(path: Path) -> Path:
 @click.argument("recipe")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Output model directory [default: models/RECIPE].")
-@click.option("--seed", type=int, default=None, help="Random seed [default: the recipe's].")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Override the optimiser steps (state-tracking recipes).")
@@ -216,6 +216,7 @@ def models() -> None:
 
 
 @models.command("list")
+@_friendly
 def models_list() -> None:
     """List the bundled models with their test accuracy."""
     from aocsim.io.model_files import bundled_models, read_card, resolve_model_dir

@@ -141,3 +141,13 @@ def test_cli_prints_aocsim_errors_as_one_line_without_traceback() -> None:
     out = CliRunner().invoke(main, ["evaluate", "nope"])
     assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1
     assert isinstance(out.exception, SystemExit) and not isinstance(out.exception, AocsimError)
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["train", "digits-deq48", "--seed", "-1"], "--seed"),
+    (["evaluate", "parity-implicit", "--batch", "99999999999"], "--batch"),
+    (["--threads", "0", "evaluate"], "--threads"),
+])
+def test_out_of_range_counts_are_usage_errors(args: list[str], hint: str) -> None:
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2 and f"Invalid value for '{hint}'" in out.output and "Traceback" not in out.output
