@@ -39,7 +39,13 @@ __all__ = [
 ]
 
 
+# subpackages reachable as attributes after a plain `import aocsim` (aocsim.nn.ImplicitSSM, ...)
+_SUBPACKAGES = ("experiments", "hardware", "io", "nn", "tasks", "train")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"aocsim.{name}")
     if name not in _LAZY:
         raise AttributeError(f"module 'aocsim' has no attribute {name!r}")
     value = getattr(importlib.import_module(_LAZY[name]), name)

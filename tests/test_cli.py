@@ -155,5 +155,7 @@ def test_lazy_package_exports_stay_usable() -> None:
     assert set(aocsim.__all__) <= set(dir(aocsim))
     for name in aocsim.__all__:
         assert getattr(aocsim, name) is not None
+    assert aocsim.nn.ImplicitSSM.__name__ == "ImplicitSSM"  # subpackages as attributes, as before
+    assert aocsim.hardware.__name__ == "aocsim.hardware"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         aocsim.nope
