@@ -105,6 +105,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
         if use_float32:
             raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
                              "(evaluated in the dtype of its weights)")
+        if torch.device(torch_device).type != "cpu":  # its word problems and targets are built on the CPU
+            raise InputError(f"--device = {torch_device!r} applies to DEQ models; state-tracking models "
+                             "evaluate on the CPU")
         # The plot is written after minutes of evaluation: check its path and format first.
         plot = check_output_file(plot_path or _free_path(Path(f"{name}-accuracy-by-position.png")), what="--plot")
         with _compute():

@@ -151,3 +151,11 @@ def test_cli_prints_aocsim_errors_as_one_line_without_traceback() -> None:
 def test_out_of_range_counts_are_usage_errors(args: list[str], hint: str) -> None:
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 2 and f"Invalid value for '{hint}'" in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_state_tracking_evaluation_stays_on_the_cpu() -> None:  # pragma: no cover - GPU only
+    out = CliRunner().invoke(main, ["evaluate", "parity-implicit", "--device", "cuda"])
+    assert out.exit_code == 1
+    assert out.output.strip() == ("Error: --device = 'cuda' applies to DEQ models; state-tracking models "
+                                  "evaluate on the CPU")
