@@ -236,8 +236,10 @@ NAMES = st.one_of(st.sampled_from(["digits-deq48", "parity-explicit1", "", ".", 
 
 
 @SETTINGS
-@given(name=NAMES, device=st.one_of(st.sampled_from(["cpu", "cuda", "cuda:7", "gpu", "meta", "", None,
-                                                     torch.device("cpu"), 0, -1]), st.text(max_size=8)))
+@given(name=mostly(st.sampled_from(["digits-deq48", "parity-explicit1", "a5-implicit"]), NAMES),
+       device=mostly(st.sampled_from(["cpu", torch.device("cpu")]),
+                     st.one_of(st.sampled_from(["cuda", "cuda:7", "gpu", "meta", "", None, 0, -1]),
+                               st.text(max_size=8))))
 def test_load_model_by_name(name: Any, device: Any) -> None:
     model = _expect(lambda: aocsim.load_model(name, device=device))
     if model is not None:
@@ -317,27 +319,55 @@ def fast_long_work() -> Any:
     patch.setattr(evaluate, "evaluate_state_tracking", fake_state_tracking)
     patch.setattr(recipes, "RECIPES", {name: (lambda out, **k: resolve_model_dir("digits-deq48"))
                                        for name in recipes.RECIPES})
+    patch.setattr("aocsim.experiments.bench.bench_loop", lambda profile, *a, **k: aocsim.load_device(profile) and [])
     yield
     patch.undo()
 
 
-ARGS = st.one_of(st.sampled_from(["digits-deq48", "parity-implicit", "a5-explicit1", "nope", "--float32", "--task",
-                                  "A5", "Z2", "parity", "--batch", "0", "-3", "99999999999", "--plot", "p.png",
-                                  "p.txt", "/proc/x.png", "--device", "cuda", "gpu", "--threads", "1", "--out",
-                                  "/etc/passwd/x", "out", "--epochs", "--steps", "--seed", "--force", "nan", ""]),
-                 st.text(max_size=12), st.integers(-5, 10).map(str))
+MODELS = mostly(st.sampled_from(["digits-deq48", "parity-implicit", "a5-explicit1"]),
+                st.one_of(st.sampled_from(["nope", "", "/etc", "models/seeds/a5-implicit-s1", "x" * 300]),
+                          st.text(max_size=12)))
+ODD_TEXT = st.one_of(st.sampled_from(["", "-1", "0", "nan", "1e9", "99999999999", "A5", "Z2", "S3", "parity",
+                                      "cuda", "gpu", "p.png", "p.txt", "/proc/x.png", "/etc/passwd/x", "x/y/z.svg"]),
+                     st.text(max_size=12), st.integers(-5, 300).map(str))
+
+
+def option(name: str, value: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[list[str]]:
+    """[] or [name] or [name, value]: an option given or not, with a mostly sensible value."""
+    given = st.just([name]) if value is None else st.tuples(st.just(name), value).map(list)
+    return st.one_of(st.just([]), given)
+
+
+def joined(*parts: st.SearchStrategy[list[str]]) -> st.SearchStrategy[list[str]]:
+    return st.tuples(*parts).map(lambda lists: [arg for part in lists for arg in part])
+
+
+EVALUATE = joined(st.just(["evaluate"]), MODELS.map(lambda m: [m]), option("--float32"),
+                  option("--task", mostly(st.sampled_from(["Z2", "A5", "parity"]), ODD_TEXT)),
+                  option("--batch", mostly(st.integers(1, 8).map(str), ODD_TEXT)),
+                  option("--plot", mostly(st.sampled_from(["p.png", "out/p.svg", "p.pdf"]), ODD_TEXT)),
+                  option("--device", mostly(st.just("cpu"), ODD_TEXT)))
+TRAIN = joined(st.just(["train"]),
+               mostly(st.sampled_from(["digits-deq48", "parity-implicit", "a5-explicit2"]), ODD_TEXT).map(lambda r: [r]),
+               option("--out", mostly(st.sampled_from(["m", "out/m", "models/x"]), ODD_TEXT)),
+               option("--seed", mostly(st.integers(0, 9).map(str), ODD_TEXT)),
+               option("--epochs", mostly(st.integers(1, 3).map(str), ODD_TEXT)),
+               option("--steps", mostly(st.integers(1, 3).map(str), ODD_TEXT)), option("--force"))
+OTHERS = st.one_of(st.sampled_from([["models", "list"], ["models", "table"], ["devices", "list"],
+                                    ["models", "table", "--markdown"], ["devices", "show", "aoc48"]]),
+                   st.tuples(st.sampled_from([["devices", "show"], ["models", "table"], ["bench", "loop", "--device"]]),
+                             ODD_TEXT).map(lambda pair: [*pair[0], pair[1]]))
 
 
 @SETTINGS
-@given(command=st.sampled_from([["evaluate"], ["train"], ["models", "list"], ["models", "table"],
-                                ["devices", "show"], ["devices", "list"], ["--threads"], []]),
-       args=st.lists(ARGS, max_size=6))
-def test_cli(fast_long_work: None, command: list[str], args: list[str]) -> None:
+@given(threads=option("--threads", mostly(st.sampled_from(["1", "2"]), ODD_TEXT)),
+       command=st.one_of(EVALUATE, TRAIN, OTHERS), extra=mostly(st.just([]), st.lists(ODD_TEXT, max_size=2)))
+def test_cli(fast_long_work: None, threads: list[str], command: list[str], extra: list[str]) -> None:
     runner, cwd = CliRunner(), os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:  # relative --out / --plot paths land here
         os.chdir(tmp)
         try:
-            out = runner.invoke(main_cli(), [*command, *args])
+            out = runner.invoke(main_cli(), [*threads, *command, *extra])
         finally:
             os.chdir(cwd)
     event(f"exit {out.exit_code}")
