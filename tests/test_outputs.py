@@ -85,3 +85,11 @@ def test_library_run_checks_before_training(no_long_work: None, tmp_path: Path) 
 
     with pytest.raises(InputError, match="out_dir = .* exists; refusing to overwrite it"):
         run("digits-deq48", tmp_path)
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "x" * 300 + ".png", ""])
+def test_paths_the_os_cannot_look_up_are_one_line_errors(bad: str) -> None:
+    for check in (lambda: check_output_dir(bad, overwrite=False, what="--out"),
+                  lambda: check_output_file(bad, what="--out"), lambda: check_writable_folder(bad, what="--out")):
+        with pytest.raises(InputError, match=r"^--out = .*; expected a file system path \(no NUL byte"):
+            check()

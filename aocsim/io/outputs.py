@@ -16,6 +16,16 @@ from aocsim.errors import InputError
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+def _usable(path: str | Path, what: str) -> Path:
+    """`path` as a Path the OS can look up (no NUL byte, no name over 255 bytes)."""
+    text = str(path)
+    if not text or "\x00" in text or any(len(part.encode(errors="surrogateescape")) > 255
+                                         for part in Path(text).parts):
+        raise InputError(f"{what} = {text[:60]!r}; expected a file system path (no NUL byte, names of at most "
+                         "255 bytes)")
+    return Path(text)
+
+
 def _existing_ancestor(path: Path) -> Path:
     for candidate in (path, *path.parents):
         if candidate.exists():
@@ -42,7 +52,7 @@ def _check_parent(path: Path, what: str) -> None:
 
 def check_output_dir(path: str | Path, *, overwrite: bool, what: str = "out_dir") -> Path:
     """`path` as a folder that can be (re)written: absent, or present with `overwrite`."""
-    path = Path(path)
+    path = _usable(path, what)
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise InputError(f"{what} = {str(path)!r} exists; refusing to overwrite it (pass --force / "
@@ -55,7 +65,7 @@ def check_output_dir(path: str | Path, *, overwrite: bool, what: str = "out_dir"
 
 def check_output_file(path: str | Path, *, suffixes: tuple[str, ...] = PLOT_SUFFIXES, what: str = "path") -> Path:
     """`path` as a file that can be written, with one of `suffixes` (its format)."""
-    path = Path(path)
+    path = _usable(path, what)
     if path.suffix.lower() not in suffixes:
         raise InputError(f"{what} = {str(path)!r}: unknown format {path.suffix or '(no suffix)'!r}; expected a "
                          f"file name ending in {', '.join(suffixes)}")
@@ -69,7 +79,7 @@ def check_output_file(path: str | Path, *, suffixes: tuple[str, ...] = PLOT_SUFF
 
 def check_writable_folder(path: str | Path, *, what: str = "folder") -> Path:
     """`path` as a folder files can be added to (existing or creatable); nothing is replaced."""
-    path = Path(path)
+    path = _usable(path, what)
     if path.exists():
         if not path.is_dir():
             raise InputError(f"{what} = {str(path)!r} is a file; expected a folder")
