@@ -28,6 +28,15 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class _Path(click.Path):
+    """click.Path that reports a NUL byte as a usage error (click's os.stat raises ValueError on it)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            self.fail(f"{value!r} contains a NUL byte; expected a file system path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @contextlib.contextmanager
 def _compute() -> Iterator[int]:
     """Around a command's long work: torch's thread count (--threads or automatic) and progress lines.
@@ -77,7 +86,7 @@ def main(verbose: int, threads: int | None) -> None:
 @click.option("--task", default=None, help="State tracking: evaluate on this group instead of the trained one.")
 @click.option("--batch", default=None, type=click.IntRange(1, 100_000),
               help="State tracking: sequences per length [default: 256].")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--plot", "plot_path", type=_Path(dir_okay=False, path_type=Path), default=None,
               help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
                    "[default: MODEL-accuracy-by-position.png].")
 @click.option("--device", "torch_device", default="cpu", show_default=True,
@@ -166,7 +175,7 @@ def _free_path(path: Path) -> Path:
 
 @main.command()
 @click.argument("recipe")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", type=_Path(path_type=Path), default=None,
               help="Output model directory [default: models/RECIPE].")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
@@ -239,7 +248,7 @@ def models_list() -> None:
 
 
 @models.command("table")
-@click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("roots", nargs=-1, type=_Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["simultaneous", "sequential"]), default="simultaneous",
               show_default=True)
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")

@@ -93,3 +93,10 @@ def test_paths_the_os_cannot_look_up_are_one_line_errors(bad: str) -> None:
                   lambda: check_output_file(bad, what="--out"), lambda: check_writable_folder(bad, what="--out")):
         with pytest.raises(InputError, match=r"^--out = .*; expected a file system path \(no NUL byte"):
             check()
+
+
+def test_cli_paths_with_a_nul_byte_are_usage_errors() -> None:
+    for args in (["train", "digits-deq48", "--out", "a\x00b"], ["evaluate", "parity-implicit", "--plot", "\x00.png"],
+                 ["models", "table", "\x00"]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 2 and "contains a NUL byte; expected a file system path" in out.output, out.output
