@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import aocsim
@@ -236,12 +236,24 @@ NAMES = st.one_of(st.sampled_from(["digits-deq48", "parity-explicit1", "", ".", 
 
 
 @SETTINGS
-@given(name=mostly(st.sampled_from(["digits-deq48", "parity-explicit1", "a5-implicit"]), NAMES),
-       device=mostly(st.sampled_from(["cpu", torch.device("cpu")]),
-                     st.one_of(st.sampled_from(["cuda", "cuda:7", "gpu", "meta", "", None, 0, -1]),
-                               st.text(max_size=8))))
-def test_load_model_by_name(name: Any, device: Any) -> None:
-    model = _expect(lambda: aocsim.load_model(name, device=device))
+@given(name=mostly(st.sampled_from(["digits-deq48", "parity-explicit1", "a5-implicit"]), NAMES))
+@example("digits-deq48")
+@example("a5-implicit")
+@example(Path(__file__).resolve().parents[1] / "models" / "seeds" / "parity-implicit-s1")
+def test_load_model_by_name(name: Any) -> None:
+    _check_loaded(_expect(lambda: aocsim.load_model(name)))
+
+
+@SETTINGS
+@given(device=st.one_of(st.sampled_from(["cpu", torch.device("cpu"), "cuda", "cuda:7", "gpu", "meta", "", None, 0, -1,
+                                         "CPU", "cpu:0"]), st.text(max_size=8)))
+@example("cpu")
+@example(torch.device("cpu"))
+def test_load_model_on_a_device(device: Any) -> None:
+    _check_loaded(_expect(lambda: aocsim.load_model("digits-deq48", device=device)))
+
+
+def _check_loaded(model: Any) -> None:
     if model is not None:
         assert isinstance(model, torch.nn.Module) and isinstance(model.card, dict) and not model.training
         assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
