@@ -169,11 +169,11 @@ def test_non_finite_weights_are_refused(model_dir: Path, bad: float) -> None:
         load_model(model_dir)
 
 
-@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink"])
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink", "nul"])
 def test_weight_paths_stay_inside_the_model_folder(model_dir: Path, tmp_path: Path, where: str) -> None:
     outside = tmp_path / "elsewhere.h5"
     shutil.copy(model_dir / "weights.h5", outside)
-    name = {"absolute": str(outside), "dotdot": "../elsewhere.h5", "symlink": "link.h5"}[where]
+    name = {"absolute": str(outside), "dotdot": "../elsewhere.h5", "symlink": "link.h5", "nul": "w\x00.h5"}[where]
     if where == "symlink":
         (model_dir / "link.h5").symlink_to(outside)
     card = yaml.safe_load((model_dir / "card.yaml").read_text())
