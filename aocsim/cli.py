@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
 from aocsim._version import __version__
-from aocsim.errors import AocsimError
+from aocsim.errors import AocsimError, InputError, UnknownNameError
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -27,10 +28,47 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class _Path(click.Path):
+    """click.Path that reports a NUL byte as a usage error (click's os.stat raises ValueError on it)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            self.fail(f"{value!r} contains a NUL byte; expected a file system path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+@contextlib.contextmanager
+def _compute() -> Iterator[int]:
+    """Around a command's long work: torch's thread count (--threads or automatic) and progress lines.
+
+    Yields the number of threads; torch's previous setting is restored afterwards.
+    """
+    import torch
+
+    from aocsim.progress import lines_off_terminal
+    from aocsim.threads import choose_threads
+
+    ctx = click.get_current_context(silent=True)
+    requested = ctx.find_root().params.get("threads") if ctx is not None else None
+    before = torch.get_num_threads()
+    threads, note = choose_threads(requested, before)
+    if note:
+        click.echo(note, err=True)
+    torch.set_num_threads(threads)
+    try:
+        with lines_off_terminal():
+            yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aocsim")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("--threads", type=click.IntRange(1, 1024), default=None,
+              help="Torch threads for the work [default: the CPU cores the load average leaves free, "
+                   "or OMP_NUM_THREADS].")
+def main(verbose: int, threads: int | None) -> None:
     """aocsim: a virtual analog optical computer (AOC) for implicit neural models.
 
     Runs fixed-point models on an exact reference path (float64) and on
@@ -43,53 +81,85 @@ def main(verbose: int) -> None:
 
 @main.command()
 @click.argument("model", default="digits-deq48")
-@click.option("--float32", "use_float32", is_flag=True, help="Evaluate in float32 instead of float64 (DEQ models).")
+@click.option("--float32", "use_float32", is_flag=True,
+              help="DEQ models: evaluate in float32 instead of float64 (forward tolerance 1e-5 instead of 1e-9).")
 @click.option("--task", default=None, help="State tracking: evaluate on this group instead of the trained one.")
-@click.option("--batch", default=256, show_default=True, type=click.IntRange(min=1),
-              help="State tracking: sequences per length.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="State tracking: accuracy-by-position plot [default: MODEL-accuracy-by-position.png].")
+@click.option("--batch", default=None, type=click.IntRange(1, 100_000),
+              help="State tracking: sequences per length [default: 256].")
+@click.option("--plot", "plot_path", type=_Path(dir_okay=False, path_type=Path), default=None,
+              help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
+                   "[default: MODEL-accuracy-by-position.png].")
+@click.option("--device", "torch_device", default="cpu", show_default=True,
+              help="Torch device to evaluate on (cpu, cuda, cuda:N).")
 @_friendly
-def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_path: Path | None) -> None:
+def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None, plot_path: Path | None,
+             torch_device: str) -> None:
     """Evaluate MODEL (a bundled name or a model directory) on its task.
 
     DEQ classifiers: test-set accuracy and convergence on the exact path.
     State-tracking models: per-token accuracy at the training length L and at
-    4L and 8L, in simultaneous and sequential mode, with iterations per token
-    and the agreement of the two modes; writes a plot of accuracy by position.
+    4L and 8L (implicit models in simultaneous and sequential mode, with
+    iterations per token and the agreement of the two modes); writes a plot of
+    accuracy by position.
     """
     import torch
 
     from aocsim.experiments.evaluate import evaluate_model, evaluate_state_tracking
     from aocsim.io.model_files import load_model
+    from aocsim.io.outputs import check_output_file
 
-    loaded = load_model(model)
+    loaded = load_model(model, device=torch_device)
+    name = loaded.card["name"]
     if loaded.card.get("task") == "state_tracking":
-        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch), plot_path)
+        if use_float32:
+            raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
+                             "(evaluated in the dtype of its weights)")
+        if torch.device(torch_device).type != "cpu":  # its word problems and targets are built on the CPU
+            raise InputError(f"--device = {torch_device!r} applies to DEQ models; state-tracking models "
+                             "evaluate on the CPU")
+        # The plot is written after minutes of evaluation: check its path and format first.
+        plot = check_output_file(plot_path or _free_path(Path(f"{name}-accuracy-by-position.png")), what="--plot")
+        with _compute():
+            result = evaluate_state_tracking(loaded, task=task, batch=batch or 256, progress=True)
+        _print_state_tracking(loaded, result, plot)
         return
+    given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path)) if value is not None]
+    if given:  # silently ignoring them would report a different evaluation than the one asked for
+        raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to state-tracking "
+                         f"models; {name} is a {loaded.card.get('kind', '?')} model on task "
+                         f"{loaded.card.get('task')!r}")
     dtype = torch.float32 if use_float32 else torch.float64
-    m = evaluate_model(loaded, dtype=dtype)
-    click.echo(f"model {loaded.card['name']} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path)")
+    with _compute():
+        m = evaluate_model(loaded, dtype=dtype)
+    click.echo(f"model {name} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path, "
+               f"atol {m['atol']:g})")
     click.echo(f"  accuracy            {m['accuracy']:.4f}")
     click.echo(f"  converged           {m['converged_fraction']:.4f} of samples")
     click.echo(f"  iterations          mean {m['iterations_mean']:.2f}, max {m['iterations_max']}")
     click.echo(f"  max residual        {m['residual_max']:.2e}")
 
 
-def _print_state_tracking(model: Any, result: dict[str, Any], plot_path: Path | None) -> None:
+def _print_state_tracking(model: Any, result: dict[str, Any], path: Path) -> None:
     from aocsim.experiments.plots import plot_accuracy_by_position
 
     name = model.card["name"]
-    kind = "implicit" if result["implicit"] else f"explicit, {model.config.n_layers} layer(s)"
+    implicit = result["implicit"]
+    kind = "implicit" if implicit else f"explicit, {model.config.n_layers} layer(s)"
     click.echo(f"model {name} ({kind}), task {result['group']}")
-    click.echo(f"{'length':>8s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+    if implicit:
+        click.echo(f"{'length':>8s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+    else:  # one pass per token: no modes, iterations or convergence to report
+        click.echo(f"{'length':>8s} {'accuracy':>9s}")
     for key, entry in result["lengths"].items():
+        label = f"{key + ' = ' + str(entry['length']):>8s}"
+        if not implicit:
+            click.echo(f"{label} {entry['simultaneous']['accuracy']:9.4f}")
+            continue
         for mode in ("simultaneous", "sequential"):
             e = entry[mode]
-            click.echo(f"{key + ' = ' + str(entry['length']):>8s} {mode:>13s} {e['accuracy']:9.4f} "
+            click.echo(f"{label} {mode:>13s} {e['accuracy']:9.4f} "
                        f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
         click.echo(f"{'':>8s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
-    path = plot_path or _free_path(Path(f"{name}-accuracy-by-position.png"))
     plot_accuracy_by_position(result["lengths"], path, title=f"{name} on {result['group']}")
     click.echo(f"plot: {path}")
 
@@ -105,9 +175,9 @@ def _free_path(path: Path) -> Path:
 
 @main.command()
 @click.argument("recipe")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--out", type=_Path(path_type=Path), default=None,
               help="Output model directory [default: models/RECIPE].")
-@click.option("--seed", type=int, default=None, help="Random seed [default: the recipe's].")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Override the optimiser steps (state-tracking recipes).")
@@ -121,10 +191,15 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     a5-explicit{1,2,4}. State-tracking runs also write a metrics log and HDF5
     checkpoints to runs/RECIPE-sSEED/.
     """
-    from aocsim.train import run
+    from aocsim.io.outputs import check_output_dir, check_writable_folder
+    from aocsim.train import RECIPES, run
     from aocsim.train.recipes import STATE_TRACKING
 
-    options: dict[str, Any] = {"overwrite": force, "progress": sys.stderr.isatty()}
+    if recipe not in RECIPES:
+        raise UnknownNameError("recipe", recipe, list(RECIPES))
+    check_output_dir(out or Path("models") / recipe, overwrite=force, what="--out")
+    # A bar on a terminal, a line every few seconds elsewhere (see _compute).
+    options: dict[str, Any] = {"overwrite": force, "progress": True}
     if seed is not None:
         options["seed"] = seed
     if epochs is not None:
@@ -133,7 +208,9 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
         options["steps"] = steps
     if recipe in STATE_TRACKING:
         options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else STATE_TRACKING[recipe].seed}"
-    path = run(recipe, out, **options)
+        check_writable_folder(options["run_dir"], what="run folder")
+    with _compute():
+        path = run(recipe, out, **options)
     from aocsim.io.model_files import read_card
 
     card = read_card(path)
@@ -151,6 +228,7 @@ def models() -> None:
 
 
 @models.command("list")
+@_friendly
 def models_list() -> None:
     """List the bundled models with their test accuracy."""
     from aocsim.io.model_files import bundled_models, read_card, resolve_model_dir
@@ -170,7 +248,7 @@ def models_list() -> None:
 
 
 @models.command("table")
-@click.argument("roots", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("roots", nargs=-1, type=_Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--mode", type=click.Choice(["simultaneous", "sequential"]), default="simultaneous",
               show_default=True)
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")
@@ -263,12 +341,14 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
     from aocsim.experiments.bench import bench_loop, format_loop_bench
 
     try:
-        rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
+        with _compute() as threads:
+            rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
     except AocsimError as exc:
         if compiled and "compile=True" in str(exc):
             raise AocsimError(f"{exc} (--no-compiled times the eager loop only)") from None
         raise
-    click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}")
+    click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}, "
+               f"{threads} torch thread(s)")
     click.echo(format_loop_bench(rows))
 
 

@@ -126,3 +126,36 @@ def test_bench_without_a_toolchain_says_how_to_skip_the_compiled_rows(monkeypatc
     assert out.exit_code == 1
     assert "could not compile the loop step (RuntimeError: C++ compiler not found)" in out.output
     assert "--no-compiled" in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["evaluate", "--help"], ["train", "--help"]])
+def test_help_and_version_do_not_import_torch(args: list[str]) -> None:
+    # torch costs seconds at start-up; --help and --version must not pay it (issue 12).
+    import subprocess
+    import sys
+
+    code = ("import sys; from aocsim.cli import main\n"
+            f"try: main({args!r}, prog_name='aocsim')\n"
+            "except SystemExit as e: assert e.code == 0, e.code\n"
+            "heavy = sorted(m for m in ('torch', 'numpy', 'h5py', 'matplotlib', 'yaml') if m in sys.modules)\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY []", out.stdout
+
+
+def test_lazy_package_exports_stay_usable() -> None:
+    import torch
+
+    import aocsim
+    import aocsim.solve.core  # importing the subpackage must not shadow the function aocsim.solve
+
+    assert callable(aocsim.solve) and aocsim.solve.__module__ == "aocsim.solve.core"
+    res = aocsim.solve(lambda z: 0.5 * z + 1, torch.zeros(2, 3, dtype=torch.float64))
+    assert res.all_converged and torch.allclose(res.z, torch.full((2, 3), 2.0, dtype=torch.float64))
+    assert set(aocsim.__all__) <= set(dir(aocsim))
+    for name in aocsim.__all__:
+        assert getattr(aocsim, name) is not None
+    assert aocsim.nn.ImplicitSSM.__name__ == "ImplicitSSM"  # subpackages as attributes, as before
+    assert aocsim.hardware.__name__ == "aocsim.hardware"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        aocsim.nope

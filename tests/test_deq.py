@@ -74,9 +74,9 @@ def test_cuda_matches_cpu(gen: torch.Generator) -> None:  # pragma: no cover - G
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"state_size": 0}, "DEQConfig.state_size = 0"),
-    ({"alpha": 1.0}, r"DEQConfig.alpha = 1.0; expected a number in \[0, 1\)"),
+    ({"alpha": 1.0}, r"DEQConfig.alpha = 1.0; expected a finite number in \[0, 1\)"),
     ({"structure": "mlp"}, "DEQConfig.structure = 'mlp'"),
-    ({"blocks": (3, 3)}, r"DEQConfig.blocks = \[3, 3\]; expected positive sizes summing to state_size = 8"),
+    ({"blocks": (3, 3)}, r"DEQConfig.blocks = \[3, 3\]; expected positive integer sizes summing to state_size = 8"),
 ])
 def test_bad_config_names_the_field(kwargs: dict, message: str) -> None:
     base = {"state_size": 8, "input_size": 3, "output_size": 2}
@@ -92,5 +92,5 @@ def test_bad_inputs_give_one_line_errors(gen: torch.Generator) -> None:
         model(torch.zeros(3))
     with pytest.raises(InputError, match="x contains NaN"):
         model(torch.tensor([[0.0, float("nan"), 1.0]]))
-    with pytest.raises(InputError, match="x must be a tensor"):
+    with pytest.raises(InputError, match=r"x = \[\[0.0, 1.0, 2.0\]\]; expected a tensor \[B, 3\]"):
         model([[0.0, 1.0, 2.0]])

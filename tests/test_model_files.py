@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -86,11 +87,16 @@ def test_corrupt_weights_are_detected_by_checksum(model_dir: Path) -> None:
         load_model(model_dir)
 
 
-def test_unreadable_hdf5_without_checksum(model_dir: Path) -> None:
+def _reseal(model_dir: Path) -> None:
+    """Write the weight file's current SHA-256 into the card (a consistent but damaged model)."""
     card = yaml.safe_load((model_dir / "card.yaml").read_text())
-    del card["weights"]["sha256"]
+    card["weights"]["sha256"] = hashlib.sha256((model_dir / "weights.h5").read_bytes()).hexdigest()
     (model_dir / "card.yaml").write_text(yaml.safe_dump(card))
+
+
+def test_unreadable_hdf5_with_matching_checksum(model_dir: Path) -> None:
     (model_dir / "weights.h5").write_bytes(b"not hdf5 at all")
+    _reseal(model_dir)
     with pytest.raises(ModelFileError, match="not a readable HDF5 file"):
         load_model(model_dir)
 
@@ -138,9 +144,60 @@ def test_card_of_unknown_kind(model_dir: Path) -> None:
 def test_extra_tensor_in_weights(model_dir: Path) -> None:
     with h5py.File(model_dir / "weights.h5", "a") as h5:
         h5.create_dataset("stray", data=[1.0])
-    card = yaml.safe_load((model_dir / "card.yaml").read_text())
-    del card["weights"]["sha256"]
-    (model_dir / "card.yaml").write_text(yaml.safe_dump(card))
+    _reseal(model_dir)
     with pytest.raises(ModelFileError, match=r"disagree on \['stray'\]"):
         load_model(model_dir)
     shutil.rmtree(model_dir)
+
+
+def test_card_without_checksum_is_refused(model_dir: Path) -> None:
+    card = yaml.safe_load((model_dir / "card.yaml").read_text())
+    del card["weights"]["sha256"]
+    (model_dir / "card.yaml").write_text(yaml.safe_dump(card))
+    with pytest.raises(ModelFileError, match=r"card.yaml: weights.sha256 = None; expected the SHA-256 \(64 hex "
+                                             r"digits\) of weights.h5, as save_model writes it$"):
+        load_model(model_dir)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused(model_dir: Path, bad: float) -> None:
+    with h5py.File(model_dir / "weights.h5", "a") as h5:
+        h5["weight"][0, 1] = bad
+    _reseal(model_dir)
+    with pytest.raises(ModelFileError, match=r"weights.h5: tensor 'weight' has 1 non-finite value\(s\) \(NaN or "
+                                             r"inf\) of 36; expected finite weights$"):
+        load_model(model_dir)
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink", "nul"])
+def test_weight_paths_stay_inside_the_model_folder(model_dir: Path, tmp_path: Path, where: str) -> None:
+    outside = tmp_path / "elsewhere.h5"
+    shutil.copy(model_dir / "weights.h5", outside)
+    name = {"absolute": str(outside), "dotdot": "../elsewhere.h5", "symlink": "link.h5", "nul": "w\x00.h5"}[where]
+    if where == "symlink":
+        (model_dir / "link.h5").symlink_to(outside)
+    card = yaml.safe_load((model_dir / "card.yaml").read_text())
+    card["weights"]["file"] = name
+    (model_dir / "card.yaml").write_text(yaml.safe_dump(card))
+    message = "outside the model folder" if where == "symlink" else "expected a relative file name inside"
+    with pytest.raises(ModelFileError, match=f"card.yaml: weights.file = .*{message}"):
+        load_model(model_dir)
+
+
+def test_cli_refuses_a_card_without_checksum_and_with_nan_weights(model_dir: Path) -> None:
+    # The case of issue 12: this used to print "accuracy 0.0978 ... max residual inf" and exit 0.
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+
+    with h5py.File(model_dir / "weights.h5", "a") as h5:
+        h5["inject_weight"][...] = float("nan")
+    card = yaml.safe_load((model_dir / "card.yaml").read_text())
+    del card["weights"]["sha256"]
+    (model_dir / "card.yaml").write_text(yaml.safe_dump(card))
+    out = CliRunner().invoke(main, ["evaluate", str(model_dir)])
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1
+    assert "weights.sha256 = None" in out.output and "accuracy" not in out.output
+    _reseal(model_dir)
+    out = CliRunner().invoke(main, ["evaluate", str(model_dir)])
+    assert out.exit_code == 1 and "tensor 'inject_weight' has 24 non-finite value(s)" in out.output

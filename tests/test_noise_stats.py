@@ -18,7 +18,7 @@ OFF = {"noise.multiplier": 0.0}  # what DeviceProfile.without_noise() sets
 
 
 def test_formulas_reproduce_the_published_magnitudes() -> None:
-    # PHYSICS.md section 3 (B = 50 MHz, T = 300 K).
+    # docs/PHYSICS.md section 3 (B = 50 MHz, T = 300 K).
     for current, expected in ((1e-6, 4.0e-9), (10e-6, 12.7e-9), (100e-6, 40e-9)):
         assert shot_current_std_a(current, 50e6) == pytest.approx(expected, rel=0.01)
     for r, expected in ((1e3, 28.8e-9), (1e4, 9.1e-9), (1e5, 2.9e-9)):

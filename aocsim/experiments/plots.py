@@ -16,7 +16,7 @@ def plot_accuracy_by_position(metrics: dict[str, Any], path: Path, *, title: str
 
     Args:
         metrics: `evaluate_lengths` output ({"1L": {"length": L, mode: {"accuracy_by_position": [...]}}}).
-        path: output file (.png or .svg).
+        path: output file (.png, .svg or .pdf; aocsim.io.outputs.check_output_file checks it).
     """
     fig, ax = plt.subplots(figsize=(7, 4))
     styles = {"simultaneous": "-", "sequential": "--"}

@@ -1,4 +1,4 @@
-"""Optical-loop components: small pure functions, one per stage of PHYSICS.md section 2.
+"""Optical-loop components: small pure functions, one per stage of docs/PHYSICS.md section 2.
 
 Shapes: batches of channel signals are [B, N]; weights are [N_out, N_in]
 (torch convention, y_j = sum_i W[j, i] v_i). Signals are in the twin's units

@@ -2,7 +2,7 @@
 
 For fixed weights, everything between the LEDs and the loop node (fan-in,
 distorted SLM weights, output efficiency, photodetector and PBS crosstalk,
-gain, subtraction, closed-loop correction; PHYSICS.md section 2, steps 3-10)
+gain, subtraction, closed-loop correction; docs/PHYSICS.md section 2, steps 3-10)
 is affine in the LED signals u = [p, q] (the two cubic LED outputs, [B, 2N]):
 
     D_P = u M_P^T + c_P,  D_Q = u M_Q^T + c_Q               (detector signals before the gain)

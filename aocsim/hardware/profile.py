@@ -310,6 +310,12 @@ def load_device(name_or_path: str | Path, overrides: Mapping[str, Any] | None = 
         >>> dev["slm.bits"]
         6
     """
+    from aocsim.errors import InputError  # a guard of the reliability pass (issue 12), kept local to it
+
+    if not isinstance(name_or_path, (str, Path)) or not str(name_or_path).strip() \
+            or any(len(part.encode()) > 255 for part in Path(name_or_path).parts):  # longer: an OSError
+        raise InputError(f"name_or_path = {repr(name_or_path)[:60]}; expected a device profile name "
+                         f"({', '.join(available_devices())}) or a path to a .yaml file")
     path = _resolve(name_or_path)
     flat = _load_flat(path)
     _check_complete(flat, str(path))

@@ -1,7 +1,7 @@
 """A per-stage implementation of the loop, computed the way the published twin does it.
 
 Every iteration rebuilds the normalised, quantised and distorted weight
-matrices and runs each stage of PHYSICS.md section 2 as its own tensor
+matrices and runs each stage of docs/PHYSICS.md section 2 as its own tensor
 operation (two matrix products, explicit crosstalk shifts). It shares the
 static draws of an `OpticalLoop` (chip arrays, programming error, drift) and
 adds the same per-iteration noise at the same places, so it is the yardstick

@@ -43,7 +43,7 @@ class Field:
     lengths: tuple[int, ...] = ()
 
 
-_C = "twin calibration, PHYSICS.md section 2"
+_C = "twin calibration, docs/PHYSICS.md section 2"
 FIELDS: tuple[Field, ...] = (
     Field("name", "str", "profile name"),
     Field("description", "str", "one-paragraph description"),

@@ -2,7 +2,7 @@
 
 The twin (github microsoft/aoc, MIT licence) stores one YAML per machine
 (`aoc48-2025-04.yaml`, `aoc16-2024-06.yaml`). This maps its keys onto the
-aocsim schema (PHYSICS.md section 2 says which key feeds which stage). Keys the
+aocsim schema (docs/PHYSICS.md section 2 says which key feeds which stage). Keys the
 twin's loop does not use (pd_offset, best_to_worst_channels, open_loop_*,
 readout_*, the saturation piecewise fits) are not carried over, except the two
 rail values.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Constants of the twin that are not in its files (PHYSICS.md section 2).
+# Constants of the twin that are not in its files (docs/PHYSICS.md section 2).
 OUTPUT_EFFICIENCY_16 = (0.65, 1.0)  # o+, o- of the 16-variable machine
 PBS16_SCALES = (0.04, 0.06)
 ROUND_TRIP_S = 20e-9  # AOC paper: about 20 ns per loop iteration

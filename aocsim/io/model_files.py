@@ -10,6 +10,7 @@ against the weights and fails with one line naming what disagrees.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import shutil
 import tempfile
@@ -23,7 +24,8 @@ import yaml
 from torch import nn
 
 from aocsim._version import __version__
-from aocsim.errors import ModelFileError, UnknownNameError
+from aocsim._checks import short, torch_device
+from aocsim.errors import InputError, ModelFileError, UnknownNameError
 from aocsim.paths import models_dir
 
 CARD_FILE = "card.yaml"
@@ -76,13 +78,16 @@ def bundled_models() -> list[str]:
 
 def resolve_model_dir(name_or_path: str | Path) -> Path:
     """A model directory from a bundled name or a path; errors list the bundled names."""
+    if not isinstance(name_or_path, (str, os.PathLike)) or str(name_or_path).strip() == "":
+        raise InputError(f"name_or_path = {short(name_or_path)}; expected a bundled model name "
+                         f"({', '.join(bundled_models())}) or a model directory")
     path = Path(name_or_path)
-    if path.is_dir():
+    if os.path.isdir(path):  # os.path's tests answer False for names the OS rejects (too long, NUL)
         return path
-    if path.name == CARD_FILE and path.is_file():
+    if path.name == CARD_FILE and os.path.isfile(path):
         return path.parent
     bundled = models_dir() / str(name_or_path)
-    if isinstance(name_or_path, str) and "/" not in name_or_path and bundled.is_dir():
+    if isinstance(name_or_path, str) and "/" not in name_or_path and os.path.isdir(bundled):
         return bundled
     raise UnknownNameError("model (neither a bundled name nor a directory)", str(name_or_path),
                            bundled_models())
@@ -143,31 +148,81 @@ def read_card(directory: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED_CARD_KEYS if k not in card]
     if missing:
         raise ModelFileError(f"{card_path}: missing keys {missing}")
+    _check_card_types(card, card_path)
     return card
 
 
-def _read_weights(directory: Path, card: dict[str, Any]) -> dict[str, torch.Tensor]:
+def _check_card_types(card: dict[str, Any], card_path: Path) -> None:
+    """The types the loader relies on, so that a damaged card fails with one line naming the field."""
+    expected = {"name": (str, "a string"), "kind": (str, "a string"), "task": (str, "a string"),
+                "config": (dict, "a mapping"), "weights": (dict, "a mapping of file, sha256, tensors")}
+    for key, (kind, words) in expected.items():
+        if key in card and not isinstance(card[key], kind):
+            raise ModelFileError(f"{card_path}: {key} = {short(card[key])}; expected {words}")
+    tensors = card["weights"].get("tensors", {})
+    ok = isinstance(tensors, dict) and all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                           for d in v) for k, v in tensors.items())
+    if not ok:
+        raise ModelFileError(f"{card_path}: weights.tensors = {short(tensors)}; expected a mapping of tensor "
+                             "names to shapes (lists of sizes)")
+
+
+def _weights_path(directory: Path, card: dict[str, Any]) -> Path:
+    """The weight file named by the card, confined to the model's folder."""
+    where = directory / CARD_FILE
     meta = card["weights"]
-    path = directory / str(meta.get("file", WEIGHTS_FILE))
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{where}: weights = {short(meta)}; expected a mapping with file, sha256, tensors")
+    name = meta.get("file", WEIGHTS_FILE)
+    # A card is data someone else may have written: it must not point at files elsewhere.
+    if not isinstance(name, str) or not name or "\x00" in name or Path(name).is_absolute() \
+            or ".." in Path(name).parts or any(len(part.encode()) > 255 for part in Path(name).parts):
+        raise ModelFileError(f"{where}: weights.file = {short(name)}; expected a relative file name inside "
+                             "the model folder (no absolute path, no '..', no NUL byte)")
+    path = directory / name
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise ModelFileError(f"{where}: weights.file = {name!r} resolves to {path.resolve()}, outside the model "
+                             "folder; expected a file inside it")
+    return path
+
+
+def _read_weights(directory: Path, card: dict[str, Any]) -> dict[str, torch.Tensor]:
+    path = _weights_path(directory, card)
     if not path.is_file():
         raise ModelFileError(f"{path}: weight file missing")
-    if "sha256" in meta and _sha256(path) != meta["sha256"]:
+    expected = card["weights"].get("sha256")
+    if not isinstance(expected, str) or len(expected) != 64:
+        raise ModelFileError(f"{directory / CARD_FILE}: weights.sha256 = {short(expected)}; expected the "
+                             f"SHA-256 (64 hex digits) of {path.name}, as save_model writes it")
+    if _sha256(path) != expected.lower():
         raise ModelFileError(f"{path}: SHA-256 does not match the model card (corrupt or replaced file)")
     try:
         with h5py.File(path, "r") as h5:
-            return {k: torch.from_numpy(np.asarray(h5[k])) for k in h5.keys()}
-    except OSError as exc:
-        raise ModelFileError(f"{path}: not a readable HDF5 file ({exc})") from None
+            tensors = {k: torch.from_numpy(np.asarray(h5[k])) for k in h5.keys()}
+    except (OSError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: not a readable HDF5 file of tensors ({exc})") from None
+    for key, t in tensors.items():
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:  # a NaN weight would evaluate to a meaningless accuracy instead of failing
+            raise ModelFileError(f"{path}: tensor {key!r} has {bad} non-finite value(s) (NaN or inf) of "
+                                 f"{t.numel()}; expected finite weights")
+    return tensors
 
 
-def load_model(name_or_path: str | Path) -> nn.Module:
+def load_model(name_or_path: str | Path, *, device: str | torch.device = "cpu") -> nn.Module:
     """Load a trained model from a bundled name (e.g. "digits-deq48") or a directory.
 
-    The returned module is in eval mode and has the parsed model card as
-    `model.card`. Nothing is unpickled.
+    The returned module is in eval mode, on `device` ("cpu", "cuda", "cuda:N"),
+    and has the parsed model card as `model.card`. Nothing is unpickled.
     """
+    target = torch_device(device)
     directory = resolve_model_dir(name_or_path)
     card = read_card(directory)
+    import aocsim.nn.registry  # noqa: F401  (registers the built-in kinds; imported here, not at start-up)
+
     if card["kind"] not in _KINDS:
         raise UnknownNameError("model kind", card["kind"], list(_KINDS))
     tensors = _read_weights(directory, card)
@@ -180,8 +235,8 @@ def load_model(name_or_path: str | Path) -> nn.Module:
     dtype = next(iter(tensors.values())).dtype if tensors else torch.float64
     try:
         model = _KINDS[card["kind"]](card["config"], dtype)
-    except (TypeError, ValueError) as exc:
-        raise ModelFileError(f"{directory / CARD_FILE}: invalid config ({exc})") from None
+    except (TypeError, ValueError, RuntimeError, MemoryError) as exc:  # incl. sizes too large to allocate
+        raise ModelFileError(f"{directory / CARD_FILE}: invalid config ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     expected = {k: list(v.shape) for k, v in model.state_dict().items()}
     if expected != found:
         bad = [k for k in sorted(set(expected) | set(found)) if expected.get(k) != found.get(k)]
@@ -189,6 +244,7 @@ def load_model(name_or_path: str | Path) -> nn.Module:
                              f"(config wants {[expected.get(k) for k in bad]}, "
                              f"file has {[found.get(k) for k in bad]})")
     model.load_state_dict(tensors)
+    model.to(target)
     model.eval()
     model.card = card
     return model

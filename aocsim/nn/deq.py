@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from aocsim._checks import integer, real, short
 from aocsim.errors import InputError
 from aocsim.solve.backward import Backward, Implicit, equilibrium
 from aocsim.solve.result import SolveResult
@@ -45,16 +46,15 @@ class DEQConfig:
 
     def __post_init__(self) -> None:
         for name in ("state_size", "input_size", "output_size"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise InputError(f"DEQConfig.{name} = {value!r}; expected an integer >= 1")
-        if not 0.0 <= self.alpha < 1.0:
-            raise InputError(f"DEQConfig.alpha = {self.alpha!r}; expected a number in [0, 1)")
+            object.__setattr__(self, name, integer(getattr(self, name), f"DEQConfig.{name}", minimum=1))
+        real(self.alpha, "DEQConfig.alpha", low=0.0, high=1.0, high_open=True)
         if self.structure not in STRUCTURES:
             raise InputError(f"DEQConfig.structure = {self.structure!r}; expected one of {STRUCTURES}")
-        blocks = tuple(self.blocks) or (self.state_size,)
-        if sum(blocks) != self.state_size or min(blocks) < 1:
-            raise InputError(f"DEQConfig.blocks = {list(blocks)}; expected positive sizes summing "
+        blocks = (tuple(self.blocks) or (self.state_size,)) if isinstance(self.blocks, (tuple, list)) else (0,)
+        if not all(isinstance(b, int) and not isinstance(b, bool) for b in blocks) \
+                or sum(blocks) != self.state_size or min(blocks) < 1:
+            shown = list(self.blocks) if isinstance(self.blocks, (tuple, list)) else short(self.blocks)
+            raise InputError(f"DEQConfig.blocks = {shown}; expected positive integer sizes summing "
                              f"to state_size = {self.state_size}")
         object.__setattr__(self, "blocks", blocks)
 
@@ -167,9 +167,14 @@ class DEQ(nn.Module):
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:
         k = self.config.input_size
         if not isinstance(x, torch.Tensor):
-            raise InputError(f"x must be a tensor [B, {k}]; got {type(x).__name__}")
+            raise InputError(f"x = {short(x)}; expected a tensor [B, {k}] (input_size = {k})")
+        if x.dtype == torch.bool or x.is_complex():  # converting would drop the imaginary part / mean 0 and 1
+            raise InputError(f"x has dtype {str(x.dtype).replace('torch.', '')}; expected real numbers "
+                             "(a floating-point or integer tensor)")
         if x.ndim != 2 or x.shape[1] != k:
             raise InputError(f"x has shape {tuple(x.shape)}; expected [B, {k}] (input_size = {k})")
+        if x.shape[0] == 0:
+            raise InputError(f"x has shape {tuple(x.shape)}; expected at least one sample [B >= 1, {k}]")
         if not bool(torch.isfinite(x).all()):
-            raise InputError("x contains NaN or infinite values")
+            raise InputError("x contains NaN or infinite values; expected finite numbers")
         return x.to(device=self.weight.device, dtype=self.weight.dtype)

@@ -138,7 +138,7 @@ def equilibrium(
     if not isinstance(backward, (Implicit, Phantom, Unrolled)):
         raise InputError(f"backward = {backward!r}; expected Implicit(), Phantom(k, tau) or Unrolled(steps)")
     with torch.no_grad():
-        result = solve(fn, z0.detach(), **solve_options)
+        result = solve(fn, z0.detach() if isinstance(z0, torch.Tensor) else z0, **solve_options)
     if not torch.is_grad_enabled():
         return result.z, result
     return backward.attach(fn, result.z, z0), result

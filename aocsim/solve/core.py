@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable
 
 import torch
 
+from aocsim._checks import compute_tensor, integer, real, short
 from aocsim.errors import ConvergenceError, InputError
 from aocsim.solve.result import SolveResult, SolveStatus
 from aocsim.solve.solvers import Anderson, Picard, make_solver
 
 Tolerance = float | torch.Tensor
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def _per_sample(tol: Tolerance, name: str, batch: int, like: torch.Tensor) -> torch.Tensor:
-    t = torch.as_tensor(tol, dtype=like.dtype, device=like.device)
+    expected = f"expected a finite number >= 0 or a real tensor of shape [{batch}]"
+    ok = (isinstance(tol, numbers.Real) and not isinstance(tol, bool)) or (
+        isinstance(tol, torch.Tensor) and (tol.is_floating_point() or tol.dtype in _INT_DTYPES))
+    if not ok:
+        raise InputError(f"{name} = {short(tol)}; {expected}")
+    t = torch.as_tensor(tol).to(dtype=like.dtype, device=like.device)
     if t.ndim == 0:
         t = t.expand(batch)
     if t.shape != (batch,) or bool((t < 0).any()) or not bool(torch.isfinite(t).all()):
-        raise InputError(f"{name} = {tol!r}; expected a finite number >= 0 or a tensor of shape [{batch}]")
+        raise InputError(f"{name} = {short(tol)}; {expected}")
     return t
 
 
@@ -26,6 +34,9 @@ def _check_map_output(fz: object, z: torch.Tensor) -> None:
     if not isinstance(fz, torch.Tensor) or fz.shape != z.shape:
         shape = tuple(fz.shape) if isinstance(fz, torch.Tensor) else type(fz).__name__
         raise InputError(f"fixed-point map returned {shape}; expected a tensor of shape {tuple(z.shape)}")
+    if fz.dtype != z.dtype:  # a map that changes precision would silently demote (or mix) the iterate
+        raise InputError(f"fixed-point map returned dtype {str(fz.dtype).replace('torch.', '')}; expected "
+                         f"the dtype of z0 ({str(z.dtype).replace('torch.', '')})")
 
 
 def solve(
@@ -84,13 +95,13 @@ def solve(
         >>> solve(lambda z: z @ A.T + b, torch.zeros(1, 3, dtype=torch.float64)).z
         tensor([[2., 2., 2.]], dtype=torch.float64)
     """
-    if not isinstance(z0, torch.Tensor) or z0.ndim < 1 or not z0.is_floating_point():
-        raise InputError(f"z0 must be a floating-point tensor [B, ...]; got {type(z0).__name__}"
-                         + (f" {tuple(z0.shape)} {z0.dtype}" if isinstance(z0, torch.Tensor) else ""))
-    if not isinstance(max_iter, int) or max_iter < 0:
-        raise InputError(f"max_iter = {max_iter!r}; expected an integer >= 0")
+    if not callable(fn):
+        raise InputError(f"fn = {short(fn)}; expected a callable map tensor [B, ...] -> tensor [B, ...]")
+    compute_tensor(z0, "z0", "[B, ...]")
+    max_iter = integer(max_iter, "max_iter")
+    divergence_ratio = real(divergence_ratio, "divergence_ratio", low=1.0, low_open=True)
     if not bool(torch.isfinite(z0).all()):
-        raise InputError("z0 contains NaN or infinite values")
+        raise InputError("z0 contains NaN or infinite values; expected finite numbers")
     strategy = make_solver(solver, **solver_options)
     batch = z0.shape[0]
     shape = z0.shape

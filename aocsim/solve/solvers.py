@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from aocsim._checks import integer, real, short
 from aocsim.errors import InputError, UnknownNameError
 
 
@@ -32,8 +33,7 @@ class Picard:
     name = "picard"
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.damping <= 1.0:
-            raise InputError(f"picard.damping = {self.damping!r}; expected a number in (0, 1]")
+        real(self.damping, "picard.damping", low=0.0, high=1.0, low_open=True)
 
     def init(self, z: torch.Tensor) -> None:
         return None
@@ -74,14 +74,9 @@ class Anderson:
     name = "anderson"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.memory, int) and self.memory >= 1):
-            raise InputError(f"anderson.memory = {self.memory!r}; expected an integer >= 1")
-        if not 0.0 < self.mixing <= 1.0:
-            raise InputError(f"anderson.mixing = {self.mixing!r}; expected a number in (0, 1]")
-        if not self.regularization >= 0.0:
-            raise InputError(
-                f"anderson.regularization = {self.regularization!r}; expected a number >= 0"
-            )
+        integer(self.memory, "anderson.memory", minimum=1)
+        real(self.mixing, "anderson.mixing", low=0.0, high=1.0, low_open=True)
+        real(self.regularization, "anderson.regularization", low=0.0)
 
     def init(self, z: torch.Tensor) -> _AndersonState:
         return _AndersonState(dF=[], dG=[])
@@ -106,10 +101,15 @@ class Anderson:
         reg = (self.regularization * scale + floor).unsqueeze(-1)
         eye = torch.eye(m, dtype=z.dtype, device=z.device)
         rhs = (dF.transpose(1, 2) @ F.unsqueeze(-1))  # [B, m, 1]
-        gamma = torch.linalg.solve(gram + reg * eye, rhs)
+        gamma, info = torch.linalg.solve_ex(gram + reg * eye, rhs)
         z_next = G - (dG @ gamma).squeeze(-1)
         if self.mixing < 1.0:
             z_next = z_next - (1.0 - self.mixing) * (F - (dF @ gamma).squeeze(-1))
+        # A singular system (differences at the precision floor, e.g. float32 near the
+        # fixed point) gives no usable mixing: those samples take a plain damped step.
+        bad = (info != 0) | ~torch.isfinite(z_next).all(dim=1)
+        if bool(bad.any()):
+            z_next = torch.where(bad.unsqueeze(1), torch.lerp(z, fz, self.mixing), z_next)
         return z_next
 
 
@@ -124,6 +124,9 @@ def available_solvers() -> list[str]:
 def make_solver(solver: str | Picard | Anderson, **options: Any) -> Picard | Anderson:
     """Return a solver object from a registered name (with options) or pass one through."""
     if not isinstance(solver, str):
+        if not (hasattr(solver, "init") and hasattr(solver, "step")):
+            raise InputError(f"solver = {short(solver)}; expected one of {available_solvers()} or a solver "
+                             "object (Picard(...), Anderson(...))")
         if options:
             raise InputError(f"solver options {sorted(options)} given with a solver object; "
                              "set them on the object instead")
@@ -133,7 +136,7 @@ def make_solver(solver: str | Picard | Anderson, **options: Any) -> Picard | And
     cls = _REGISTRY[solver]
     try:
         return cls(**options)
-    except TypeError as exc:
+    except TypeError as exc:  # an unknown option name
         fields = sorted(cls.__dataclass_fields__)
         raise InputError(
             f"solver {solver!r} got options {sorted(options)}; it accepts {fields}"

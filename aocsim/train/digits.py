@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from aocsim.experiments.evaluate import evaluate_deq
 from aocsim.io.model_files import save_model, software_versions
 from aocsim.nn.deq import DEQ, DEQConfig
+from aocsim.progress import bar
 from aocsim.solve.backward import Implicit
 from aocsim.tasks import digits
 
@@ -70,7 +70,8 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
     solve_opts = {"solver": recipe.solver, "atol": recipe.atol, "rtol": 0.0, "max_iter": recipe.max_iter}
     history = []
     start = time.perf_counter()
-    for epoch in tqdm(range(recipe.epochs), desc="digits-deq48", disable=not progress):
+    epochs = bar(range(recipe.epochs), desc="digits-deq48 epochs", enabled=progress)
+    for epoch in epochs:
         model.train()
         order = torch.randperm(n, generator=gen)
         total = 0.0
@@ -85,6 +86,7 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
             total += loss.item() * len(idx)
         history.append({"epoch": epoch + 1, "train_loss": round(total / n, 5)})
         log.info("epoch %d loss %.4f", epoch + 1, total / n)
+        epochs.set_postfix(loss=f"{total / n:.4f}")
     model.eval()
     metrics = {
         "train": evaluate_deq(model, data.x_train, data.y_train, **solve_opts),

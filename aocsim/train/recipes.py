@@ -8,6 +8,7 @@ from typing import Any, Callable
 from functools import partial
 
 from aocsim.errors import InputError, UnknownNameError
+from aocsim.io.outputs import check_output_dir, check_writable_folder
 from aocsim.train import digits as _digits
 from aocsim.train import state_tracking as _st
 
@@ -42,8 +43,13 @@ def run(name: str, out_dir: str | Path | None = None, **options: Any) -> Path:
     """Run recipe `name`, writing `out_dir` (default `models/<name>` under the working directory)."""
     if name not in RECIPES:
         raise UnknownNameError("recipe", name, list(RECIPES))
+    out = Path(out_dir) if out_dir else Path("models") / name
+    # Before training: a path that cannot be written must not cost minutes of work first.
+    check_output_dir(out, overwrite=bool(options.get("overwrite", False)), what="out_dir")
+    if options.get("run_dir") is not None:
+        check_writable_folder(options["run_dir"], what="run_dir")
     try:
-        return RECIPES[name](Path(out_dir) if out_dir else Path("models") / name, **options)
+        return RECIPES[name](out, **options)
     except TypeError as exc:
         if "unexpected keyword" not in str(exc):
             raise

@@ -1,0 +1,77 @@
+"""Progress lines off a terminal, and torch's thread count on busy machines."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from aocsim import progress, threads
+from aocsim.cli import main
+
+
+def test_line_writer_turns_tqdm_updates_into_periodic_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    writer = progress.LineWriter(out, interval_s=10.0)
+    for t, pct in ((0, 0), (2, 33), (12, 67), (13, 100)):
+        clock[0] = 100.0 + t
+        writer.write(f"\r{pct:3d}%|bar|")
+    writer.write("")
+    writer.write("\r100%|bar|")
+    writer.write("\n")
+    # 0 % at once; 33 % within 10 s of it is dropped; 67 % after 12 s; the final state on the closing newline.
+    assert out.getvalue() == "0%|bar|\n67%|bar|\n100%|bar|\n"
+
+
+def test_train_off_a_terminal_prints_progress_lines(tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["train", "digits-deq48", "--out", str(tmp_path / "m"), "--epochs", "2"])
+    assert out.exit_code == 0, out.output
+    assert "\r" not in out.output
+    assert any(line.startswith("digits-deq48 epochs: 100%") and "2/2" in line for line in out.output.splitlines())
+
+
+def test_evaluate_state_tracking_shows_progress(tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["evaluate", "parity-explicit1", "--batch", "4", "--plot", str(tmp_path / "p.svg")])
+    assert out.exit_code == 0, out.output
+    assert "\r" not in out.output
+    assert any(line.startswith("parity-explicit1 lengths: 100%") and "3/3" in line for line in out.output.splitlines())
+
+
+@pytest.mark.parametrize(("requested", "load", "omp", "expected", "note"), [
+    (None, 1.0, False, 1, "note: load average 1.0 on 2 CPU core(s); torch uses 1 thread(s) instead of 2"),
+    (None, 0.2, False, 2, None),
+    (None, 5.0, False, 1, "note: load average 5.0 on 2 CPU core(s); torch uses 1 thread(s) instead of 2"),
+    (None, 1.0, True, 2, None),  # OMP_NUM_THREADS set: the user chose
+    (None, None, False, 2, None),  # no load average on this system
+    (2, 1.0, False, 2, "note: 2 thread(s) with load average 1.0 on 2 CPU core(s): the machine is oversubscribed"),
+    (1, 1.0, False, 1, None),
+])
+def test_thread_choice(monkeypatch: pytest.MonkeyPatch, requested: int | None, load: float | None, omp: bool,
+                       expected: int, note: str | None) -> None:
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "load_average", lambda: load)
+    if omp:
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    else:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    n, text = threads.choose_threads(requested, default=2)
+    assert n == expected
+    assert (text is None) if note is None else (text is not None and text.startswith(note) and "\n" not in text)
+
+
+def test_threads_option_reaches_torch_and_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(threads, "load_average", lambda: 0.0)
+    before = torch.get_num_threads()
+    seen = []
+    monkeypatch.setattr("aocsim.experiments.bench.bench_loop",
+                        lambda *a, **k: seen.append(torch.get_num_threads()) or [])
+    out = CliRunner().invoke(main, ["--threads", "1", "bench", "loop", "--no-compiled"])
+    assert out.exit_code == 0, out.output
+    assert seen == [1] and "1 torch thread(s)" in out.output
+    assert torch.get_num_threads() == before
