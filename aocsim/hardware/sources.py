@@ -5,7 +5,7 @@ A source declares the profile keys that switch it on, when it is drawn
 what its draws are and how they act, and its row in the noise budget. The
 engine, the budget, `DeviceProfile.without_noise()` and the layout of the
 random streams all read `SOURCES`; adding a source is adding one class here
-(docs/PHYSICS.md has the formulas).
+(docs/PHYSICS.md section 3 has the formulas).
 
 Per-iteration sources act at two places, each with its own half of one
 SplitMix64 output per (sample, channel), so their draws are independent:

@@ -1,4 +1,4 @@
-"""The one definition of a loop iteration (docs/PHYSICS.md, the loop equation).
+"""The one definition of a loop iteration (docs/PHYSICS.md section 2 steps 1-13, folded).
 
     z[k+1] = z + r (y - z),   y = clamp(g (node_scale (D_P - D_Q) + node_lam) + base
                                         + (alpha + gamma) z - gamma z_prev)

@@ -105,10 +105,12 @@ def solve(
     strategy = make_solver(solver, **solver_options)
     batch = z0.shape[0]
     shape = z0.shape
-    if atol is None and rtol is None and not trace:
-        return _fixed_count(fn, z0, strategy, max_iter)
-    atol_b = _per_sample(0.0 if atol is None else atol, "atol", batch, z0)
-    rtol_b = _per_sample(0.0 if rtol is None else rtol, "rtol", batch, z0)
+    if atol is None and rtol is None:  # a fixed count (with a trace: residuals recorded, tolerance 0)
+        if not trace:
+            return _fixed_count(fn, z0, strategy, max_iter)
+        atol = rtol = 0.0
+    atol_b = _per_sample(atol, "atol", batch, z0)
+    rtol_b = _per_sample(rtol, "rtol", batch, z0)
     floor_fn = getattr(fn, "noise_floor", None)
     if not (isinstance(patience, int) and patience >= 1) or not floor_factor > 0:
         raise InputError(f"patience = {patience!r}, floor_factor = {floor_factor!r}; expected an integer >= 1 "
