@@ -15,7 +15,6 @@ from aocsim.hardware import components as C
 from aocsim.hardware.schedules import Exponential, Function, Linear
 from _toolchain import NO_TOOLCHAIN
 
-QUIET = {"noise.multiplier": 0.0}  # what DeviceProfile.without_noise() sets (tests/test_profiles.py)
 
 
 def _setup(gen: torch.Generator, n: int = 48, batch: int = 4, dtype=torch.float64):
@@ -86,7 +85,7 @@ def test_same_seed_same_bits_different_seed_different_draws(gen: torch.Generator
 
 def test_static_effects_stay_fixed_and_per_iteration_effects_do_not(gen: torch.Generator) -> None:
     w, z, x = _setup(gen)
-    static_only = OpticalLoop(load_device("aoc48", QUIET), w, alpha=0.5, beta=18.6, generator=gen)
+    static_only = OpticalLoop(load_device("aoc48").without_noise(), w, alpha=0.5, beta=18.6, generator=gen)
     assert torch.equal(static_only.step(z, x), static_only.step(z, x))  # chip, SLM error: drawn once
     noisy = OpticalLoop("aoc48", w, alpha=0.5, beta=18.6, generator=gen)
     g = torch.Generator().manual_seed(0)
@@ -95,17 +94,17 @@ def test_static_effects_stay_fixed_and_per_iteration_effects_do_not(gen: torch.G
 
 def test_chip_seed_selects_the_chip(gen: torch.Generator) -> None:
     w, z, x = _setup(gen)
-    quiet = {**QUIET, "slm.programming_error_levels": 0.0}
-    a = OpticalLoop(load_device("aoc48", quiet), w, beta=18.6).step(z, x)
-    b = OpticalLoop(load_device("aoc48", quiet), w, beta=18.6).step(z, x)
-    c = OpticalLoop(load_device("aoc48", {**quiet, "variation.chip_seed": 1}), w, beta=18.6).step(z, x)
+    quiet = load_device("aoc48", {"slm.programming_error_levels": 0.0}).without_noise()
+    a = OpticalLoop(quiet, w, beta=18.6).step(z, x)
+    b = OpticalLoop(quiet, w, beta=18.6).step(z, x)
+    c = OpticalLoop(quiet.with_overrides({"variation.chip_seed": 1}), w, beta=18.6).step(z, x)
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
 def test_drift_is_a_random_walk_across_inferences(gen: torch.Generator) -> None:
     w, z, x = _setup(gen, batch=1)
     sigma = 1e-3
-    dev = load_device("aoc48", {**QUIET, "drift.gain_std_per_inference": sigma})
+    dev = load_device("aoc48", {"drift.gain_std_per_inference": sigma}).without_noise()
     loop = OpticalLoop(dev, w, beta=18.6, generator=gen)
     walk = loop
     g = torch.Generator().manual_seed(5)
@@ -260,7 +259,7 @@ def test_loop_step_is_the_loop_object(gen: torch.Generator) -> None:
 
 @pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
 @pytest.mark.parametrize(("name", "overrides", "dtype", "tol"), [
-    ("aoc48", {**QUIET, "loop.bandwidth_hz": 20e6}, torch.float64, 1e-12),
+    ("aoc48", {"noise.multiplier": 0.0, "loop.bandwidth_hz": 20e6}, torch.float64, 1e-12),
     ("ideal", {}, torch.float64, 1e-12),
     ("aoc16-twin", {}, torch.float32, 1e-5),
 ])

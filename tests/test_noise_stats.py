@@ -14,7 +14,6 @@ from aocsim.hardware.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_rel
                                    thermal_current_std_a)
 
 DRAWS = 6000
-OFF = {"noise.multiplier": 0.0}  # what DeviceProfile.without_noise() sets
 
 
 def test_formulas_reproduce_the_published_magnitudes() -> None:
@@ -107,7 +106,7 @@ def test_per_stage_yardstick_draws_the_same_noise_distribution(gen: torch.Genera
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(DRAWS, 48).contiguous()
     x = torch.zeros_like(z)
-    quiet = OpticalLoop(load_device("aoc48", OFF), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
+    quiet = OpticalLoop(load_device("aoc48").without_noise(), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
     noisy = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
     y0 = quiet.step(z[:1], x[:1])
     folded = noisy.step(z, x, generator=torch.Generator().manual_seed(5)) - y0
@@ -123,14 +122,14 @@ def test_per_stage_yardstick_draws_the_same_noise_distribution(gen: torch.Genera
 
 def test_static_draws_have_their_documented_spread(gen: torch.Generator) -> None:
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
-    loop = OpticalLoop(load_device("aoc48", {**OFF, "slm.programming_error_levels": 0.5}), w, beta=18.6,
+    loop = OpticalLoop(load_device("aoc48", {"slm.programming_error_levels": 0.5}).without_noise(), w, beta=18.6,
                        generator=gen)
     err = loop.programming_error * 255
     n = err.numel()
     assert abs(float(err.mean())) < 5 * 0.5 / math.sqrt(n)
     assert float(err.var()) / 0.25 == pytest.approx(1.0, abs=5 * math.sqrt(2 / n))
     twin = OpticalLoop(load_device("aoc48-twin"), w, beta=18.6).arrays["detector.output_pos"]
-    chip = OpticalLoop(load_device("aoc48", {**OFF, "variation.relative_std": 0.02}), w, beta=18.6,
+    chip = OpticalLoop(load_device("aoc48", {"variation.relative_std": 0.02}).without_noise(), w, beta=18.6,
                        generator=gen).arrays["detector.output_pos"]
     rel = chip / twin - 1
     assert float(rel.std()) == pytest.approx(0.02, rel=5 * math.sqrt(1 / (2 * 47)))
