@@ -11,6 +11,12 @@ from __future__ import annotations
 class AocsimError(Exception):
     """Base class of every error aocsim raises on purpose."""
 
+    def __init__(self, *args: object) -> None:
+        # One line even when a user's value (a file name, say) holds a line break.
+        if args and isinstance(args[0], str):
+            args = (args[0].replace("\r", "\\r").replace("\n", "\\n"), *args[1:])
+        super().__init__(*args)
+
 
 class InputError(AocsimError, ValueError):
     """A tensor or argument passed to aocsim has the wrong shape, type or value."""

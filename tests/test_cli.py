@@ -159,3 +159,11 @@ def test_lazy_package_exports_stay_usable() -> None:
     assert aocsim.hardware.__name__ == "aocsim.hardware"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         aocsim.nope
+
+
+def test_set_reads_numbers_as_profile_files_do() -> None:
+    # Issue 12: --set noise.bandwidth_hz=5e7 was refused while profile files accept 5e7.
+    for value in ("5e7", "5.0e+7", "50000000"):
+        out = run("devices", "show", "aoc48", "--set", f"noise.bandwidth_hz={value}")
+        assert out.exit_code == 0, out.output
+        assert "'noise.bandwidth_hz': 50000000" in out.output

@@ -201,3 +201,17 @@ def test_cli_refuses_a_card_without_checksum_and_with_nan_weights(model_dir: Pat
     _reseal(model_dir)
     out = CliRunner().invoke(main, ["evaluate", str(model_dir)])
     assert out.exit_code == 1 and "tensor 'inject_weight' has 24 non-finite value(s)" in out.output
+
+
+def test_error_messages_stay_on_one_line_with_line_breaks_in_names(model_dir: Path, tmp_path: Path) -> None:
+    odd = tmp_path / "two\nlines"
+    shutil.copytree(model_dir, odd)
+    (odd / "weights.h5").unlink()
+    with pytest.raises(ModelFileError) as info:
+        load_model(odd)
+    assert "\n" not in str(info.value) and "two\\nlines" in str(info.value)
+    card = yaml.safe_load((model_dir / "card.yaml").read_text())
+    card["weights"]["file"] = "w\n.h5"
+    (model_dir / "card.yaml").write_text(yaml.safe_dump(card))
+    with pytest.raises(ModelFileError, match=r"weights.file = 'w\\n.h5'; expected a relative file name"):
+        load_model(model_dir)

@@ -176,10 +176,10 @@ def _weights_path(directory: Path, card: dict[str, Any]) -> Path:
         raise ModelFileError(f"{where}: weights = {short(meta)}; expected a mapping with file, sha256, tensors")
     name = meta.get("file", WEIGHTS_FILE)
     # A card is data someone else may have written: it must not point at files elsewhere.
-    if not isinstance(name, str) or not name or "\x00" in name or Path(name).is_absolute() \
+    if not isinstance(name, str) or not name.isprintable() or Path(name).is_absolute() \
             or ".." in Path(name).parts or any(len(part.encode()) > 255 for part in Path(name).parts):
         raise ModelFileError(f"{where}: weights.file = {short(name)}; expected a relative file name inside "
-                             "the model folder (no absolute path, no '..', no NUL byte)")
+                             "the model folder (no absolute path, no '..', no control characters)")
     path = directory / name
     if not path.resolve().is_relative_to(directory.resolve()):
         raise ModelFileError(f"{where}: weights.file = {name!r} resolves to {path.resolve()}, outside the model "
