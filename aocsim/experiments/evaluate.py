@@ -74,11 +74,15 @@ def state_tracking_recipe(model: nn.Module, group_name: str | None = None):
     return StateTrackingRecipe(**settings)
 
 
-def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factors: tuple[int, ...] = (1, 4, 8),
-                            batch: int = 256) -> dict[str, Any]:
-    """Per-token accuracy by position at the training length and multiples of it, both modes."""
+def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factors: tuple[int, ...] | None = None,
+                            batch: int = 256, identity_prob: float | None = None) -> dict[str, Any]:
+    """Per-token accuracy by position at the training length and multiples of it, both modes.
+
+    `factors` default to the card's eval_factors (1, 4, 8 for the first models) and `identity_prob`
+    to its evaluation distribution; pass 1 / order for uniform tokens.
+    """
     from aocsim.train.state_tracking import evaluate_lengths
 
     recipe = state_tracking_recipe(model, task)
     return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit,
-            "lengths": evaluate_lengths(model, recipe, factors=factors, batch=batch)}
+            "lengths": evaluate_lengths(model, recipe, factors=factors, batch=batch, identity_prob=identity_prob)}
