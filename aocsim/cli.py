@@ -49,8 +49,14 @@ def main(verbose: int) -> None:
               help="State tracking: sequences per length.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="State tracking: accuracy-by-position plot [default: MODEL-accuracy-by-position.png].")
+@click.option("--uniform", is_flag=True, help="State tracking: every element equally likely in the sequences.")
+@click.option("--factors", default=None, help="State tracking: lengths in multiples of L, e.g. 1,4,16 "
+              "[default: the card's].")
+@click.option("--compare", multiple=True, help="State tracking: also evaluate this model (repeatable) on the same "
+              "sequences; the plot then shows each model's sequential-mode accuracy against position (log axis).")
 @_friendly
-def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_path: Path | None) -> None:
+def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_path: Path | None, uniform: bool,
+             factors: str | None, compare: tuple[str, ...]) -> None:
     """Evaluate MODEL (a bundled name or a model directory) on its task.
 
     DEQ classifiers: test-set accuracy and convergence on the exact path.
@@ -60,12 +66,20 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_p
     """
     import torch
 
-    from aocsim.experiments.evaluate import evaluate_model, evaluate_state_tracking
+    from aocsim.experiments.evaluate import compare_state_tracking, evaluate_model
     from aocsim.io.model_files import load_model
 
     loaded = load_model(model)
     if loaded.card.get("task") == "state_tracking":
-        _print_state_tracking(loaded, evaluate_state_tracking(loaded, task=task, batch=batch), plot_path)
+        try:
+            fs = tuple(int(f) for f in factors.split(",")) if factors else None
+        except ValueError:
+            fs = (0,)
+        if fs is not None and min(fs) < 1:
+            raise click.BadParameter(f"{factors!r}; expected integers >= 1 separated by commas", param_hint="--factors")
+        models = [loaded] + [load_model(m) for m in compare]
+        results = compare_state_tracking(models, task=task, factors=fs, batch=batch, uniform=uniform)
+        _print_state_tracking(models, results, plot_path)
         return
     dtype = torch.float32 if use_float32 else torch.float64
     m = evaluate_model(loaded, dtype=dtype)
@@ -76,21 +90,32 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int, plot_p
     click.echo(f"  max residual        {m['residual_max']:.2e}")
 
 
-def _print_state_tracking(model: Any, result: dict[str, Any], plot_path: Path | None) -> None:
-    from aocsim.experiments.plots import plot_accuracy_by_position
+def _print_state_tracking(models: list[Any], results: list[dict[str, Any]], plot_path: Path | None) -> None:
+    from aocsim.experiments.plots import plot_accuracy_by_position, plot_accuracy_comparison
 
-    name = model.card["name"]
-    kind = "implicit" if result["implicit"] else f"explicit, {model.config.n_layers} layer(s)"
-    click.echo(f"model {name} ({kind}), task {result['group']}")
-    click.echo(f"{'length':>8s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
-    for key, entry in result["lengths"].items():
-        for mode in ("simultaneous", "sequential"):
-            e = entry[mode]
-            click.echo(f"{key + ' = ' + str(entry['length']):>8s} {mode:>13s} {e['accuracy']:9.4f} "
-                       f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
-        click.echo(f"{'':>8s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
-    path = plot_path or _free_path(Path(f"{name}-accuracy-by-position.png"))
-    plot_accuracy_by_position(result["lengths"], path, title=f"{name} on {result['group']}")
+    labels: dict[str, dict[str, Any]] = {}
+    for model, result in zip(models, results):
+        name = model.card["name"]
+        kind = "implicit" if result["implicit"] else f"explicit, {model.config.n_layers} layer(s)"
+        click.echo(f"model {name} ({kind}), task {result['group']}, identity-token probability "
+                   f"{result['identity_prob']:.4g}")
+        click.echo(f"{'length':>9s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+        for key, entry in result["lengths"].items():
+            for mode in ("simultaneous", "sequential"):
+                e = entry[mode]
+                click.echo(f"{key + ' = ' + str(entry['length']):>9s} {mode:>13s} {e['accuracy']:9.4f} "
+                           f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
+            click.echo(f"{'':>9s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
+        labels[f"{name} ({kind})" + (f" #{len(labels) + 1}" if f"{name} ({kind})" in labels else "")] = \
+            result["lengths"]
+    name, first = models[0].card["name"], results[0]
+    if len(models) > 1:
+        path = plot_path or _free_path(Path(f"{name}-comparison-by-position.png"))
+        plot_accuracy_comparison(labels, path, mode="sequential", train_length=first["train_length"],
+                                 title=f"{first['group']}, identity-token probability {first['identity_prob']:.3g}")
+    else:
+        path = plot_path or _free_path(Path(f"{name}-accuracy-by-position.png"))
+        plot_accuracy_by_position(first["lengths"], path, title=f"{name} on {first['group']}")
     click.echo(f"plot: {path}")
 
 

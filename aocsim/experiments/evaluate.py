@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aocsim.errors import ModelFileError
+from aocsim.errors import InputError, ModelFileError
 from aocsim.nn.deq import DEQ
 
 
@@ -75,14 +75,48 @@ def state_tracking_recipe(model: nn.Module, group_name: str | None = None):
 
 
 def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factors: tuple[int, ...] | None = None,
-                            batch: int = 256, identity_prob: float | None = None) -> dict[str, Any]:
+                            batch: int = 256, uniform: bool = False, identity_prob: float | None = None
+                            ) -> dict[str, Any]:
     """Per-token accuracy by position at the training length and multiples of it, both modes.
 
-    `factors` default to the card's eval_factors (1, 4, 8 for the first models) and `identity_prob`
-    to its evaluation distribution; pass 1 / order for uniform tokens.
+    `factors` default to the card's eval_factors (1, 4, 8 for the first models). The tokens follow
+    the card's evaluation distribution, or `identity_prob`, or with `uniform` every element is
+    equally likely. Models of one task and training length see the same sequences.
     """
+    from aocsim.tasks.groups import group
     from aocsim.train.state_tracking import evaluate_lengths
 
     recipe = state_tracking_recipe(model, task)
+    if uniform and identity_prob is not None:
+        raise InputError(f"uniform = True and identity_prob = {identity_prob!r}; expected at most one of them")
+    p_id = 1 / group(recipe.task).order if uniform else recipe.eval_prob if identity_prob is None else identity_prob
     return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit,
-            "lengths": evaluate_lengths(model, recipe, factors=factors, batch=batch, identity_prob=identity_prob)}
+            "train_length": recipe.train_length, "identity_prob": p_id,
+            "lengths": evaluate_lengths(model, recipe, factors=factors, batch=batch, identity_prob=p_id)}
+
+
+def compare_state_tracking(models: list[nn.Module], *, task: str | None = None,
+                           factors: tuple[int, ...] | None = None, batch: int = 256,
+                           uniform: bool = False) -> list[dict[str, Any]]:
+    """`evaluate_state_tracking` of several models on the same sequences (those of the first model).
+
+    The first model fixes the lengths (its card's eval_factors unless `factors`) and the token
+    distribution; every other model must be for the same task and training length, so that the
+    seeded generator gives it the same sequences.
+    """
+    from aocsim.tasks.groups import group
+
+    if not models:
+        raise InputError("compare_state_tracking: no models given; expected at least one")
+    first = evaluate_state_tracking(models[0], task=task, factors=factors, batch=batch, uniform=uniform)
+    fs = tuple(e["length"] // first["train_length"] for e in first["lengths"].values())
+    results = [first]
+    for model in models[1:]:
+        recipe = state_tracking_recipe(model, task)
+        if (group(recipe.task).name, recipe.train_length) != (group(first["group"]).name, first["train_length"]):
+            raise InputError(f"model {model.card['name']!r} is for {recipe.task} at L = {recipe.train_length}; "
+                             f"expected {first['group']} at L = {first['train_length']} to compare on the "
+                             f"same sequences as {models[0].card['name']!r}")
+        results.append(evaluate_state_tracking(model, task=task, factors=fs, batch=batch,
+                                               identity_prob=first["identity_prob"]))
+    return results

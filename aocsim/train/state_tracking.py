@@ -134,11 +134,13 @@ class StateTrackingRecipe:
         """(sequence length, identity-token probability) of the training batch at `step`."""
         begin, end = self.curriculum_start * self.steps, self.curriculum_end * self.steps
         frac = 1.0 if step >= end else 0.0 if step < begin else (step - begin) / (end - begin)
-        p_end = self.identity_prob if self.identity_prob_final is None else self.identity_prob_final
-        l_start = self.train_length if self.train_length_start is None else self.train_length_start
-        # (1 - frac) a + frac b is exactly a at frac = 0 and b at frac = 1
-        return (round((1 - frac) * l_start + frac * self.train_length),
-                (1 - frac) * self.identity_prob + frac * p_end)
+        # (1 - frac) a + frac b is exactly a at frac = 0 and b at frac = 1; without a schedule the
+        # plain settings are returned untouched (a rounding error in p would change the data).
+        length = self.train_length if self.train_length_start is None else round(
+            (1 - frac) * self.train_length_start + frac * self.train_length)
+        p = self.identity_prob if self.identity_prob_final is None else (
+            (1 - frac) * self.identity_prob + frac * self.identity_prob_final)
+        return length, p
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of lr at `step`: linear warm-up, then cosine decay to lr_final."""
