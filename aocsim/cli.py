@@ -143,8 +143,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     """Train RECIPE and write a model directory (model card + HDF5 weights).
 
     Recipes: digits-deq48; parity-implicit, parity-explicit{1,2,4}, a5-implicit,
-    a5-explicit{1,2,4}. State-tracking runs also write a metrics log and HDF5
-    checkpoints to runs/RECIPE-sSEED/.
+    a5-explicit{1,2,4}, a5xm4-implicit, a5xm4-explicit1. State-tracking runs
+    also write a metrics log and HDF5 checkpoints to runs/RECIPE-sSEED/.
     """
     from aocsim.train import run
     from aocsim.train.recipes import STATE_TRACKING
