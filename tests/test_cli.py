@@ -114,6 +114,26 @@ def test_evaluate_state_tracking_model_prints_both_modes_and_plots(tmp_path: Pat
     assert wrong.exit_code == 1 and "model card is for task 'Z2'" in wrong.output
 
 
+def test_evaluate_compare_explicit_model_once_on_the_same_sequences(tmp_path: Path) -> None:
+    from aocsim.io.model_files import bundled_models
+
+    if not {"parity-implicit", "parity-explicit1", "a5-explicit1"} <= set(bundled_models()):
+        pytest.skip("parity / A5 models not bundled")
+    plot = tmp_path / "cmp.png"
+    out = run("evaluate", "parity-implicit", "--batch", "4", "--factors", "1,2", "--uniform",
+              "--compare", "parity-explicit1", "--plot", str(plot))
+    assert out.exit_code == 0, out.output
+    assert out.output.count("agreement") == 2  # the implicit model: both modes at 1L and 2L
+    assert "model parity-explicit1 (explicit, 1 layer(s)), task parity, identity-token probability 0.5" in out.output
+    assert "parity-explicit1 lengths: 100%" in out.output and plot.read_bytes()[:4] == b"\x89PNG"
+    # A model for another task fails before any evaluation; a bad --factors is a one-line usage error.
+    other = run("evaluate", "parity-implicit", "--compare", "a5-explicit1", "--plot", str(tmp_path / "x.png"))
+    assert other.exit_code == 1 and "expected parity at L = 16" in other.output and "lengths" not in other.output
+    bad = run("evaluate", "parity-implicit", "--factors", "1,x")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert "Invalid value for --factors: '1,x'; expected integers from 1 to 1000" in bad.output
+
+
 def test_bench_without_a_toolchain_says_how_to_skip_the_compiled_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     from aocsim.hardware import backends
 

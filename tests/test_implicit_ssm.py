@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import h5py
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aocsim import load_model
 from aocsim.errors import InputError, ModelFileError
@@ -130,8 +133,8 @@ STATE_MODELS = [m for m in bundled_models() if m.startswith(("parity-", "a5-"))]
 def test_committed_models_load_and_their_modes_agree(name: str) -> None:
     model = load_model(name)
     r = state_tracking_recipe(model)
-    tokens, targets = word_problems(group(r.task), 32, 2 * r.train_length, identity_prob=r.identity_prob,
-                                    generator=99)
+    tokens, targets = word_problems(group(r.task), 32, 2 * r.train_length, identity_prob=r.eval_prob,
+                                    generator=99)  # the card's evaluation distribution
     sim = model.predict(tokens, mode="simultaneous", tau=r.tau, tol=r.eval_tol, max_iter=r.eval_max_iter)
     seq = model.predict(tokens, mode="sequential", tau=r.tau, tol=r.eval_tol, max_iter=r.eval_max_iter)
     assert sim.shape == targets.shape and sim.dtype == torch.int64
@@ -198,11 +201,156 @@ def test_bad_config() -> None:
         SSMConfig(vocab_size=4, n_layers=0)
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("jac_reg", -0.1, r"jac_reg = -0.1; expected >= 0"),
-    ("tau", 1.5, r"tau = 1.5; expected in \(0, 1\]"),
-    ("steps", 0, r"steps = 0; expected an integer >= 1"),
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"jac_reg": -0.1}, r"jac_reg = -0.1; expected >= 0"),
+    ({"tau": 1.5}, r"tau = 1.5; expected in \(0, 1\]"),
+    ({"steps": 0}, r"steps = 0; expected an integer >= 1"),
+    ({"identity_prob": 1.2}, r"identity_prob = 1.2; expected a probability in \[0, 1\]"),
+    ({"identity_prob_final": -0.5}, r"identity_prob_final = -0.5; expected a probability in \[0, 1\], or None"),
+    ({"train_length_start": 17}, r"train_length_start = 17; expected an integer in \[1, train_length = 16\]"),
+    ({"train_length_start": 0}, r"train_length_start = 0; expected an integer in \[1, train_length = 16\]"),
+    ({"curriculum_start": -0.1}, r"curriculum_start = -0.1; expected a fraction of the steps in \[0, 1\]"),
+    ({"curriculum_start": 0.6, "curriculum_end": 0.5},
+     r"curriculum_end = 0.5; expected a fraction of the steps in \[curriculum_start = 0.6, 1\]"),
+    ({"warmup_steps": 0}, r"warmup_steps = 0; expected an integer >= 1"),
+    ({"lr_final": 1.5}, r"lr_final = 1.5; expected a fraction of lr in \[0, 1\]"),
+    ({"eval_factors": ()}, r"eval_factors = \(\); expected a non-empty list of integers >= 1"),
+    ({"eval_factors": (1, 0)}, r"eval_factors = \(1, 0\); expected a non-empty list of integers >= 1"),
+    ({"eval_identity_prob": 2.0}, r"eval_identity_prob = 2.0; expected a probability in \[0, 1\], or None"),
 ])
-def test_bad_recipe_settings(field: str, value: float, message: str) -> None:
-    with pytest.raises(InputError, match=message):
-        StateTrackingRecipe(name="x", task="parity", implicit=True, **{field: value})
+def test_bad_recipe_settings(settings: dict, message: str) -> None:
+    with pytest.raises(InputError, match=r"recipe 'x': " + message):
+        StateTrackingRecipe(name="x", task="parity", implicit=True, **settings)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.integers(1, 5000), begin=st.floats(0, 1), width=st.floats(0, 1), p0=st.floats(0, 1),
+       p1=st.floats(0, 1), l0=st.integers(1, 64), length=st.integers(1, 64), data=st.data())
+def test_curriculum_follows_the_declared_schedule(steps: int, begin: float, width: float, p0: float, p1: float,
+                                                  l0: int, length: int, data: st.DataObject) -> None:
+    l0 = min(l0, length)
+    end = min(1.0, begin + width)
+    r = StateTrackingRecipe(name="x", task="A5", implicit=True, steps=steps, train_length=length,
+                            train_length_start=l0, identity_prob=p0, identity_prob_final=p1,
+                            curriculum_start=begin, curriculum_end=end)
+    step = data.draw(st.integers(0, steps - 1))
+    got_length, got_p = r.curriculum(step)
+    if step < begin * steps and step < end * steps:
+        assert (got_length, got_p) == (l0, p0)  # before the ramp: the start values, exactly
+    elif step >= end * steps:
+        assert (got_length, got_p) == (length, p1)  # after it: the final values, exactly
+    else:  # on the straight line between them
+        frac = (step - begin * steps) / ((end - begin) * steps)
+        assert abs(got_p - (p0 + frac * (p1 - p0))) < 1e-12
+        assert abs(got_length - (l0 + frac * (length - l0))) <= 0.5
+    later_length, later_p = r.curriculum(min(step + 1, steps - 1))  # monotone towards the final values
+    assert (later_p - got_p) * (p1 - p0) >= -1e-15 and (later_length - got_length) * (length - l0) >= 0
+    constant = StateTrackingRecipe(name="x", task="A5", implicit=True, steps=steps, identity_prob=p0)
+    assert constant.curriculum(step) == (16, p0)  # no schedule: the plain settings at every step
+
+
+def test_lr_schedule_warms_up_decays_to_lr_final_and_keeps_the_first_recipes_schedule() -> None:
+    import math
+
+    first = StateTrackingRecipe(name="x", task="parity", implicit=True, steps=3000)
+    old = [min(1.0, (s + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * min(s / 3000, 1.0))) for s in range(3001)]
+    assert [first.lr_factor(s) for s in range(3001)] == old  # bit for bit: committed models reproduce
+    r = StateTrackingRecipe(name="x", task="parity", implicit=True, steps=1000, warmup_steps=50, lr_final=0.02)
+    cosine = StateTrackingRecipe(name="x", task="parity", implicit=True, steps=1000, warmup_steps=1, lr_final=0.02)
+    assert all(abs(r.lr_factor(s) - (s + 1) / 50 * cosine.lr_factor(s)) < 1e-12 for s in range(50))  # linear ramp
+    assert all(r.lr_factor(s) == cosine.lr_factor(s) for s in range(49, 1001))
+    assert abs(r.lr_factor(1000) - 0.02) < 1e-12
+    decay = [r.lr_factor(s) for s in range(50, 1001)]
+    assert all(a >= b for a, b in zip(decay, decay[1:]))
+
+
+def test_training_with_a_curriculum_is_deterministic_and_logs_the_schedule(tmp_path: Path) -> None:
+    r = StateTrackingRecipe(name="tiny", task="A5", implicit=True, steps=60, train_length=8, train_length_start=4,
+                            identity_prob=0.5, identity_prob_final=1 / 60, curriculum_start=0.25,
+                            curriculum_end=0.75, d_model=16, d_state=4, head_dim=8, batch_size=8,
+                            tied_fraction=0.3, deq_iters=3, phantom_steps=2, jac_reg=0.1, warmup_steps=5,
+                            lr_final=0.05)
+    torch.set_num_threads(1)
+    m1, s1 = train(r, progress=False, run_dir=tmp_path / "run")
+    m2, s2 = train(r, progress=False)
+    assert all(torch.equal(x, y) for x, y in zip(m1.state_dict().values(), m2.state_dict().values()))
+    assert s1["history"] == [{**e, "seconds": e2["seconds"]} for e, e2 in zip(s2["history"], s1["history"])]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(e["length"], e["identity_prob"]) for e in logged] == [
+        (length, round(p, 4)) for length, p in (r.curriculum(e["step"]) for e in logged)]
+    assert logged[0]["length"] == 4 and logged[-1]["length"] == 8 and logged[-1]["identity_prob"] == 0.0167
+
+
+def test_uniform_evaluation_and_comparison_use_the_same_sequences() -> None:
+    from aocsim.experiments.evaluate import compare_state_tracking
+    from aocsim.train.state_tracking import evaluate_lengths
+
+    r = StateTrackingRecipe(name="tiny", task="A5", implicit=True, train_length=4, d_model=16, d_state=4,
+                            head_dim=8, eval_factors=(1, 2), eval_identity_prob=1 / 60, eval_batch=16,
+                            eval_max_iter=20)
+    model = ImplicitSSM(r.config(60), generator=torch.Generator().manual_seed(0))
+    model.card = {"name": "tiny", "training": {k: v for k, v in vars(r).items()}, "data": {"group": "A5"}}
+    out = evaluate_lengths(model, r)
+    assert list(out) == ["1L", "2L"] and [e["length"] for e in out.values()] == [4, 8]
+    assert all(e["identity_prob"] == 1 / 60 and 0 <= e["mode_agreement"] <= 1 for e in out.values())
+    assert len(out["2L"]["sequential"]["accuracy_by_position"]) == 8
+    twin = ImplicitSSM(r.config(60), generator=torch.Generator().manual_seed(0))
+    twin.card = model.card
+    first, second = compare_state_tracking([model, twin], uniform=True, batch=8)
+    assert first["identity_prob"] == second["identity_prob"] == 1 / 60
+    assert first["lengths"] == second["lengths"]  # same weights, same sequences: same results
+    other = ImplicitSSM(SSMConfig(vocab_size=2, d_model=16, d_state=4, head_dim=8))
+    other.card = {"name": "p", "training": {**model.card["training"], "task": "parity", "name": "p"},
+                  "data": {"group": "Z2"}}
+    with pytest.raises(InputError, match=r"model 'p' is for parity at L = 4; expected A5 at L = 4"):
+        compare_state_tracking([model, other])
+
+
+def test_a5_baselines_share_the_implicit_budget_and_a5xm4_has_240_tokens() -> None:
+    from dataclasses import asdict
+
+    from aocsim.train.recipes import STATE_TRACKING
+
+    own = {"name", "implicit", "n_layers", "jac_reg"}
+    for prefix, depths in (("a5", (1, 2, 4)), ("a5xm4", (1,))):
+        implicit = {k: v for k, v in asdict(STATE_TRACKING[f"{prefix}-implicit"]).items() if k not in own}
+        for n in depths:
+            explicit = STATE_TRACKING[f"{prefix}-explicit{n}"]
+            assert {k: v for k, v in asdict(explicit).items() if k not in own} == implicit
+            assert explicit.n_layers == n and not explicit.implicit
+    r = STATE_TRACKING["a5xm4-implicit"]
+    assert group(r.task).order == 240 and r.identity_prob_final == r.eval_identity_prob == 1 / 240
+    assert r.curriculum(r.steps - 1)[1] == 1 / 240
+
+
+def test_comparison_plot_has_a_log_position_axis(tmp_path: Path) -> None:
+    from aocsim.experiments.plots import plot_accuracy_comparison
+
+    def metrics(acc: float) -> dict:
+        return {f"{k}L": {"length": 4 * k, "sequential": {"accuracy_by_position": [acc] * (4 * k)}} for k in (1, 4)}
+
+    path = plot_accuracy_comparison({"implicit": metrics(1.0), "explicit": metrics(0.3)}, tmp_path / "p.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(InputError, match=r"no 'simultaneous' results for 'implicit'"):
+        plot_accuracy_comparison({"implicit": metrics(1.0)}, tmp_path / "q.png", mode="simultaneous")
+
+
+def test_seed_table_keeps_recipe_revisions_apart() -> None:
+    from aocsim.experiments.study import format_seed_table, markdown_seed_table, seed_table
+
+    def card(revision: int | None, seed: int, acc: float, keys: tuple[str, ...]) -> dict:
+        training = {"name": "a5-implicit", "identity_prob": 0.5, "train_seconds": 60.0}
+        if revision is not None:
+            training["revision"] = revision
+        data = {} if revision is None else {"eval_identity_prob": 1 / 60}
+        return {"training": training, "data": data, "seed": seed, "metrics": {
+            k: {"length": 16 * int(k[:-1]), "simultaneous": {"accuracy": acc}, "mode_agreement": 1.0} for k in keys}}
+
+    rows = seed_table([card(None, 1, 0.1, ("1L", "4L", "8L")), card(2, 0, 0.9, ("1L", "4L", "16L")),
+                       card(None, 2, 0.3, ("1L", "4L", "8L"))])
+    assert [(r["revision"], r["seeds"]) for r in rows] == [(1, [1, 2]), (2, [0])]
+    assert abs(rows[0]["4L"]["mean"] - 0.2) < 1e-12 and rows[1]["16L"]["best"] == 0.9
+    text = format_seed_table(rows)
+    assert text.splitlines()[0].split()[5:9] == ["1L", "mean/best", "4L", "mean/best"]
+    assert "16L mean/best" in text and "8L mean/best" in text
+    assert markdown_seed_table(rows).count(" - |") == 2  # 16L of revision 1, 8L of revision 2

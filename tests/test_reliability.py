@@ -327,7 +327,8 @@ def fast_long_work() -> Any:
         entry = {"length": 16, "simultaneous": {"accuracy": 1.0, "iterations_per_token": 1.0,
                                                 "converged_fraction": 1.0, "accuracy_by_position": [1.0] * 16}}
         entry["sequential"], entry["mode_agreement"] = entry["simultaneous"], 1.0
-        return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit, "lengths": {"1L": entry}}
+        return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit,
+                "train_length": 16, "identity_prob": 0.5, "lengths": {"1L": entry}}
 
     patch.setattr(evaluate, "evaluate_state_tracking", fake_state_tracking)
     patch.setattr(recipes, "RECIPES", {name: (lambda out, **k: resolve_model_dir("digits-deq48"))
@@ -359,7 +360,9 @@ EVALUATE = joined(st.just(["evaluate"]), MODELS.map(lambda m: [m]), option("--fl
                   option("--task", mostly(st.sampled_from(["Z2", "A5", "parity"]), ODD_TEXT)),
                   option("--batch", mostly(st.integers(1, 8).map(str), ODD_TEXT)),
                   option("--plot", mostly(st.sampled_from(["p.png", "out/p.svg", "p.pdf"]), ODD_TEXT)),
-                  option("--device", mostly(st.just("cpu"), ODD_TEXT)))
+                  option("--device", mostly(st.just("cpu"), ODD_TEXT)), option("--uniform"),
+                  option("--factors", mostly(st.sampled_from(["1,4", "1,4,16", "2"]), ODD_TEXT)),
+                  option("--compare", MODELS))
 TRAIN = joined(st.just(["train"]),
                mostly(st.sampled_from(["digits-deq48", "parity-implicit", "a5-explicit2"]), ODD_TEXT).map(lambda r: [r]),
                option("--out", mostly(st.sampled_from(["m", "out/m", "models/x"]), ODD_TEXT)),

@@ -37,3 +37,45 @@ def plot_accuracy_by_position(metrics: dict[str, Any], path: Path, *, title: str
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_accuracy_comparison(results: dict[str, dict[str, Any]], path: Path, *, mode: str = "sequential",
+                             title: str = "", train_length: int | None = None) -> Path:
+    """Per-token accuracy against position on a log-scale position axis, one line per model.
+
+    Each model's longest evaluated length is drawn (its positions include the shorter lengths'),
+    so implicit and explicit models evaluated on the same sequences can be compared position by
+    position.
+
+    Args:
+        results: label -> `evaluate_lengths` output of that model.
+        path: output file (.png, .svg or .pdf; aocsim.io.outputs.check_output_file checks it).
+        mode: "simultaneous" or "sequential".
+        train_length: marks the training length (default: the shortest evaluated length).
+    """
+    from aocsim.errors import InputError
+
+    if not results:
+        raise InputError("plot_accuracy_comparison: results is empty; expected at least one model")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    shortest = []
+    for label, metrics in results.items():
+        longest = max(metrics.values(), key=lambda e: e["length"])
+        if mode not in longest:
+            raise InputError(f"plot_accuracy_comparison: no {mode!r} results for {label!r}; "
+                             f"evaluated modes: {[m for m in longest if isinstance(longest[m], dict)]}")
+        acc = longest[mode]["accuracy_by_position"]
+        ax.plot(range(1, len(acc) + 1), acc, lw=1.2, label=f"{label} ({mode})")
+        shortest.append(min(e["length"] for e in metrics.values()))
+    ax.axvline(train_length or min(shortest), color="grey", lw=0.8, ls=":", label="training length")
+    ax.set_xscale("log")
+    ax.set_xlabel("position t (log scale)")
+    ax.set_ylabel("per-token accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -20,14 +20,29 @@ def collect_cards(roots: list[Path]) -> list[dict[str, Any]]:
     return cards
 
 
+def _eval_prob(card: dict[str, Any]) -> float:
+    """Identity-token probability of the card's evaluation sequences (older cards: the training one)."""
+    return card["data"].get("eval_identity_prob", card["training"]["identity_prob"])
+
+
+def _length_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The union of the rows' length keys ("1L", "4L", ...), by length factor."""
+    return sorted({k for r in rows for k in r if k.endswith("L") and k[:-1].isdigit()}, key=lambda k: int(k[:-1]))
+
+
 def seed_table(cards: list[dict[str, Any]], mode: str = "simultaneous") -> list[dict[str, Any]]:
-    """Per recipe: number of seeds, mean and best per-token accuracy at each evaluated length."""
-    by_recipe: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """Per recipe: number of seeds, mean and best per-token accuracy at each evaluated length.
+
+    Cards of one recipe name but another recipe revision or evaluation distribution form
+    separate rows (models trained before a recipe changed are not averaged with later ones).
+    """
+    by_recipe: dict[tuple[str, int, float], list[dict[str, Any]]] = defaultdict(list)
     for card in cards:
-        by_recipe[card["training"]["name"]].append(card)
+        by_recipe[(card["training"]["name"], card["training"].get("revision", 1), _eval_prob(card))].append(card)
     rows = []
-    for name, group_cards in sorted(by_recipe.items()):
-        row: dict[str, Any] = {"recipe": name, "seeds": sorted(c["seed"] for c in group_cards),
+    for (name, revision, p_eval), group_cards in sorted(by_recipe.items()):
+        row: dict[str, Any] = {"recipe": name, "revision": revision, "eval_identity_prob": p_eval,
+                               "seeds": sorted(c["seed"] for c in group_cards),
                                "minutes": max(c["training"]["train_seconds"] for c in group_cards) / 60}
         for key in group_cards[0]["metrics"]:
             accs = [c["metrics"][key][mode]["accuracy"] for c in group_cards]
@@ -40,23 +55,27 @@ def seed_table(cards: list[dict[str, Any]], mode: str = "simultaneous") -> list[
 
 
 def format_seed_table(rows: list[dict[str, Any]]) -> str:
-    keys = [k for k in rows[0] if k.endswith("L")] if rows else []
-    head = f"{'recipe':18s} {'seeds':8s} " + " ".join(f"{k + ' mean/best':>17s}" for k in keys)
+    keys = _length_keys(rows)
+    head = f"{'recipe':18s} {'rev':>3s} {'eval p_id':>9s} {'seeds':8s} " + " ".join(
+        f"{k + ' mean/best':>17s}" for k in keys)
     lines = [head + f" {'agree':>6s} {'train min':>9s}"]
     for r in rows:
-        cells = " ".join(f"{r[k]['mean']:8.4f}/{r[k]['best']:.4f}" for k in keys)
+        cells = " ".join(f"{r[k]['mean']:8.4f}/{r[k]['best']:.4f}" if k in r else f"{'-':>17s}" for k in keys)
         seeds = ",".join(str(s) for s in r["seeds"])
-        lines.append(f"{r['recipe']:18s} {seeds:8s} {cells} {r['agreement_min']:6.4f} {r['minutes']:9.1f}")
+        lines.append(f"{r['recipe']:18s} {r['revision']:3d} {r['eval_identity_prob']:9.4f} {seeds:8s} {cells} "
+                     f"{r['agreement_min']:6.4f} {r['minutes']:9.1f}")
     return "\n".join(lines)
 
 
 def markdown_seed_table(rows: list[dict[str, Any]]) -> str:
-    """The seed table as Markdown (per-token accuracy, mean / best over seeds)."""
-    keys = [k for k in rows[0] if k.endswith("L")] if rows else []
-    head = "| recipe | seeds | " + " | ".join(f"{k} (L = {rows[0][k]['length']}) mean / best" for k in keys)
-    lines = [head + " | min mode agreement | train minutes |", "|---" * (len(keys) + 4) + "|"]
+    """The seed table as Markdown (per-token accuracy, mean / best over seeds; "-": not evaluated)."""
+    keys = _length_keys(rows)
+    head = "| recipe | rev | eval identity prob | seeds | " + " | ".join(f"{k} mean / best" for k in keys)
+    lines = [head + " | min mode agreement | train minutes |", "|---" * (len(keys) + 6) + "|"]
     for r in rows:
-        cells = " | ".join(f"{r[k]['mean']:.4f} / {r[k]['best']:.4f}" for k in keys)
+        cells = " | ".join(f"{r[k]['mean']:.4f} / {r[k]['best']:.4f} (L = {r[k]['length']})" if k in r else "-"
+                           for k in keys)
         seeds = ", ".join(str(s) for s in r["seeds"])
-        lines.append(f"| {r['recipe']} | {seeds} | {cells} | {r['agreement_min']:.4f} | {r['minutes']:.1f} |")
+        lines.append(f"| {r['recipe']} | {r['revision']} | {r['eval_identity_prob']:.4f} | {seeds} | {cells} | "
+                     f"{r['agreement_min']:.4f} | {r['minutes']:.1f} |")
     return "\n".join(lines)

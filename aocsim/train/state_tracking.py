@@ -10,6 +10,13 @@ Training follows the implicit-SSM paper's curriculum, sized for a CPU:
 Per-position cross-entropy on the unshifted targets (the prefix product up to
 and including token t is predicted at position t). Fresh random sequences every
 step from a seeded numpy generator; weights from a seeded torch generator.
+
+Optional data curriculum (`curriculum`): between the fractions
+`curriculum_start` and `curriculum_end` of the steps, the probability of an
+identity token moves linearly from `identity_prob` to `identity_prob_final` and
+the sequence length from `train_length_start` to `train_length`. The learning
+rate warms up linearly over `warmup_steps` and then follows a cosine from `lr`
+down to `lr_final` x `lr` at the last step.
 """
 
 from __future__ import annotations
@@ -54,6 +61,15 @@ class StateTrackingRecipe:
     batch_size: int = 32
     steps: int = 3000
     lr: float = 2e-3
+    # Linear warm-up, then a cosine from lr to lr_final * lr (the defaults are the schedule the
+    # first committed models were trained with).
+    warmup_steps: int = 100
+    lr_final: float = 0.1
+    # Data curriculum (module docstring); None keeps identity_prob / train_length for every step.
+    identity_prob_final: float | None = None
+    train_length_start: int | None = None
+    curriculum_start: float = 0.0
+    curriculum_end: float = 1.0
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     tied_fraction: float = 0.25
@@ -67,22 +83,75 @@ class StateTrackingRecipe:
     # fixed point is unique and both execution modes reach the same one; 0 switches it off.
     jac_reg: float = 0.0
     seed: int = 0
+    # Recipe revision, so that the cards of models trained before a recipe changed stay apart in
+    # the seed table (1: the first committed recipes; 2: the A5 recipes of issue 11).
+    revision: int = 1
     eval_batch: int = 256
     # Evaluation solves tightly: with a loose tolerance (1e-3) the two modes stop at points up
     # to 0.2 apart on slowly contracting models, enough to flip near-tied predictions.
     eval_tol: float = 1e-5
     eval_max_iter: int = 300
+    # Evaluation lengths (multiples of train_length) and the identity-token probability of the
+    # evaluation sequences (None: identity_prob, as the first committed models were evaluated;
+    # 1 / order: every element equally likely).
+    eval_factors: tuple[int, ...] = (1, 4, 8)
+    eval_identity_prob: float | None = None
 
     def __post_init__(self) -> None:
+        # A card read back from YAML gives a list; keep the recipe hashable and comparable.
+        object.__setattr__(self, "eval_factors", tuple(self.eval_factors))
+
+        def prob(p: float | None) -> bool:
+            return p is None or 0 <= p <= 1
+
         checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "train_length": self.train_length >= 1,
                   "lr": self.lr > 0, "tau": 0 < self.tau <= 1, "jac_reg": self.jac_reg >= 0,
-                  "tied_fraction": 0 <= self.tied_fraction <= 1, "eval_tol": self.eval_tol >= 0}
+                  "tied_fraction": 0 <= self.tied_fraction <= 1, "eval_tol": self.eval_tol >= 0,
+                  "identity_prob": 0 <= self.identity_prob <= 1, "identity_prob_final": prob(self.identity_prob_final),
+                  "train_length_start": self.train_length_start is None
+                  or 1 <= self.train_length_start <= self.train_length,
+                  "curriculum_start": 0 <= self.curriculum_start <= 1,
+                  "curriculum_end": self.curriculum_start <= self.curriculum_end <= 1,
+                  "warmup_steps": self.warmup_steps >= 1, "lr_final": 0 <= self.lr_final <= 1,
+                  "eval_factors": len(self.eval_factors) >= 1
+                  and all(isinstance(k, int) and k >= 1 for k in self.eval_factors),
+                  "eval_identity_prob": prob(self.eval_identity_prob)}
         expected = {"steps": "an integer >= 1", "batch_size": "an integer >= 1", "train_length": "an integer >= 1",
                     "lr": "> 0", "tau": "in (0, 1]", "jac_reg": ">= 0 (0 switches the penalty off)",
-                    "tied_fraction": "in [0, 1]", "eval_tol": ">= 0"}
+                    "tied_fraction": "in [0, 1]", "eval_tol": ">= 0", "identity_prob": "a probability in [0, 1]",
+                    "identity_prob_final": "a probability in [0, 1], or None (no schedule)",
+                    "train_length_start": f"an integer in [1, train_length = {self.train_length}], or None",
+                    "curriculum_start": "a fraction of the steps in [0, 1]",
+                    "curriculum_end": f"a fraction of the steps in [curriculum_start = {self.curriculum_start}, 1]",
+                    "warmup_steps": "an integer >= 1", "lr_final": "a fraction of lr in [0, 1]",
+                    "eval_factors": "a non-empty list of integers >= 1 (multiples of train_length)",
+                    "eval_identity_prob": "a probability in [0, 1], or None (identity_prob)"}
         for name, ok in checks.items():
             if not ok:
                 raise InputError(f"recipe {self.name!r}: {name} = {getattr(self, name)!r}; expected {expected[name]}")
+
+    def curriculum(self, step: int) -> tuple[int, float]:
+        """(sequence length, identity-token probability) of the training batch at `step`."""
+        begin, end = self.curriculum_start * self.steps, self.curriculum_end * self.steps
+        frac = 1.0 if step >= end else 0.0 if step < begin else (step - begin) / (end - begin)
+        # (1 - frac) a + frac b is exactly a at frac = 0 and b at frac = 1; without a schedule the
+        # plain settings are returned untouched (a rounding error in p would change the data).
+        length = self.train_length if self.train_length_start is None else round(
+            (1 - frac) * self.train_length_start + frac * self.train_length)
+        p = self.identity_prob if self.identity_prob_final is None else (
+            (1 - frac) * self.identity_prob + frac * self.identity_prob_final)
+        return length, p
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of lr at `step`: linear warm-up, then cosine decay to lr_final."""
+        lo = self.lr_final
+        return min(1.0, (step + 1) / self.warmup_steps) * (
+            (1 + lo) / 2 + (1 - lo) / 2 * math.cos(math.pi * min(step / self.steps, 1.0)))
+
+    @property
+    def eval_prob(self) -> float:
+        """Identity-token probability of the evaluation sequences."""
+        return self.identity_prob if self.eval_identity_prob is None else self.eval_identity_prob
 
     def config(self, vocab_size: int) -> SSMConfig:
         return SSMConfig(vocab_size=vocab_size, d_model=self.d_model, d_state=self.d_state, expand=self.expand,
@@ -135,8 +204,7 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
     g = group(r.task)
     model = ImplicitSSM(r.config(g.order), generator=torch.Generator().manual_seed(r.seed))
     opt = torch.optim.AdamW(model.parameters(), lr=r.lr, weight_decay=r.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(  # short linear warm-up, cosine decay to 10 %
-        opt, lambda s: min(1.0, (s + 1) / 100) * (0.55 + 0.45 * math.cos(math.pi * min(s / r.steps, 1.0))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, r.lr_factor)
     rng = np.random.default_rng(r.seed)
     probe_gen = torch.Generator().manual_seed(r.seed + 1)  # Hutchinson probes of the Jacobian penalty
     if run_dir:
@@ -146,8 +214,8 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
     bar = tqdm(range(r.steps), desc=r.name, disable=not progress)
     for step in bar:
         model.train()
-        tokens, targets = word_problems(g, r.batch_size, r.train_length, identity_prob=r.identity_prob,
-                                        generator=rng)
+        length, identity_prob = r.curriculum(step)
+        tokens, targets = word_problems(g, r.batch_size, length, identity_prob=identity_prob, generator=rng)
         logits, penalty = _forward_train(model, tokens, step, r, probe_gen)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         opt.zero_grad()
@@ -159,6 +227,8 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
             acc = float((logits.argmax(-1) == targets).double().mean())
             entry = {"step": step, "loss": round(loss.item(), 5), "train_acc": round(acc, 4),
                      "seconds": round(time.perf_counter() - start, 1)}
+            if r.identity_prob_final is not None or r.train_length_start is not None:
+                entry.update(length=length, identity_prob=round(identity_prob, 4))
             if penalty is not None:
                 entry["jacobian_fro2"] = round(penalty.item(), 5)
             history.append(entry)
@@ -175,17 +245,22 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
                    round(time.perf_counter() - start, 1)}
 
 
-def evaluate_lengths(model: ImplicitSSM, r: StateTrackingRecipe, *, factors: tuple[int, ...] = (1, 4, 8),
+def evaluate_lengths(model: ImplicitSSM, r: StateTrackingRecipe, *, factors: tuple[int, ...] | None = None,
                      modes: tuple[str, ...] = ("simultaneous", "sequential"), batch: int | None = None,
-                     seed: int = 12345) -> dict[str, Any]:
-    """Per-token accuracy (mean and per position) at multiples of the training length, in each mode."""
+                     identity_prob: float | None = None, seed: int = 12345) -> dict[str, Any]:
+    """Per-token accuracy (mean and per position) at multiples of the training length, in each mode.
+
+    Fresh sequences (numpy seed `seed + factor`), all of a length in one batch. `factors` default
+    to the recipe's eval_factors, `identity_prob` to its eval_prob (1 / order: uniform tokens).
+    """
     g = group(r.task)
+    p_id = r.eval_prob if identity_prob is None else identity_prob
     out: dict[str, Any] = {}
-    for factor in factors:
+    for factor in factors or r.eval_factors:
         length = factor * r.train_length
-        tokens, targets = word_problems(g, batch or r.eval_batch, length, identity_prob=r.identity_prob,
+        tokens, targets = word_problems(g, batch or r.eval_batch, length, identity_prob=p_id,
                                         generator=seed + factor)
-        entry: dict[str, Any] = {"length": length}
+        entry: dict[str, Any] = {"length": length, "identity_prob": p_id}
         preds = {}
         for mode in modes:
             # Simultaneous mode moves state along the sequence about one token per iteration,
@@ -218,7 +293,7 @@ def model_card(r: StateTrackingRecipe, model: ImplicitSSM, summary: dict, metric
         "config": model.config.to_dict(),
         "training": {**asdict(r), **summary},
         "data": {"group": group(r.task).name, "order": group(r.task).order, "train_length": r.train_length,
-                 "identity_prob": r.identity_prob, "generator": "aocsim.tasks.groups.word_problems, fresh "
+                 "identity_prob": r.identity_prob, "eval_identity_prob": r.eval_prob, "generator": "aocsim.tasks.groups.word_problems, fresh "
                  "sequences every step (numpy default_rng(seed))"},
         "metrics": compact,
         "seed": r.seed,
@@ -228,7 +303,7 @@ def model_card(r: StateTrackingRecipe, model: ImplicitSSM, summary: dict, metric
 
 def run_recipe(recipe: StateTrackingRecipe, out_dir: Path, *, overwrite: bool = False, progress: bool = True,
                run_dir: Path | None = None, **overrides: Any) -> Path:
-    """Train, evaluate at L, 4L, 8L in both modes, and write the model directory."""
+    """Train, evaluate at the recipe's eval_factors x L in both modes, and write the model directory."""
     r = replace(recipe, **overrides)
     if out_dir.exists() and not overwrite:  # fail before spending minutes on training
         from aocsim.errors import ModelFileError
