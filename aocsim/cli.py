@@ -466,10 +466,11 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
                                        "expected distinct models (one NetCDF group each)")
         loaded[model.card["name"]] = model
     results = {}
-    for name, model in loaded.items():
-        split = load_split(model.weight.dtype)
-        results[name] = compare(model, device, split.x_test, split.y_test, seeds=tuple(range(seeds)),
-                                chips=tuple(range(chips)), stop=stop, fit=fit)
+    with _compute():  # threads for this machine's load; progress as lines off a terminal
+        for name, model in loaded.items():
+            split = load_split(model.weight.dtype)
+            results[name] = compare(model, device, split.x_test, split.y_test, seeds=tuple(range(seeds)),
+                                    chips=tuple(range(chips)), stop=stop, fit=fit, progress=True)
     tmp = out.with_name(f".{out.name}.tmp")
     for i, (name, ds) in enumerate(results.items()):
         group = None if len(results) == 1 else name

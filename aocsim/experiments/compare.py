@@ -24,6 +24,7 @@ from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
 from aocsim.nn.deq import DEQ
+from aocsim.progress import bar
 from aocsim.solve.result import SolveStatus
 
 STOPS = ("tolerance", "readout")
@@ -82,7 +83,7 @@ def _checksum(model: DEQ) -> str:
 def compare(model: DEQ | str | Path, device: DeviceProfile | str, inputs: torch.Tensor,
             targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
             stop: str = "tolerance", max_iter: int = 2000, fit: bool = True, atol: float = 1e-6,
-            rtol: float = 1e-5, fit_inputs: torch.Tensor | None = None) -> xr.Dataset:
+            rtol: float = 1e-5, fit_inputs: torch.Tensor | None = None, progress: bool = False) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample.
 
     Args:
@@ -98,6 +99,7 @@ def compare(model: DEQ | str | Path, device: DeviceProfile | str, inputs: torch.
         fit: compile with the least-squares fit (aocsim/execute/fit.py) or the analytic mapping.
         atol, rtol: the device tolerance, device volts (stop="tolerance").
         fit_inputs: inputs whose exact fixed points the fit matches (default: the task's training set).
+        progress: a progress bar over the chip x seed runs (`aocsim.progress`).
 
     Returns:
         Dataset with dims path ("exact", "device"), chip, seed, sample: `prediction`, `correct`,
@@ -132,20 +134,24 @@ def compare(model: DEQ | str | Path, device: DeviceProfile | str, inputs: torch.
     out["residual"][0] = exact.solve.abs_residual.numpy()
     out["hardware_time_s"][0] = np.nan
     samples = torch.arange(b)
-    for ci, chip in enumerate(chip_ids):
+    runs = bar(((ci, si) for ci in range(len(chip_ids)) for si in range(len(seed_ids))), desc="compare chip x seed",
+               total=len(chip_ids) * len(seed_ids), enabled=progress)
+    compiled = None
+    for ci, si in runs:
+        chip, seed = chip_ids[ci], seed_ids[si]
         profile = resolve_profile(base, chip)
-        compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
-        for si, seed in enumerate(seed_ids):
-            key = keys.as_key(seed)
-            run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
-                x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol)
-            r = run.solve
-            out["prediction"][1, ci, si] = run.logits.argmax(1).numpy()
-            out["iterations"][1, ci, si] = r.iterations.numpy()
-            out["status"][1, ci, si] = r.status.numpy()
-            out["residual"][1, ci, si] = (compiled.gain * r.abs_residual).numpy()  # z = a z_d + b
-            out["hardware_time_s"][1, ci, si] = run.hardware_time_s.numpy()
-            fpe[ci, si] = ((run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)).numpy()
+        if si == 0:  # one compilation per chip
+            compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
+        key = keys.as_key(seed)
+        run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
+            x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol)
+        r = run.solve
+        out["prediction"][1, ci, si] = run.logits.argmax(1).numpy()
+        out["iterations"][1, ci, si] = r.iterations.numpy()
+        out["status"][1, ci, si] = r.status.numpy()
+        out["residual"][1, ci, si] = (compiled.gain * r.abs_residual).numpy()  # z = a z_d + b
+        out["hardware_time_s"][1, ci, si] = run.hardware_time_s.numpy()
+        fpe[ci, si] = ((run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)).numpy()
     return _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
 
 
