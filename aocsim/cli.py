@@ -465,6 +465,11 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
             raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
                                        "expected distinct models (one NetCDF group each)")
         loaded[model.card["name"]] = model
+    from aocsim.execute.deq import check_fits, resolve_profile
+
+    profile = resolve_profile(device)
+    for model in loaded.values():  # before the thread note and any work
+        check_fits(model, profile)
     results = {}
     with _compute():  # threads for this machine's load; progress as lines off a terminal
         for name, model in loaded.items():
