@@ -106,8 +106,8 @@ def _print_state_tracking(models: list[Any], results: list[dict[str, Any]], plot
                 click.echo(f"{key + ' = ' + str(entry['length']):>9s} {mode:>13s} {e['accuracy']:9.4f} "
                            f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
             click.echo(f"{'':>9s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
-        labels[f"{name} ({kind})" + (f" #{len(labels) + 1}" if f"{name} ({kind})" in labels else "")] = \
-            result["lengths"]
+        label = f"{name} ({kind}, recipe rev {model.card['training'].get('revision', 1)})"
+        labels[label + (f" #{len(labels) + 1}" if label in labels else "")] = result["lengths"]
     name, first = models[0].card["name"], results[0]
     if len(models) > 1:
         path = plot_path or _free_path(Path(f"{name}-comparison-by-position.png"))
