@@ -201,7 +201,8 @@ def _print_state_tracking(models: list[Any], results: list[dict[str, Any]], path
         # one evaluation stands for its sequential mode in the comparison.
         lengths = result["lengths"] if implicit else \
             {k: {**e, "sequential": e["simultaneous"]} for k, e in result["lengths"].items()}
-        labels[f"{name} ({kind})" + (f" #{len(labels) + 1}" if f"{name} ({kind})" in labels else "")] = lengths
+        label = f"{name} ({kind}, recipe rev {model.card['training'].get('revision', 1)})"
+        labels[label + (f" #{len(labels) + 1}" if label in labels else "")] = lengths
     name, first = models[0].card["name"], results[0]
     if len(models) > 1:
         plot_accuracy_comparison(labels, path, mode="sequential", train_length=first["train_length"],
