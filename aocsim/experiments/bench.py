@@ -97,7 +97,7 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
 
 
 def format_loop_bench(rows: list[LoopBenchRow]) -> str:
-    lines = [f"torch threads: {torch.get_num_threads()}", f"{'setting':24s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
+    lines = [f"{'setting':24s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
              f"{'max |diff|':>11s}"]
     for r in rows:
         diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"
