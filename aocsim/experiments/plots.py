@@ -25,18 +25,7 @@ def plot_accuracy_by_position(metrics: dict[str, Any], path: Path, *, title: str
             if mode in entry:
                 acc = entry[mode]["accuracy_by_position"]
                 ax.plot(range(1, len(acc) + 1), acc, style, label=f"{key} (L = {entry['length']}), {mode}")
-    train_len = min(e["length"] for e in metrics.values())
-    ax.axvline(train_len, color="grey", lw=0.8, ls=":", label="training length")
-    ax.set_xlabel("position t")
-    ax.set_ylabel("per-token accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(title)
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, min(e["length"] for e in metrics.values()), title, "position t")
 
 
 def plot_accuracy_comparison(results: dict[str, dict[str, Any]], path: Path, *, mode: str = "sequential",
@@ -67,9 +56,14 @@ def plot_accuracy_comparison(results: dict[str, dict[str, Any]], path: Path, *, 
         acc = longest[mode]["accuracy_by_position"]
         ax.plot(range(1, len(acc) + 1), acc, lw=1.2, label=f"{label} ({mode})")
         shortest.append(min(e["length"] for e in metrics.values()))
-    ax.axvline(train_length or min(shortest), color="grey", lw=0.8, ls=":", label="training length")
     ax.set_xscale("log")
-    ax.set_xlabel("position t (log scale)")
+    return _finish(fig, ax, path, train_length or min(shortest), title, "position t (log scale)")
+
+
+def _finish(fig: Any, ax: Any, path: Path, train_length: int, title: str, xlabel: str) -> Path:
+    """The accuracy-against-position axes' common dressing (training length, labels, legend), saved."""
+    ax.axvline(train_length, color="grey", lw=0.8, ls=":", label="training length")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("per-token accuracy")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
