@@ -329,3 +329,26 @@ def test_absurd_noise_settings_are_flagged_in_the_budget() -> None:
     assert "note: shot noise" in text and "SNR < 0 dB" in text
     assert max(len(line) for line in text.splitlines()[:-1]) < 90  # 4 significant digits, no 31-digit numbers
     assert "note:" not in format_budget(noise_budget(load_device("aoc48")))
+
+
+@pytest.mark.parametrize("overrides", [{"noise.rin.rin_db_per_hz": -120.0},
+                                       {"noise.rin.rin_db_per_hz": -110.0, "noise.shot.enabled": False,
+                                        "noise.thermal.enabled": False, "noise.dark.enabled": False}],
+                         ids=["all", "rin"])
+def test_predicted_node_noise_matches_the_drawn_noise(overrides: dict, gen: torch.Generator) -> None:
+    # The noise budget and the noise-floor status read step.node_noise_variance; the iteration draws
+    # the noise. Per channel, the drawn variance must match the prediction (RIN boosted to show).
+    from aocsim.hardware.step import node_noise_variance, nonlinearity
+
+    draws = 4000
+    dev = load_device("aoc48", overrides)
+    w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
+    z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(draws, 48).contiguous()
+    loop = OpticalLoop(dev, w, beta=18.6, generator=1)
+    quiet = OpticalLoop(dev.without_noise(), w, beta=18.6, generator=1)
+    noise = loop.optical(z, generator=4) - quiet.optical(z[:1])
+    c = loop.constants()
+    predicted = node_noise_variance(nonlinearity(z[:1], c.sigmoid, False), c, 18.6, float(c.noise[1]),
+                                    float(c.noise[2]), float(c.noise[0]))[0]
+    ratio = noise.var(0) / predicted
+    assert ((ratio - 1).abs() <= 5 * math.sqrt(2 / (draws - 1))).all(), ratio

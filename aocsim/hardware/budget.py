@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware import components as C
 from aocsim.hardware.loop import OpticalLoop
 from aocsim.hardware import sources
 from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.step import node_noise_variance, nonlinearity
 
 REFERENCE_BETA, REFERENCE_ALPHA, REFERENCE_BATCH = 18.6, 0.5, 256
 
@@ -66,16 +66,12 @@ def _static_rms(profile: DeviceProfile, source: sources.Source, w: torch.Tensor,
 def _per_iteration_std(source: sources.Source, v: sources.Values, loop: OpticalLoop, z: torch.Tensor
                        ) -> torch.Tensor:
     """Per channel and state, the std this per-iteration source (settings v) adds at the loop node [B, N]."""
-    o, n = loop.optics, loop.n
-    u = C.led_pair(C.nonlinearity(z, loop.values["nonlinearity.kind"], loop.coeffs), loop.poly_pos_f, loop.poly_neg_f)
-    to_node = (REFERENCE_BETA * o.scaling * o.gain_scale).abs()  # detector units -> loop volts
+    c = loop.constants()
+    t = nonlinearity(z, c.sigmoid, loop.values["nonlinearity.kind"] == "tanh")
     if isinstance(source, sources.DetectorSource):
         a, b = source.variance_coefficients(v)
-        d = (u @ o.m_det.T + o.c_det).abs()
-        return to_node * torch.sqrt(a * (d[:, :n] + d[:, n:]) + 2 * b)
-    # RIN: y_j = g sum_i (K[j, i] p_i + K[j, N + i] q_i)(1 + eps_i), so LED i contributes c_ji eps_i.
-    contrib = REFERENCE_BETA * (o.k[None, :, :n] * u[:, None, :n] + o.k[None, :, n:] * u[:, None, n:])
-    return sources.rin_std(v) * contrib.pow(2).sum(-1).sqrt()
+        return node_noise_variance(t, c, REFERENCE_BETA, a, 2 * b, 0.0).sqrt()
+    return node_noise_variance(t, c, REFERENCE_BETA, 0.0, 0.0, sources.rin_std(v)).sqrt()
 
 
 def _converter_std(profile: DeviceProfile, source: sources.Source) -> float:

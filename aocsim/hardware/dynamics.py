@@ -18,7 +18,7 @@ import torch
 from aocsim.hardware import backends
 from aocsim.hardware import components as C
 from aocsim.hardware import keys
-from aocsim.hardware.step import led_light, nonlinearity
+from aocsim.hardware.step import nonlinearity, node_noise_variance
 
 if TYPE_CHECKING:
     from aocsim.hardware.loop import OpticalLoop
@@ -97,20 +97,14 @@ class LoopMap:
     def noise_floor(self, z: torch.Tensor) -> torch.Tensor:
         """Predicted norm of one iteration's noise at state z, [B]: the residual a settled loop keeps.
 
-        Per channel j: var = g^2 node_scale_j^2 (a (|D_P| + |D_Q|) + 2 b) from the detector sources plus
-        RIN's sum over LEDs i of (g (K_ji p_i + K_j,N+i q_i) rin)^2, times the loop response squared.
+        The norm over channels of `step.node_noise_variance` at z, times the loop response.
         """
         loop, c = self.loop, self.c
         if not self.layout.draws:
             return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
         with torch.no_grad():
             g = loop.node(max(self.k - 1, 0), z)[0]
-            p, q = led_light(nonlinearity(z, c.sigmoid, self.layout.tanh), c.led, constant=True)
-            n = loop.n
-            d = torch.cat([p, q], 1) @ c.det_t + c.det_offset
-            var = (c.node_scale * g) ** 2 * ((d[:, :n].abs() + d[:, n:].abs()) * c.noise[1] + c.noise[2])
-            if self.layout.rin:
-                kp, kq = c.op_t[:n].T * g, c.op_t[n:].T * g  # [N_out, N_in] per path
-                var = var + c.noise[0] ** 2 * ((p * p) @ (kp * kp).T + 2 * (p * q) @ (kp * kq).T + (q * q) @ (kq * kq).T)
+            var = node_noise_variance(nonlinearity(z, c.sigmoid, self.layout.tanh), c, g, float(c.noise[1]),
+                                      float(c.noise[2]), float(c.noise[0]))
             response = float(loop.response)
             return response * var.sum(1).sqrt()

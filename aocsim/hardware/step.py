@@ -129,6 +129,24 @@ def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: torch.Tensor
     return torch.sqrt((d_pos.abs() + d_neg.abs()) * noise[1] + noise[2])
 
 
+def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | float, a: float, b2: float,
+                        rin: float) -> torch.Tensor:
+    """Variance one iteration's noise adds at the node, per sample and channel [B, N] (before the response).
+
+    Detector sources: (g node_scale_j)^2 (a (|D_P| + |D_Q|) + 2 b), with b2 = 2 b; RIN: the sum over LEDs i
+    of (g (K_ji p_i + K_j,N+i q_i) rin)^2, since one draw per LED reaches both of its paths. The noise
+    budget and the noise-floor status both read it.
+    """
+    p, q = led_light(t, c.led, constant=True)
+    d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
+    var = (c.node_scale * gain) ** 2 * ((d_pos.abs() + d_neg.abs()) * a + b2)
+    if rin > 0:
+        n = p.shape[1]
+        kp, kq = c.op_t[:n].T * gain, c.op_t[n:].T * gain  # [N_out, N_in] per path
+        var = var + rin ** 2 * ((p * p) @ (kp * kp).T + 2 * (p * q) @ (kp * kq).T + (q * q) @ (kq * kq).T)
+    return var
+
+
 def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
             counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
     """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`."""
