@@ -1,0 +1,237 @@
+"""An implicit SSM on a virtual AOC as a hybrid: its linear maps on optical tiles, the rest digital.
+
+The model (aocsim/nn/implicit_ssm.py) iterates z = f(z) per token; inside f, every linear map
+(the injection W_u, and each block's input and output projections) is a matrix product. Placed on a
+device (`place_ssm`), each of them becomes a `DeviceLinear`: the matrix programmed onto a grid of
+optical tiles (aocsim/hardware/tiles.py), each call a tile pass with its own noise. Everything else
+stays digital in float64: RMSNorm, SiLU, softplus, exp, the causal conv and the selective scan,
+the scan state between tokens, and the head. The model's own code runs unchanged (its modules are
+swapped), so both execution modes (simultaneous, sequential) run on the device.
+
+Placement, per chip and weight load (what a real machine does after programming):
+
+- **plain weights**: weight normalisation is resolved into the plain matrix it parametrises.
+- **scale**: W / sigma is programmed; sigma puts the largest node signal seen on the calibration
+  inputs at `HEADROOM` of the ADC's range (two passes: a first guess, then the measured nodes).
+- **calibration**: per output j, the node volts (the ADC reading over the per-row input scale s)
+  are fitted as g_j (W u / sigma)_j + o_j by least squares on calibration inputs: the inputs each
+  map sees on the exact path for sequences of the task (`calibration_inputs`). That absorbs the
+  absolute convention's small-signal gain (about 0.13 on aoc48-twin), per-detector gains and the
+  node offsets (LED constants, dark currents). A call then returns
+  y = sigma s (node - o) / g (+ bias, digital). What the fit cannot absorb (the emitters' cubic
+  response, SLM and ADC quantisation, noise) is the device's error.
+
+Noise: a `DeviceLinear` counts its calls; call c of map m draws from key.fold(m).fold(TILE_CALL, c, i)
+for tile i (`TiledMatrix`), so a run is reproducible from its seed (`PlacedSSM.reset`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from aocsim.errors import InputError
+from aocsim.hardware import keys
+from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.tiles import TiledMatrix
+from aocsim.hardware.tiles import _input_range as default_input_range
+from aocsim.nn.implicit_ssm import ImplicitSSM
+
+HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC's half range
+CALIBRATION_ROWS = 2048  # inputs per map for the fit (subsampled from the exact path's)
+PLACEMENT = "hybrid: injection, in_proj, out_proj on optical tiles; norms, conv, scan, head digital"
+
+
+def plain_copy(model: ImplicitSSM) -> ImplicitSSM:
+    """A copy of `model` with weight normalisation resolved into the plain matrices it parametrises."""
+    plain = ImplicitSSM(replace(model.config, weight_norm=False)).to(model.head.weight.dtype)
+    state = {name: value for name, value in model.state_dict().items() if ".parametrizations." not in name}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            state[f"{name}.weight"] = module.weight.detach()
+    plain.load_state_dict(state)
+    return plain.eval()
+
+
+class DeviceLinear(nn.Module):
+    """A linear map on optical tiles, calibrated: call it like the `nn.Linear` it replaces.
+
+    Args:
+        device: the profile (one chip: its `variation.chip_seed`).
+        weight: W [M, K]; bias: [M] or None (added digitally).
+        inputs: calibration inputs [R, K] (what the map sees on the exact path).
+        generator: key of the weight load (programming draws) and of the calibration passes.
+        tile_size, partial_sums: as in `TiledMatrix`.
+    """
+
+    def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
+                 inputs: torch.Tensor, *, generator: keys.Seed, tile_size: int | None = None,
+                 partial_sums: str = "analog", input_range: float | None = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.weight = weight
+        self.bias = bias
+        self.partial_sums = partial_sums
+        key = keys.as_key(generator)
+        if key is None:
+            raise InputError("generator = None; placing a map on tiles draws its weight load, so expected a "
+                             "seed, torch.Generator or Key")
+        self.key = key
+        self.input_range = default_input_range(device, input_range)
+        low, high = (float(v) for v in device.values["readout.range_v"])
+        half = min(-low, high)
+        # Pass 1: sigma from the ideal product (gain 1); pass 2: from the nodes measured with it.
+        ideal = self._ideal_nodes(inputs, 1.0)
+        sigma = float(ideal.abs().max()) / (HEADROOM * half) or 1.0
+        for _ in range(2):
+            self.sigma = sigma
+            self.tiles = TiledMatrix(device, weight / sigma, tile_size=tile_size, generator=key.fold(0),
+                                     input_range=self.input_range)
+            node = self._nodes(inputs, key.fold(1))
+            target = self._ideal_nodes(inputs, sigma)
+            self.gain, self.offset = _affine_fit(target, node)
+            swing = float((node - self.offset).abs().max())
+            sigma = sigma * swing / (HEADROOM * half) if swing > 0 else sigma
+        self.calibration_error = float(((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300)))
+        self.run_key = key.fold(2)
+        self.calls = 0
+
+    def _ideal_nodes(self, t: torch.Tensor, sigma: float) -> torch.Tensor:
+        """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles would apply."""
+        s = t.abs().amax(dim=1, keepdim=True) / self.input_range
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        return (t / s) @ (self.weight / sigma).T
+
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0) -> torch.Tensor:
+        out = self.tiles(t, partial_sums=self.partial_sums, generator=key, call=call)
+        return out.y / out.input_scale[:, None]
+
+    def _correct(self, node: torch.Tensor) -> torch.Tensor:
+        return (node - self.offset) / self.gain
+
+    def reset(self, generator: keys.Seed) -> None:
+        """Restart the call count under a new noise key (a run's seed)."""
+        self.run_key, self.calls = keys.as_key(generator), 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        out = self.tiles(flat, partial_sums=self.partial_sums, generator=self.run_key, call=self.calls)
+        self.calls += 1
+        y = self._correct(out.y / out.input_scale[:, None]) * (self.sigma * out.input_scale[:, None])
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _affine_fit(target: torch.Tensor, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column j, (g_j, o_j) minimising ||node_j - g_j target_j - o_j||^2."""
+    tm, nm = target.mean(0), node.mean(0)
+    tc, nc = target - tm, node - nm
+    var = (tc * tc).sum(0)
+    gain = torch.where(var > 0, (tc * nc).sum(0) / var.clamp_min(1e-300), torch.ones_like(var))
+    gain = torch.where(gain.abs() > 1e-12, gain, torch.ones_like(gain))  # a dead output: report raw
+    return gain, nm - gain * tm
+
+
+@dataclass(frozen=True)
+class MapReport:
+    """One placed map: its name, shape, tile grid, scale sigma and relative calibration error."""
+
+    name: str
+    shape: tuple[int, int]
+    grid: tuple[int, int]
+    sigma: float
+    calibration_error: float
+
+
+class PlacedSSM:
+    """An `ImplicitSSM` whose linear maps run on a device (module docstring). Call it like the model."""
+
+    def __init__(self, model: ImplicitSSM, maps: dict[str, DeviceLinear]) -> None:
+        self.model = model
+        self.maps = maps
+
+    def reset(self, generator: keys.Seed) -> None:
+        """Give every map a fresh call count under key.fold(m): a run reproducible from its seed."""
+        key = keys.as_key(generator)
+        if key is None:
+            raise InputError("generator = None; a device run draws noise on every tile pass, so expected a "
+                             "seed, torch.Generator or Key")
+        for m, layer in enumerate(self.maps.values()):
+            layer.reset(key.fold(m))
+
+    def report(self) -> list[MapReport]:
+        return [MapReport(name, (layer.out_features, layer.in_features), layer.tiles.grid, layer.sigma,
+                          layer.calibration_error) for name, layer in self.maps.items()]
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, **options):
+        """`ImplicitSSM.forward` on the device (same options), after `reset(generator)`."""
+        self.reset(generator)
+        return self.model(tokens, **options)
+
+
+def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
+    """The linear maps inside f, by module path: the injection and each block's projections."""
+    maps = {"inject": model.inject}
+    for i, block in enumerate(model.blocks):
+        maps[f"blocks.{i}.in_proj"] = block.in_proj
+        maps[f"blocks.{i}.out_proj"] = block.out_proj
+    return maps
+
+
+@torch.no_grad()
+def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = CALIBRATION_ROWS,
+                       tau: float = 0.8, max_iter: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
+    """What each linear map sees on the exact path (simultaneous mode) for `tokens`, `rows` per map.
+
+    The rows are drawn without replacement from every call of the solve (iterates on the way to
+    the fixed point included: the device sees those too), by a generator seeded with `seed`.
+    """
+    seen: dict[str, list[torch.Tensor]] = {name: [] for name in linear_maps(model)}
+    hooks = [module.register_forward_pre_hook(lambda _m, args, name=name: seen[name].append(
+        args[0].reshape(-1, args[0].shape[-1]).clone())) for name, module in linear_maps(model).items()]
+    try:
+        model(tokens, mode="simultaneous", tau=tau, tol=1e-6, max_iter=max_iter)
+    finally:
+        for h in hooks:
+            h.remove()
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, chunks in seen.items():
+        every = torch.cat(chunks)
+        pick = torch.randperm(every.shape[0], generator=gen)[:rows]
+        out[name] = every[pick]
+    return out
+
+
+def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], *,
+              generator: keys.Seed, tile_size: int | None = None, partial_sums: str = "analog") -> PlacedSSM:
+    """Place `model` on `device` (one chip, one weight load keyed by `generator`).
+
+    Args:
+        model: an implicit (or explicit) SSM; it is copied, not changed.
+        device: the profile of the chip.
+        calibration: inputs per map (`calibration_inputs`).
+        generator: seed of the weight load (programming draws) and of the calibration passes.
+        tile_size, partial_sums: as in `TiledMatrix`.
+    """
+    if not isinstance(model, ImplicitSSM):
+        raise InputError(f"model is a {type(model).__name__}; expected an ImplicitSSM")
+    key = keys.as_key(generator)
+    if key is None:
+        raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
+                         "torch.Generator or Key")
+    placed = plain_copy(model)
+    layers: dict[str, DeviceLinear] = {}
+    for m, (name, linear) in enumerate(linear_maps(placed).items()):
+        bias = None if linear.bias is None else linear.bias.detach().clone()
+        layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
+                             tile_size=tile_size, partial_sums=partial_sums)
+        layers[name] = layer
+        parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
+                                                              name.split(".")[2])
+        setattr(parent, attr, layer)
+    return PlacedSSM(placed, layers)
