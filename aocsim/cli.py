@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -133,9 +132,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
         # The plot is written after minutes of evaluation: check its path and format first.
         default = f"{name}-{'comparison' if compare else 'accuracy'}-by-position.png"
         plot = check_output_file(plot_path or _free_path(Path(default)), what="--plot")
-        with _compute():
+        with _compute() as threads:  # one process per thread: the solves are many small operations
             results = compare_state_tracking(models, task=task, factors=fs, batch=batch or 256, uniform=uniform,
-                                             progress=True)
+                                             progress=True, workers=threads)
         _print_state_tracking(models, results, plot)
         return
     given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path),

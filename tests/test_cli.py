@@ -125,7 +125,7 @@ def test_evaluate_compare_explicit_model_once_on_the_same_sequences(tmp_path: Pa
     assert out.exit_code == 0, out.output
     assert out.output.count("agreement") == 2  # the implicit model: both modes at 1L and 2L
     assert "model parity-explicit1 (explicit, 1 layer(s)), task parity, identity-token probability 0.5" in out.output
-    assert "parity-explicit1 lengths: 100%" in out.output and plot.read_bytes()[:4] == b"\x89PNG"
+    assert "parity-explicit1 solves: 100%" in out.output and plot.read_bytes()[:4] == b"\x89PNG"
     # A model for another task fails before any evaluation; a bad --factors is a one-line usage error.
     other = run("evaluate", "parity-implicit", "--compare", "a5-explicit1", "--plot", str(tmp_path / "x.png"))
     assert other.exit_code == 1 and "expected parity at L = 16" in other.output and "lengths" not in other.output

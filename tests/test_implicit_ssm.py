@@ -395,3 +395,31 @@ def test_seed_table_keeps_recipe_revisions_apart() -> None:
     assert text.splitlines()[0].split()[5:9] == ["1L", "mean/best", "4L", "mean/best"]
     assert "16L mean/best" in text and "8L mean/best" in text
     assert markdown_seed_table(rows).count(" - |") == 2  # 16L of revision 1, 8L of revision 2
+
+
+def test_evaluation_split_among_processes_gives_the_same_figures() -> None:
+    """`workers` = 2 (spawned processes, one thread each) reports what one process reports."""
+    from aocsim.train.state_tracking import evaluate_lengths
+
+    model = load_model("parity-implicit")
+    r = state_tracking_recipe(model)
+    one = evaluate_lengths(model, r, factors=(1, 4), batch=9, workers=1)
+    two = evaluate_lengths(model, r, factors=(1, 4), batch=9, workers=2)
+    for length in one:
+        assert one[length]["mode_agreement"] == two[length]["mode_agreement"]
+        for mode in ("simultaneous", "sequential"):
+            a, b = one[length][mode], two[length][mode]
+            assert a["accuracy_by_position"] == b["accuracy_by_position"]
+            assert a["converged_fraction"] == b["converged_fraction"]
+            assert abs(a["iterations_per_token"] - b["iterations_per_token"]) <= 0.01 * a["iterations_per_token"]
+
+
+def test_rows_split_into_contiguous_balanced_slices() -> None:
+    from aocsim.parallel import split_rows
+
+    for n in (1, 2, 7, 256):
+        for parts in (1, 2, 3, 8):
+            slices = split_rows(n, parts)
+            assert [i for s in slices for i in range(s.start, s.stop)] == list(range(n))
+            sizes = [s.stop - s.start for s in slices]
+            assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1 and len(slices) == min(n, parts)

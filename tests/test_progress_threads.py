@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,9 @@ def test_evaluate_state_tracking_shows_progress(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["evaluate", "parity-explicit1", "--batch", "4", "--plot", str(tmp_path / "p.svg")])
     assert out.exit_code == 0, out.output
     assert "\r" not in out.output
-    assert any(line.startswith("parity-explicit1 lengths: 100%") and "3/3" in line for line in out.output.splitlines())
+    # one piece of work per length (3) and worker process
+    assert any(re.match(r"parity-explicit1 solves: 100%\S* (\d+)/\1 ", line) and int(line.split("/")[0].split()[-1]) % 3 == 0
+               for line in out.output.splitlines())
 
 
 @pytest.mark.parametrize(("requested", "load", "omp", "expected", "note"), [

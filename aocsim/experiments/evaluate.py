@@ -84,7 +84,7 @@ def state_tracking_recipe(model: nn.Module, group_name: str | None = None):
 
 def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factors: tuple[int, ...] | None = None,
                             batch: int = 256, uniform: bool = False, identity_prob: float | None = None,
-                            progress: bool = False) -> dict[str, Any]:
+                            progress: bool = False, workers: int = 1) -> dict[str, Any]:
     """Per-token accuracy by position at the training length and multiples of it.
 
     Implicit models are evaluated in simultaneous and sequential mode (the two
@@ -94,9 +94,9 @@ def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factor
     for the first models). The tokens follow the card's evaluation distribution,
     or `identity_prob`, or with `uniform` every element is equally likely.
     Models of one task and training length see the same sequences. With
-    `progress`, a bar (`aocsim.progress`) advances per length.
+    `progress`, a bar (`aocsim.progress`) advances per piece of work. `workers` > 1 splits the
+    sequences among that many processes (same figures; `evaluate_lengths`).
     """
-    from aocsim.progress import bar
     from aocsim.tasks.groups import group
     from aocsim.train.state_tracking import evaluate_lengths
 
@@ -105,23 +105,21 @@ def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factor
         raise InputError(f"uniform = True and identity_prob = {identity_prob!r}; expected at most one of them")
     p_id = 1 / group(recipe.task).order if uniform else recipe.eval_prob if identity_prob is None else identity_prob
     modes = ("simultaneous", "sequential") if recipe.implicit else ("simultaneous",)
-    lengths: dict[str, Any] = {}
-    # One length at a time (the same sequences as all at once: each length has its own seed).
-    for factor in bar(factors or recipe.eval_factors, desc=f"{model.card['name']} lengths", enabled=progress):
-        lengths.update(evaluate_lengths(model, recipe, factors=(factor,), batch=batch, identity_prob=p_id,
-                                        modes=modes))
+    lengths = evaluate_lengths(model, recipe, factors=factors, batch=batch, identity_prob=p_id, modes=modes,
+                               workers=workers, progress=progress, desc=f"{model.card['name']} solves")
     return {"task": "state_tracking", "group": recipe.task, "implicit": recipe.implicit,
             "train_length": recipe.train_length, "identity_prob": p_id, "lengths": lengths}
 
 
 def compare_state_tracking(models: list[nn.Module], *, task: str | None = None,
                            factors: tuple[int, ...] | None = None, batch: int = 256,
-                           uniform: bool = False, progress: bool = False) -> list[dict[str, Any]]:
+                           uniform: bool = False, progress: bool = False, workers: int = 1) -> list[dict[str, Any]]:
     """`evaluate_state_tracking` of several models on the same sequences (those of the first model).
 
     The first model fixes the lengths (its card's eval_factors unless `factors`) and the token
     distribution; every other model must be for the same task and training length, so that the
-    seeded generator gives it the same sequences. With `progress`, a bar per model.
+    seeded generator gives it the same sequences. With `progress`, a bar per model; `workers` as in
+    `evaluate_state_tracking`.
     """
     from aocsim.tasks.groups import group
 
@@ -136,10 +134,11 @@ def compare_state_tracking(models: list[nn.Module], *, task: str | None = None,
                              f"expected {base.task} at L = {base.train_length} to compare on the "
                              f"same sequences as {models[0].card['name']!r}")
     first = evaluate_state_tracking(models[0], task=task, factors=factors, batch=batch, uniform=uniform,
-                                    progress=progress)
+                                    progress=progress, workers=workers)
     fs = tuple(e["length"] // first["train_length"] for e in first["lengths"].values())
     results = [first]
     for model in models[1:]:
         results.append(evaluate_state_tracking(model, task=task, factors=fs, batch=batch,
-                                               identity_prob=first["identity_prob"], progress=progress))
+                                               identity_prob=first["identity_prob"], progress=progress,
+                                               workers=workers))
     return results

@@ -245,35 +245,70 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
                    round(time.perf_counter() - start, 1)}
 
 
+def _solve_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, mode: str, tau: float, tol: float,
+                max_iter: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(predictions, iterations, residuals) of `tokens` in `mode`; `model` may come as (config, weights)."""
+    if not isinstance(model, ImplicitSSM):
+        config, state = model
+        dtype = next(iter(state.values())).dtype
+        model = ImplicitSSM(SSMConfig(**config)).to(dtype)
+        model.load_state_dict(state)
+        model.eval()
+    with torch.no_grad():
+        res = model(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter)
+    return res.logits.argmax(-1), res.iterations, res.residuals
+
+
 def evaluate_lengths(model: ImplicitSSM, r: StateTrackingRecipe, *, factors: tuple[int, ...] | None = None,
                      modes: tuple[str, ...] = ("simultaneous", "sequential"), batch: int | None = None,
-                     identity_prob: float | None = None, seed: int = 12345) -> dict[str, Any]:
+                     identity_prob: float | None = None, seed: int = 12345, workers: int = 1,
+                     progress: bool = False, desc: str = "evaluate") -> dict[str, Any]:
     """Per-token accuracy (mean and per position) at multiples of the training length, in each mode.
 
     Fresh sequences (numpy seed `seed + factor`), all of a length in one batch. `factors` default
     to the recipe's eval_factors, `identity_prob` to its eval_prob (1 / order: uniform tokens).
+    With `workers` > 1 the sequences of each length and mode are split among that many processes
+    (`aocsim.parallel`, one torch thread each); every sequence is solved on its own, so the
+    figures are those of one batch. `progress`: a bar over the pieces of work.
     """
+    from aocsim.parallel import run_parts, split_rows
+    from aocsim.progress import bar
+
     g = group(r.task)
     p_id = r.eval_prob if identity_prob is None else identity_prob
-    out: dict[str, Any] = {}
+    shipped = model if workers <= 1 else (model.config.to_dict(), {k: v.detach().cpu() for k, v in
+                                                                   model.state_dict().items()})
+    jobs, where, data = [], [], {}
     for factor in factors or r.eval_factors:
         length = factor * r.train_length
         tokens, targets = word_problems(g, batch or r.eval_batch, length, identity_prob=p_id,
                                         generator=seed + factor)
-        entry: dict[str, Any] = {"length": length, "identity_prob": p_id}
-        preds = {}
+        data[factor] = (length, targets)
         for mode in modes:
             # Simultaneous mode moves state along the sequence about one token per iteration,
             # so its cap grows with the length; sequential mode's cap is per token.
             cap = max(r.eval_max_iter, 3 * length) if mode == "simultaneous" else r.eval_max_iter
-            with torch.no_grad():
-                res = model(tokens, mode=mode, tau=r.tau, tol=r.eval_tol, max_iter=cap)
-            preds[mode] = res.logits.argmax(-1)
+            for rows in split_rows(tokens.shape[0], workers):
+                jobs.append((shipped, tokens[rows], mode, r.tau, r.eval_tol, cap))
+                where.append((factor, mode, rows.start))
+    order = sorted(range(len(jobs)), key=lambda i: -jobs[i][1].numel() * (jobs[i][2] == "simultaneous"))
+    pieces: dict[tuple[int, str], dict[int, tuple]] = {}
+    done = run_parts(_solve_part, [jobs[i] for i in order], workers)  # the longest first
+    for i, result in bar(done, desc=desc, total=len(jobs), enabled=progress):
+        factor, mode, start = where[order[i]]
+        pieces.setdefault((factor, mode), {})[start] = result
+    out: dict[str, Any] = {}
+    for factor, (length, targets) in data.items():
+        entry: dict[str, Any] = {"length": length, "identity_prob": p_id}
+        preds = {}
+        for mode in modes:
+            parts = [pieces[(factor, mode)][s] for s in sorted(pieces[(factor, mode)])]
+            preds[mode], iterations, residuals = (torch.cat(x) for x in zip(*parts))
             correct = (preds[mode] == targets).double()
             entry[mode] = {"accuracy": float(correct.mean()),
                            "accuracy_by_position": [round(float(a), 4) for a in correct.mean(0)],
-                           "iterations_per_token": float(res.iterations.double().mean()),
-                           "converged_fraction": float((res.residuals <= r.eval_tol).double().mean())
+                           "iterations_per_token": float(iterations.double().mean()),
+                           "converged_fraction": float((residuals <= r.eval_tol).double().mean())
                            if r.implicit else 1.0}
         if len(modes) == 2:
             entry["mode_agreement"] = float((preds[modes[0]] == preds[modes[1]]).double().mean())
