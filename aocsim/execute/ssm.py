@@ -35,8 +35,10 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
+from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware.tiles import TiledMatrix
 from aocsim.hardware.tiles import _input_range as default_input_range
+from aocsim.hardware.tiles import _tile_size as resolve_tile_size
 from aocsim.nn.implicit_ssm import ImplicitSSM
 
 HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC's half range
@@ -62,51 +64,53 @@ class DeviceLinear(nn.Module):
         device: the profile (one chip: its `variation.chip_seed`).
         weight: W [M, K]; bias: [M] or None (added digitally).
         inputs: calibration inputs [R, K] (what the map sees on the exact path).
-        generator: key of the weight load (programming draws) and of the calibration passes.
-        tile_size, partial_sums: as in `TiledMatrix`.
+        generator: key of the weight loads (programming draws) and of the calibration probes.
+        tile_size, partial_sums, input_range: as in `TiledMatrix`.
+        rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, tile_size: int | None = None,
-                 partial_sums: str = "analog", input_range: float | None = None) -> None:
+                 partial_sums: str = "analog", input_range: float | None = None, rounds: int = ROUNDS) -> None:
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        self.weight = weight
-        self.bias = bias
-        self.partial_sums = partial_sums
+        self.weight, self.bias, self.partial_sums = weight, bias, partial_sums
         key = keys.as_key(generator)
         if key is None:
-            raise InputError("generator = None; placing a map on tiles draws its weight load, so expected a "
+            raise InputError("generator = None; placing a map on tiles draws its weight loads, so expected a "
                              "seed, torch.Generator or Key")
-        self.key = key
         self.input_range = default_input_range(device, input_range)
+        size = resolve_tile_size(device, tile_size)
         low, high = (float(v) for v in device.values["readout.range_v"])
         half = min(-low, high)
-        # Pass 1: sigma from the ideal product (gain 1); pass 2: from the nodes measured with it.
-        ideal = self._ideal_nodes(inputs, 1.0)
-        sigma = float(ideal.abs().max()) / (HEADROOM * half) or 1.0
-        for _ in range(2):
-            self.sigma = sigma
-            self.tiles = TiledMatrix(device, weight / sigma, tile_size=tile_size, generator=key.fold(0),
-                                     input_range=self.input_range)
-            node = self._nodes(inputs, key.fold(1))
-            target = self._ideal_nodes(inputs, sigma)
-            self.gain, self.offset = _affine_fit(target, node)
-            swing = float((node - self.offset).abs().max())
-            sigma = sigma * swing / (HEADROOM * half) if swing > 0 else sigma
-        self.calibration_error = float(((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300)))
-        self.run_key = key.fold(2)
-        self.calls = 0
+        # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
+        self.sigma = float(self._ideal_nodes(inputs, 1.0).abs().max()) / (HEADROOM * half) or 1.0
+        program = fit_tile_program(device, weight / self.sigma, tile_size=size, input_range=self.input_range,
+                                   key=key.fold(0), partial_sums=partial_sums, rounds=rounds)
+        self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
+        self.dead_positions = program.dead
+        # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
+        target = self._ideal_nodes(inputs, self.sigma)
+        kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
+        self.tiles = TiledMatrix(device, kappa * program.weight, tile_size=size, generator=key.fold(1),
+                                 input_range=self.input_range)  # the final load: its own draws
+        node, _ = self._nodes(inputs, key.fold(2))
+        self.gain, self.offset = _affine_fit(target, node)
+        self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
+        self.run_key, self.calls = key.fold(3), 0
 
     def _ideal_nodes(self, t: torch.Tensor, sigma: float) -> torch.Tensor:
-        """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles would apply."""
+        """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles apply."""
         s = t.abs().amax(dim=1, keepdim=True) / self.input_range
         s = torch.where(s > 0, s, torch.ones_like(s))
         return (t / s) @ (self.weight / sigma).T
 
-    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0) -> torch.Tensor:
-        out = self.tiles(t, partial_sums=self.partial_sums, generator=key, call=call)
-        return out.y / out.input_scale[:, None]
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Node volts [R, M] of inputs t [R, K] (placed on their live columns) and the input scales [R]."""
+        wide = t.new_zeros(t.shape[0], self.width)
+        wide[:, self.columns] = t
+        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call)
+        return out.y / out.input_scale[:, None], out.input_scale
 
     def _correct(self, node: torch.Tensor) -> torch.Tensor:
         return (node - self.offset) / self.gain
@@ -116,10 +120,9 @@ class DeviceLinear(nn.Module):
         self.run_key, self.calls = keys.as_key(generator), 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        out = self.tiles(flat, partial_sums=self.partial_sums, generator=self.run_key, call=self.calls)
+        node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls)
         self.calls += 1
-        y = self._correct(out.y / out.input_scale[:, None]) * (self.sigma * out.input_scale[:, None])
+        y = self._correct(node) * (self.sigma * scale[:, None])
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -137,13 +140,16 @@ def _affine_fit(target: torch.Tensor, node: torch.Tensor) -> tuple[torch.Tensor,
 
 @dataclass(frozen=True)
 class MapReport:
-    """One placed map: its name, shape, tile grid, scale sigma and relative calibration error."""
+    """One placed map: name, shape, tile grid, scale sigma, the program's matrix error (last
+    closed-loop round), the calibration error on its calibration inputs and the dead input positions."""
 
     name: str
     shape: tuple[int, int]
     grid: tuple[int, int]
     sigma: float
+    program_error: float
     calibration_error: float
+    dead_positions: tuple[int, ...]
 
 
 class PlacedSSM:
@@ -164,7 +170,8 @@ class PlacedSSM:
 
     def report(self) -> list[MapReport]:
         return [MapReport(name, (layer.out_features, layer.in_features), layer.tiles.grid, layer.sigma,
-                          layer.calibration_error) for name, layer in self.maps.items()]
+                          layer.program_error, layer.calibration_error, layer.dead_positions)
+            for name, layer in self.maps.items()]
 
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, **options):

@@ -1,0 +1,133 @@
+"""What to program onto optical tiles so that they compute a given matrix (`fit_tile_program`).
+
+On a calibrated machine a tile does not compute the matrix it holds: measured on aoc48-twin with
+small drives, the effective matrix A (node volts per volt of drive, from least squares over random
+probes) relates to the programmed W_p entry by entry with ratios from about 0.09 to 0.18 (median
+0.136, the absolute convention's small-signal gain), a smooth gain profile across the emitters
+(0.5 to 1.25 of the median), different gains for positive and negative weights (the two LED paths),
+and two nearly dead input channels (0 and 8). No per-output correction absorbs that (a per-output
+affine fit leaves 47 % error). What a machine's calibration does instead:
+
+1. **dead channels**: probe the tiles with W itself; an input position (channel index within a tile)
+   whose median gain is below `DEAD_GAIN` of the others carries no input (W gets a zero column
+   there and the inputs move to the next live position).
+2. **separable gains**: per output j a gain c_j (median over k of A_jk / W_jk), per input column a gain
+   b_k (median over j of A_jk / (c_j W_jk)); program W_p = W / b.
+3. **closed-loop correction**: `rounds` times, load W_p (each load its own programming draws), measure
+   A, and move W_p by `DAMPING` (c W - A) / (c b); keep the program with the smallest measured error.
+   The target is c_j W_jk, which a per-output gain then undoes. Full steps (damping 1) take a 40 x 60
+   random matrix on aoc48-twin from 19 % to 0.3 % in 4 rounds, but diverge after 3 rounds on the
+   296 x 64 input projection of a5-implicit on aoc48 (crosstalk: the update is a Jacobi step);
+   damping 0.3 brings that one from 29 % to 3 % in 8 rounds.
+
+The final load of `DeviceLinear` (aocsim/execute/ssm.py) is a fresh one, as on a machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from aocsim.hardware import keys
+from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.tiles import TiledMatrix
+
+DEAD_GAIN = 0.2  # an input position below this fraction of the median input gain is unused
+PROBES = 2048  # random drives per measurement of the effective matrix
+ROUNDS = 6  # closed-loop corrections of the program
+DAMPING = 0.3  # of each correction: the update is a Jacobi step, and crosstalk makes full steps diverge
+SIGNIFICANT = 0.1  # weights below this fraction of their row's largest do not estimate gains
+
+
+@dataclass(frozen=True)
+class TileProgram:
+    """weight [M, K'] to program (zero columns at dead positions); columns [K]: the column of input k;
+    out_gain [M]: c, the per-output gain the program aims at; error: relative ||A - c W|| of the
+    last measurement; dead: the dead input positions (within a tile)."""
+
+    weight: torch.Tensor
+    columns: torch.Tensor
+    out_gain: torch.Tensor
+    error: float
+    dead: tuple[int, ...]
+
+
+def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *, tile_size: int | None,
+            input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
+    node volts against the drive u, least squares over `PROBES` random drives in [-r, r]."""
+    tiles = TiledMatrix(device, program, tile_size=tile_size, generator=load, input_range=input_range)
+    gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
+    k = int(live.sum())
+    drive = (torch.rand(PROBES, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
+    t = program.new_zeros(PROBES, program.shape[1])
+    t[:, live] = drive
+    out = tiles(t, partial_sums=partial_sums, generator=probe)
+    node = out.y / out.input_scale[:, None]
+    x = torch.cat([t[:, live] / out.input_scale[:, None], t.new_ones(PROBES, 1)], dim=1)
+    solution = torch.linalg.lstsq(x, node).solution
+    a = program.new_zeros(program.shape)
+    a[:, live] = solution[:k].T
+    return a, solution[k]
+
+
+def _ratios(a: torch.Tensor, w: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c [M], b [K']): per-output and per-column median gains of A against W (b = 1 where unused).
+
+    Only entries with |W| >= SIGNIFICANT of their row's largest count (a small weight's ratio is
+    mostly noise); a row's gain stays within [1/4, 4] of the median over rows, and one without
+    usable entries gets that median.
+    """
+    big = w.abs() >= SIGNIFICANT * w.abs().amax(dim=1, keepdim=True)
+    used = live[None, :] & (w != 0) & big
+    ratio = torch.where(used, a / torch.where(used, w, torch.ones_like(w)), torch.full_like(w, float("nan")))
+    c = ratio.nanmedian(dim=1).values
+    typical = c[torch.isfinite(c)].median() if bool(torch.isfinite(c).any()) else torch.ones((), dtype=w.dtype)
+    c = torch.where(torch.isfinite(c), c, typical)
+    c = torch.minimum(torch.maximum(c, typical / 4), typical * 4)
+    b = (ratio / c[:, None]).nanmedian(dim=0).values
+    return c, torch.where(torch.isfinite(b) & live, b, torch.ones_like(b))
+
+
+def expand_columns(k: int, tile: int, dead: set[int]) -> torch.Tensor:
+    """The column of each of k inputs when the positions `dead` (mod tile) are skipped."""
+    columns, q = [], 0
+    while len(columns) < k:
+        if q % tile not in dead:
+            columns.append(q)
+        q += 1
+    return torch.tensor(columns)
+
+
+def fit_tile_program(device: DeviceProfile, weight: torch.Tensor, *, tile_size: int, input_range: float,
+                     key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS) -> TileProgram:
+    """The program for `weight` [M, K] (module docstring); `key` keys every load and probe."""
+    dtype = weight.dtype
+    weight = weight.double()  # least squares on noisy probes: float64 inside, the program in `dtype`
+    m, k = weight.shape
+    opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums)
+    # 1. dead input positions, from W at its natural columns
+    natural = torch.ones(k, dtype=torch.bool)
+    a, _ = measure(device, weight, natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)
+    _, b = _ratios(a, weight, natural)
+    positions = torch.arange(k) % tile_size
+    dead = {int(p) for p in positions.unique() if float(b[positions == p].median()) < DEAD_GAIN}
+    columns = expand_columns(k, tile_size, dead)
+    wide = weight.new_zeros(m, int(columns[-1]) + 1)
+    wide[:, columns] = weight
+    live = torch.zeros(wide.shape[1], dtype=torch.bool)
+    live[columns] = True
+    # 2. separable gains, 3. closed-loop rounds
+    a, _ = measure(device, wide, live, load=key.fold(0, 1), probe=key.fold(1, 1), **opts)
+    c, b = _ratios(a, wide, live)
+    target = c[:, None] * wide
+    program = wide / b
+    best = (float((a - target).norm() / target.norm()), wide)
+    for r in range(rounds):
+        a, _ = measure(device, program, live, load=key.fold(0, 2 + r), probe=key.fold(1, 2 + r), **opts)
+        error = float((a - target).norm() / target.norm())
+        best = min(best, (error, program), key=lambda e: e[0])
+        program = torch.where(live, program + DAMPING * (target - a) / (c[:, None] * b), program)
+    return TileProgram(best[1].to(dtype), columns, c.to(dtype), best[0], tuple(sorted(dead)))

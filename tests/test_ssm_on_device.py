@@ -1,0 +1,94 @@
+"""An implicit SSM on a virtual AOC as a hybrid (aocsim/execute/ssm.py, aocsim/execute/tile_program.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim import load_model
+from aocsim.errors import InputError
+from aocsim.execute.ssm import DeviceLinear, calibration_inputs, linear_maps, place_ssm, plain_copy
+from aocsim.execute.tile_program import fit_tile_program, measure
+from aocsim.hardware import keys
+from aocsim.hardware.profile import load_device
+from aocsim.tasks.groups import group, word_problems
+
+
+@pytest.fixture(scope="module")
+def parity():
+    model = load_model("parity-implicit")
+    tokens, targets = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=3)
+    cal_tokens, _ = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=99)
+    return model, tokens, targets, calibration_inputs(model, cal_tokens)
+
+
+def test_plain_copy_resolves_weight_norm_into_the_same_function(parity) -> None:
+    model, tokens, _, _ = parity
+    plain = plain_copy(model)
+    assert not any("parametrizations" in k for k in plain.state_dict())
+    with torch.no_grad():
+        assert torch.equal(plain(tokens).logits, model(tokens).logits)
+
+
+def test_on_the_ideal_device_the_hybrid_is_the_exact_model(parity) -> None:
+    """Noise off, no quantisation, tanh: every tile product is exact, so the device run is the exact run."""
+    model, tokens, _, cal = parity
+    placed = place_ssm(model, load_device("ideal"), cal, generator=0, tile_size=16)
+    for mode in ("simultaneous", "sequential"):
+        with torch.no_grad():
+            exact = model(tokens, mode=mode, tol=1e-5, max_iter=200)
+        device = placed(tokens, generator=1, mode=mode, tol=1e-5, max_iter=200)
+        assert ((device.z - exact.z).norm(dim=-1) / exact.z.norm(dim=-1)).max() < 1e-4
+        assert torch.equal(device.logits.argmax(-1), exact.logits.argmax(-1))
+
+
+def test_tile_program_finds_the_dead_input_and_cuts_the_matrix_error() -> None:
+    """On aoc48-twin, W programmed as is computes c W with a 19-30 % error (per-entry gains, crosstalk) and
+    input position 8 is dead; the fitted program skips it and brings the error under a quarter."""
+    device = load_device("aoc48-twin")
+    w = torch.randn(60, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.1
+    key = keys.as_key(0)
+    program = fit_tile_program(device, w, tile_size=48, input_range=0.1, key=key)
+    assert 8 in program.dead
+    assert 8 not in program.columns.tolist() and program.columns.tolist()[:8] == list(range(8))
+    live = torch.ones(40, dtype=torch.bool)
+    a, _ = measure(device, w, live, tile_size=48, input_range=0.1, load=key.fold(7), probe=key.fold(8),
+                   partial_sums="analog")
+    naive = float((a - program.out_gain[:, None] * w).norm() / (program.out_gain[:, None] * w).norm())
+    assert naive > 0.15 and program.error < naive / 4
+
+
+def test_parity_on_the_twin_agrees_with_the_exact_path_in_both_modes(parity) -> None:
+    model, tokens, targets, cal = parity
+    placed = place_ssm(model, load_device("aoc48-twin"), cal, generator=0)
+    assert all(r.calibration_error < 0.1 for r in placed.report())
+    with torch.no_grad():
+        exact = model(tokens, mode="sequential", tol=1e-5, max_iter=200).logits.argmax(-1)
+    for mode in ("simultaneous", "sequential"):
+        device = placed(tokens, generator=1, mode=mode, tol=3e-3, max_iter=100)
+        assert torch.equal(device.logits.argmax(-1), exact) and torch.equal(exact, targets)
+
+
+def test_device_runs_are_reproducible_from_their_seeds(parity) -> None:
+    model, tokens, _, cal = parity
+    device = load_device("aoc48")
+    a = place_ssm(model, device, cal, generator=0)
+    b = place_ssm(model, device, cal, generator=0)
+    z1 = a(tokens[:4], generator=5, mode="sequential", tol=1e-2, max_iter=5).z
+    z2 = b(tokens[:4], generator=5, mode="sequential", tol=1e-2, max_iter=5).z
+    z3 = a(tokens[:4], generator=6, mode="sequential", tol=1e-2, max_iter=5).z
+    assert torch.equal(z1, z2) and not torch.equal(z1, z3)
+
+
+def test_bad_placements_are_one_line_errors(parity) -> None:
+    model, _, _, cal = parity
+    with pytest.raises(InputError, match="expected an ImplicitSSM"):
+        place_ssm(load_model("digits-deq48"), load_device("aoc48"), cal, generator=0)
+    with pytest.raises(InputError, match="generator = None"):
+        place_ssm(model, load_device("aoc48"), cal, generator=None)
+    with pytest.raises(InputError, match="generator = None"):
+        placed = place_ssm(model, load_device("aoc48"), cal, generator=0)
+        placed.reset(None)
+    w = linear_maps(plain_copy(model))["inject"].weight.detach()
+    with pytest.raises(InputError, match="generator = None"):
+        DeviceLinear(load_device("aoc48"), w, None, cal["inject"], generator=None)
