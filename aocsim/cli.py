@@ -434,18 +434,26 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               show_default=True,
               help="NetCDF output (h5netcdf); several models go to one group each (named by the model card).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@click.option("--sequences", default=32, show_default=True, type=click.IntRange(1, 4096),
+              help="Sequence models: fresh sequences (every element equally likely).")
+@click.option("--length-factor", default=4, show_default=True, type=click.IntRange(1, 64),
+              help="Sequence models: their length, in multiples of the training length.")
+@click.option("--mode", type=click.Choice(["sequential", "simultaneous"]), default="sequential", show_default=True,
+              help="Sequence models: token by token (the RNN) or all tokens at once.")
 @_friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
-                out: Path, overwrite: bool) -> None:
-    """Run each MODEL (default digits-deq48) on the device next to its exact path.
+                out: Path, overwrite: bool, sequences: int, length_factor: int, mode: str) -> None:
+    """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
-    Prints accuracy (exact vs device, mean +- std over chips x seeds), agreement of the device's
-    predictions with the exact ones, iterations, device statuses and hardware time (s, 20 ns per
-    loop iteration), and writes the labelled results to --out.
+    DEQ digits models run natively on the test images; implicit SSMs as hybrids (linear maps on
+    calibrated tiles) on fresh sequences. Prints accuracy (exact vs device, mean +- std over chips x
+    seeds), agreement of the device's predictions with the exact ones, iterations, device statuses
+    and hardware time (s, 20 ns per round trip), and writes the labelled results to --out (one NetCDF
+    group per model when there are several).
     """
     import os
 
-    names = model_names or ("digits-deq48",)
+    names = model_names or ("digits-deq48", "parity-implicit")
     if out.exists() and not overwrite:
         raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
     if not out.resolve().parent.is_dir() or not os.access(out.resolve().parent, os.W_OK):
@@ -458,9 +466,13 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
     loaded = {}
     for name in names:  # every model checked before any work
         model = load_model(name)
-        if model.card.get("task") != "digits":
-            raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; "
-                                       "compare runs DEQ digits models today")
+        task = model.card.get("task")
+        if task == "state_tracking" and not model.config.implicit:
+            raise click.ClickException(f"model {name!r} is an explicit SSM: it has no fixed point to run on the "
+                                       "device loop; expected a DEQ or an implicit SSM")
+        if task not in ("digits", "state_tracking"):
+            raise click.ClickException(f"model {name!r} has task {task!r}; compare runs digits DEQs and "
+                                       "state-tracking implicit SSMs")
         if model.card["name"] in loaded:
             raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
                                        "expected distinct models (one NetCDF group each)")
@@ -469,17 +481,26 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
 
     profile = resolve_profile(device)
     for model in loaded.values():  # before the thread note and any work
-        check_fits(model, profile)
+        if model.card["task"] == "digits":
+            check_fits(model, profile)
     results = {}
     with _compute():  # threads for this machine's load; progress as lines off a terminal
         for name, model in loaded.items():
-            split = load_split(model.weight.dtype)
-            results[name] = compare(model, device, split.x_test, split.y_test, seeds=tuple(range(seeds)),
-                                    chips=tuple(range(chips)), stop=stop, fit=fit, progress=True)
+            options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True)
+            if model.card["task"] == "digits":
+                split = load_split(model.weight.dtype)
+                results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit, **options)
+            else:
+                from aocsim.tasks.groups import group, word_problems
+
+                g = group(model.card["data"]["group"])
+                tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
+                                                identity_prob=1 / g.order, generator=2024)
+                results[name] = compare(model, device, tokens, targets, mode=mode, **options)
     tmp = out.with_name(f".{out.name}.tmp")
     for i, (name, ds) in enumerate(results.items()):
-        group = None if len(results) == 1 else name
-        ds.to_netcdf(tmp, engine="h5netcdf", mode="w" if i == 0 else "a", group=group)
+        group_name = None if len(results) == 1 else name
+        ds.to_netcdf(tmp, engine="h5netcdf", mode="w" if i == 0 else "a", group=group_name)
     os.replace(tmp, out)
     for ds in results.values():
         _print_compare(summarize(ds))
@@ -490,14 +511,16 @@ def _print_compare(s: dict[str, Any]) -> None:
     def spread(v: tuple[float, float, float]) -> str:
         return f"{100 * v[0]:7.2f} +- {100 * v[1]:.2f} %  (min {100 * v[2]:.2f} %)"
 
-    click.echo(f"model {s['model']} on {s['device']}: {s['runs']} runs (chips x seeds) x {s['samples']} samples")
+    unit = s.get("unit", "sample")
+    mode = f", {s['mode']} mode" if s.get("mode") else ""
+    click.echo(f"model {s['model']} on {s['device']}{mode}: {s['runs']} runs (chips x seeds) x {s['samples']} {unit}s")
     if s["accuracy"] is not None:
         click.echo(f"  accuracy exact     {100 * s['accuracy']['exact']:7.2f} %")
         click.echo(f"  accuracy device    {spread(s['accuracy']['device'])}")
     click.echo(f"  agreement          {spread(s['agreement'])}")
     click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
     click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
-    click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per sample (mean)")
+    click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -117,7 +117,8 @@ def test_readout_stop_reports_the_adc_average(digits) -> None:
     ({"seeds": ()}, "seeds = \\(\\); expected a non-empty sequence"),
     ({"chips": (-1,)}, "chips = \\(-1,\\); expected a non-empty sequence of distinct integers >= 0"),
     ({"stop": "never"}, "stop = 'never'; expected one of"),
-    ({"model": "parity-implicit"}, "model is a ImplicitSSM; compare supports DEQ models today"),
+    ({"model": torch.nn.Linear(2, 2)}, "model is a Linear; expected a DEQ or an implicit SSM"),
+    ({"model": "parity-implicit"}, "tokens must be an integer tensor"),  # images given to a sequence model
     ({"fit_inputs": torch.zeros(5, 8, dtype=torch.float64)}, r"fit_inputs has shape \(5, 8\); expected a tensor"),
 ])
 def test_bad_arguments_are_one_line_errors(change: dict, message: str, digits) -> None:
@@ -149,7 +150,7 @@ def _cli(*args: str):
 
 def test_cli_writes_the_dataset_prints_the_summary_and_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "results.nc"
-    first = _cli("--device", "aoc48-twin", "--seeds", "1", "--chips", "1", "--out", str(out))
+    first = _cli("digits-deq48", "--device", "aoc48-twin", "--seeds", "1", "--chips", "1", "--out", str(out))
     assert first.exit_code == 0, first.output
     with xr.open_dataset(out, engine="h5netcdf") as ds:
         agreement = float(ds.agreement.mean())
@@ -158,7 +159,7 @@ def test_cli_writes_the_dataset_prints_the_summary_and_never_overwrites(tmp_path
     assert float(line.split()[1]) == pytest.approx(100 * agreement, abs=0.005)
     assert "accuracy exact" in first.output and "noise_floor" in first.output and "us per sample" in first.output
     before = out.read_bytes()
-    again = _cli("--device", "aoc48-twin", "--out", str(out))
+    again = _cli("digits-deq48", "--device", "aoc48-twin", "--out", str(out))
     assert again.exit_code == 1 and again.output.strip().count("\n") == 0
     assert "exists; pass --overwrite" in again.output and out.read_bytes() == before
 
@@ -166,7 +167,7 @@ def test_cli_writes_the_dataset_prints_the_summary_and_never_overwrites(tmp_path
 def test_cli_errors_come_before_any_work_and_are_one_line(tmp_path: Path) -> None:
     for args, message in [
         (("--out", str(tmp_path / "missing" / "r.nc")), "does not exist or is not writable"),
-        (("parity-implicit", "--out", str(tmp_path / "r.nc")), "has task 'state_tracking'"),
+        (("parity-explicit1", "--out", str(tmp_path / "r.nc")), "is an explicit SSM"),
         (("digits-deq48", "digits-deq48", "--out", str(tmp_path / "r.nc")), "given twice"),
         (("nope", "--out", str(tmp_path / "r.nc")), "unknown model"),
         (("--device", "aoc16", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),

@@ -24,16 +24,17 @@ from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
 from aocsim.nn.deq import DEQ
+from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.progress import bar
 from aocsim.solve.result import SolveStatus
 
 STOPS = ("tolerance", "readout")
 
 
-def _model(model: DEQ | str | Path) -> DEQ:
+def _model(model: DEQ | ImplicitSSM | str | Path) -> DEQ | ImplicitSSM:
     loaded = load_model(model) if isinstance(model, (str, Path)) else model
-    if not isinstance(loaded, DEQ):
-        raise InputError(f"model is a {type(loaded).__name__}; compare supports DEQ models today")
+    if not isinstance(loaded, (DEQ, ImplicitSSM)):
+        raise InputError(f"model is a {type(loaded).__name__}; expected a DEQ or an implicit SSM")
     return loaded
 
 
@@ -80,22 +81,29 @@ def _checksum(model: DEQ) -> str:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-def compare(model: DEQ | str | Path, device: DeviceProfile | str, inputs: torch.Tensor,
+def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, inputs: torch.Tensor,
             targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
-            stop: str = "tolerance", max_iter: int = 2000, fit: bool = True, atol: float = 1e-6,
-            rtol: float = 1e-5, fit_inputs: torch.Tensor | None = None, progress: bool = False) -> xr.Dataset:
-    """Run `model` on `device` and on its exact path; per chip, seed and sample.
+            stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
+            rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
+            progress: bool = False) -> xr.Dataset:
+    """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
+
+    A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
+    `compare_sequences`): then `inputs` are token ids [B, L], `targets` [B, L], `mode` says how the
+    fixed points are reached, `rtol` is the per-token relative residual (default 0.1, about aoc48's
+    noise floor), `max_iter` the device's cap, and the Dataset has a `position` dimension; `stop`,
+    `fit`, `atol` and `fit_inputs` are DEQ settings.
 
     Args:
-        model: a loaded DEQ, a bundled model name or a model directory.
+        model: a loaded DEQ or implicit SSM, a bundled model name or a model directory.
         device: a profile name or `DeviceProfile`.
-        inputs: [B, input_size] (digits: pixel / 16).
-        targets: class ids [B] (adds `correct`), or None.
+        inputs: [B, input_size] (digits: pixel / 16), or token ids [B, L].
+        targets: class ids [B] (adds `correct`), [B, L] for sequences, or None.
         seeds: keys of the SLM programming draws, the drift step and every iteration's noise.
         chips: values of `variation.chip_seed` (one compilation each).
         stop: "tolerance" (the device state at its fixed point) or "readout" (the ADC average; then
             `iterations` says where the residual settled and `hardware_time_s` is the whole window).
-        max_iter: the device's iteration cap (stop="tolerance").
+        max_iter: the device's iteration cap (stop="tolerance"; default 2000).
         fit: compile with the least-squares fit (aocsim/execute/fit.py) or the analytic mapping.
         atol, rtol: the device tolerance, device volts (stop="tolerance").
         fit_inputs: inputs whose exact fixed points the fit matches (default: the task's training set).
@@ -113,6 +121,14 @@ def compare(model: DEQ | str | Path, device: DeviceProfile | str, inputs: torch.
         >>> float(ds.agreement.mean())
     """
     m = _model(model)
+    if isinstance(m, ImplicitSSM):
+        from aocsim.experiments.compare_sequences import DEVICE_TOL, compare_sequences
+
+        return compare_sequences(m, resolve_profile(device), inputs, targets, seeds=_ids("seeds", seeds),
+                                 chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
+                                 max_iter=max_iter, resolve=resolve_profile, progress=progress)
+    max_iter = 2000 if max_iter is None else max_iter
+    rtol = 1e-5 if rtol is None else rtol
     if stop not in STOPS:
         raise InputError(f"stop = {stop!r}; expected one of {list(STOPS)}")
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
@@ -186,12 +202,15 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
 
     Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
     mean iterations per path, device status counts, mean hardware time per sample (s) and the number
-    of runs (chips x seeds) and samples.
+    of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`).
     """
     runs = ds.sizes["chip"] * ds.sizes["seed"]
-    agree = ds.agreement.mean("sample")
+    per_run = [d for d in ("sample", "position") if d in ds.dims]
+    agree = ds.agreement.mean(per_run)
     out: dict[str, Any] = {
-        "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs, "samples": ds.sizes["sample"],
+        "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs,
+        "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": "token" if "position" in ds.dims else "sample",
+        "mode": ds.attrs.get("mode"),
         "agreement": (float(agree.mean()), float(agree.std()), float(agree.min())),
         "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
         "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
@@ -199,7 +218,7 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "accuracy": None,
     }
     if "correct" in ds:
-        device = ds.correct.sel(path="device").mean("sample")
+        device = ds.correct.sel(path="device").mean(per_run)
         out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
                            "device": (float(device.mean()), float(device.std()), float(device.min()))}
     return out

@@ -1,0 +1,163 @@
+"""`compare` for sequence models: an implicit SSM on a virtual AOC next to its exact path.
+
+For every chip (`variation.chip_seed`) and seed the model is placed as a hybrid (aocsim/execute/ssm.py:
+its linear maps on calibrated tiles, loaded and calibrated with that seed's draws) and run on all
+sequences in one execution mode, with that seed keying every tile pass's noise. The exact path
+(float, the card's tolerance) is the same for every chip and seed. See docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+
+from aocsim._version import __version__
+from aocsim.errors import InputError
+from aocsim.execute.ssm import PLACEMENT, calibration_inputs, linear_maps, place_ssm
+from aocsim.hardware import keys
+from aocsim.hardware.profile import DeviceProfile
+from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
+from aocsim.progress import bar
+from aocsim.solve.result import SolveStatus
+
+EXACT_TOL = 1e-5  # relative residual per token on the exact path (the bundled cards' eval_tol)
+DEVICE_TOL = 0.1  # relative residual per token on a device: about the noise floor of aoc48
+ANY_SIZE_TILE = 48  # tiles on a profile of any size (channels: null): those of aoc48
+
+
+def _tokens(model: ImplicitSSM, tokens: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    tokens = model.check_tokens(tokens)
+    if targets is None:
+        return tokens, None
+    if not isinstance(targets, torch.Tensor) or targets.shape != tokens.shape or targets.is_floating_point():
+        shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise InputError(f"targets has shape {shape}; expected an integer tensor {tuple(tokens.shape)} "
+                         "(one class per token)")
+    classes = model.config.vocab_size
+    if bool((targets < 0).any()) or bool((targets >= classes).any()):
+        raise InputError(f"targets has values outside [0, {classes}); expected class ids of the model's output")
+    return tokens, targets
+
+
+def _checksum(model: ImplicitSSM) -> str:
+    card = getattr(model, "card", None) or {}
+    if card.get("weights", {}).get("sha256"):
+        return str(card["weights"]["sha256"])
+    h = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def tile_passes(placed_maps: dict[str, Any]) -> tuple[int, int]:
+    """(passes per token for the injection, passes per iteration and token for the projections):
+    the tiles each map's product runs through, one round trip each."""
+    inject = placed_maps["inject"].tiles.grid
+    per_iteration = sum(layer.tiles.grid[0] * layer.tiles.grid[1] for name, layer in placed_maps.items()
+                        if name != "inject")
+    return inject[0] * inject[1], per_iteration
+
+
+def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targets: Any = None, *,
+                      seeds: list[int], chips: list[int], mode: str = "sequential", tol: float = DEVICE_TOL,
+                      max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
+                      tile_size: int | None = None, resolve: Any, progress: bool = False) -> xr.Dataset:
+    """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
+
+    Args:
+        model: an implicit SSM.
+        base: the device profile; `resolve(base, chip)` gives each chip's.
+        tokens: int [B, L]; targets: int [B, L] or None.
+        seeds, chips: lists of ids (checked by the caller).
+        mode: "sequential" (token by token, the RNN) or "simultaneous".
+        tol: the device's per-token relative residual ||f(z) - z|| / ||f(z)||.
+        max_iter: the device's cap (per token sequentially; default 30, or 3 L + 20 simultaneously).
+        calibration_tokens: sequences whose exact-path activations calibrate the tiles (default: 16 of
+            the training length drawn from the task with seed 99).
+        tile_size: as in `TiledMatrix` (default: the device's channels; `ANY_SIZE_TILE` where it has
+            any size).
+    """
+    if not isinstance(model, ImplicitSSM) or not model.config.implicit:
+        raise InputError(f"model is a {type(model).__name__}" + (" (explicit)" if isinstance(model, ImplicitSSM)
+                         else "") + "; expected an implicit SSM or a DEQ")
+    if mode not in MODES:
+        raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise InputError(f"tol = {tol!r}; expected a relative residual in (0, 1)")
+    x, y = _tokens(model, tokens, targets)
+    b, length = x.shape
+    cap = max_iter if max_iter is not None else (30 if mode == "sequential" else 3 * length + 20)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise InputError(f"max_iter = {max_iter!r}; expected an integer >= 1")
+    if calibration_tokens is None:
+        from aocsim.tasks.groups import group, word_problems
+
+        card = getattr(model, "card", {}) or {}
+        g = group(card.get("data", {}).get("group", "parity"))
+        calibration_tokens, _ = word_problems(g, 16, card.get("data", {}).get("train_length", 16),
+                                              identity_prob=0.5, generator=99)
+    calibration = calibration_inputs(model, model.check_tokens(calibration_tokens))
+    if tile_size is None and base.channels is None:
+        tile_size = ANY_SIZE_TILE
+    with torch.no_grad():
+        exact = model(x, mode=mode, tol=EXACT_TOL, max_iter=300 if mode == "sequential" else 3 * length + 100)
+    shape = (2, len(chips), len(seeds), b, length)
+    out = {name: np.zeros(shape, dtype=dt) for name, dt in
+           (("prediction", np.int64), ("iterations", np.int64), ("status", np.int64), ("residual", np.float64),
+            ("hardware_time_s", np.float64))}
+    fpe = np.zeros(shape[1:], dtype=np.float64)
+
+    def record(path: int, ci: int, si: int, run: Any, tolerance: float) -> None:
+        out["prediction"][path, ci, si] = run.logits.argmax(-1).numpy()
+        out["iterations"][path, ci, si] = run.iterations.numpy()
+        ok = run.residuals <= tolerance
+        out["status"][path, ci, si] = torch.where(ok, SolveStatus.CONVERGED.value, SolveStatus.MAX_ITER.value).numpy()
+        out["residual"][path, ci, si] = run.residuals.double().numpy()
+
+    for ci in range(len(chips)):
+        for si in range(len(seeds)):
+            record(0, ci, si, exact, EXACT_TOL)
+    out["hardware_time_s"][0] = np.nan
+    runs = bar(((ci, si) for ci in range(len(chips)) for si in range(len(seeds))), desc="compare chip x seed",
+               total=len(chips) * len(seeds), enabled=progress)
+    for ci, si in runs:
+        profile = resolve(base, chips[ci])
+        key = keys.as_key(seeds[si])
+        placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size)
+        run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap)
+        record(1, ci, si, run, tol)
+        inject, per_iteration = tile_passes(placed.maps)
+        passes = inject + run.iterations.double() * per_iteration
+        out["hardware_time_s"][1, ci, si] = (passes * float(profile.values["loop.round_trip_s"])).numpy()
+        fpe[ci, si] = ((run.z - exact.z).norm(dim=-1) / exact.z.norm(dim=-1)).double().numpy()
+    dims = ("path", "chip", "seed", "sample", "position")
+    pred = out["prediction"]
+    data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
+    data["agreement"] = (dims[1:], pred[1] == pred[0])
+    data["fixed_point_error"] = (dims[1:], fpe)
+    if y is not None:
+        data["correct"] = (dims, pred == y.numpy())
+    coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds, "sample": np.arange(b),
+              "position": np.arange(length)}
+    ds = xr.Dataset(data, coords=coords)
+    ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
+    ds["residual"].attrs["units"] = "relative, ||f(z) - z|| / ||f(z)|| per token"
+    ds["hardware_time_s"].attrs["units"] = "s"
+    ds["hardware_time_s"].attrs["description"] = ("tile passes in sequence on one chip, one round trip each: "
+                                                  "the injection's, then the projections' per iteration")
+    ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2 per token"
+    card = getattr(model, "card", {}) or {}
+    ds.attrs.update({
+        "aocsim_version": __version__, "model": str(card.get("name", "<in-memory implicit SSM>")),
+        "model_sha256": _checksum(model), "device": base.name,
+        "device_sha256": hashlib.sha256(base.to_json().encode()).hexdigest(), "device_json": base.to_json(),
+        "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64), "mode": mode,
+        "tol": tol, "exact_tol": EXACT_TOL, "placement": PLACEMENT, "tile_size": tile_size or base.channels,
+        "maps_on_tiles": ", ".join(linear_maps(model)),
+    })
+    return ds

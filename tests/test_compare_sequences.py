@@ -1,0 +1,74 @@
+"""`aocsim.compare` for implicit SSMs (aocsim/experiments/compare_sequences.py) and the main job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from aocsim import InputError, compare, load_model
+from aocsim.tasks.groups import group, word_problems
+
+MODEL = "parity-implicit"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return word_problems(group("parity"), 4, 32, identity_prob=0.5, generator=8)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "simultaneous"])
+def test_on_the_ideal_device_the_paths_coincide(mode: str, data) -> None:
+    tokens, targets = data
+    ds = compare(MODEL, "ideal", tokens, targets, mode=mode, rtol=1e-5, max_iter=300)
+    assert dict(ds.sizes) == {"path": 2, "chip": 1, "seed": 1, "sample": 4, "position": 32}
+    assert bool(ds.agreement.all()) and float(ds.fixed_point_error.max()) < 1e-4
+    assert bool(ds.correct.all())  # the exact model solves parity
+    assert bool(np.isnan(ds.hardware_time_s.sel(path="exact")).all())
+    assert bool((ds.hardware_time_s.sel(path="device") > 0).all())
+    assert ds.attrs["mode"] == mode and ds.attrs["model"] == MODEL and "tiles" in ds.attrs["placement"]
+
+
+def test_noisy_aoc48_is_reproducible_and_keeps_parity(data) -> None:
+    tokens, targets = data
+    first = compare(MODEL, "aoc48", tokens, targets, seeds=(0, 1))
+    xr.testing.assert_identical(first, compare(MODEL, "aoc48", tokens, targets, seeds=(0, 1)))
+    assert float(first.agreement.mean()) > 0.99
+    assert not np.array_equal(first.residual.sel(path="device", seed=0), first.residual.sel(path="device", seed=1))
+    # device time: the injection's tile passes plus the projections' per iteration, 20 ns each
+    hw = first.hardware_time_s.sel(path="device")
+    it = first.iterations.sel(path="device")
+    assert np.allclose(hw, (4 + 6 * it) * 20e-9)  # parity on 48 channels: inject 4 x 1, in 4 x 1, out 1 x 2
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tokens": torch.full((2, 5), 7)}, "token id 7 is outside the vocabulary"),
+    ({"targets": torch.zeros(2, 3, dtype=torch.long)}, "expected an integer tensor (4, 32)"),
+    ({"mode": "both"}, "mode = 'both'"),
+    ({"rtol": 2.0}, "tol = 2.0"),
+    ({"max_iter": 0}, "max_iter = 0"),
+    ({"model": "parity-explicit1"}, "(explicit); expected an implicit SSM or a DEQ"),
+])
+def test_bad_arguments_are_one_line_errors(change: dict, message: str, data) -> None:
+    tokens, targets = data
+    args = {"model": MODEL, "tokens": tokens, "targets": targets, **change}
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compare(args.pop("model"), "aoc48-twin", args.pop("tokens"), args.pop("targets"), **args)
+
+
+def test_the_main_job_runs_digits_and_parity(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+
+    out = tmp_path / "main.nc"
+    result = CliRunner().invoke(main, ["compare", "--device", "aoc48-twin", "--seeds", "1", "--chips", "1",
+                                       "--sequences", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "model digits-deq48 on aoc48-twin" in result.output
+    assert "model parity-implicit on aoc48-twin, sequential mode: 1 runs (chips x seeds) x 256 tokens" in result.output
+    with xr.open_dataset(out, engine="h5netcdf", group=MODEL) as ds:
+        assert dict(ds.sizes)["position"] == 64 and float(ds.agreement.mean()) == 1.0
