@@ -72,3 +72,12 @@ def test_the_main_job_runs_digits_and_parity(tmp_path: Path) -> None:
     assert "model parity-implicit on aoc48-twin, sequential mode: 1 runs (chips x seeds) x 256 tokens" in result.output
     with xr.open_dataset(out, engine="h5netcdf", group=MODEL) as ds:
         assert dict(ds.sizes)["position"] == 64 and float(ds.agreement.mean()) == 1.0
+
+
+@pytest.mark.parametrize("mode", ["sequential", "simultaneous"])
+def test_float64_on_ideal_fixed_points_agree_to_1e_9(mode: str, data) -> None:
+    """The acceptance bound: on `ideal` a float64 model's device fixed points are its exact ones to 1e-9."""
+    tokens, targets = data
+    model = load_model(MODEL).double()
+    ds = compare(model, "ideal", tokens[:2, :16], targets[:2, :16], mode=mode, rtol=1e-13, max_iter=400)
+    assert bool(ds.agreement.all()) and float(ds.fixed_point_error.max()) <= 1e-9
