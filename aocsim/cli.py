@@ -433,7 +433,9 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.nc"),
               show_default=True,
               help="NetCDF output (h5netcdf); several models go to one group each (named by the model card).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file (and --plot file).")
+@click.option("--plot", "plot_path", type=_Path(dir_okay=False, path_type=Path), default=None,
+              help="Figure of accuracy and fixed-point error (.png/.svg/.pdf) [default: --out with .png].")
 @click.option("--sequences", default=32, show_default=True, type=click.IntRange(1, 4096),
               help="Sequence models: fresh sequences (every element equally likely).")
 @click.option("--length-factor", default=4, show_default=True, type=click.IntRange(1, 64),
@@ -442,7 +444,8 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               help="Sequence models: token by token (the RNN) or all tokens at once.")
 @_friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
-                out: Path, overwrite: bool, sequences: int, length_factor: int, mode: str) -> None:
+                out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
+                mode: str) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
     DEQ digits models run natively on the test images; implicit SSMs as hybrids (linear maps on
@@ -453,9 +456,13 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
     """
     import os
 
+    from aocsim.io.outputs import check_output_file
+
     names = model_names or ("digits-deq48", "parity-implicit")
-    if out.exists() and not overwrite:
-        raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
+    plot = check_output_file(plot_path or out.with_suffix(".png"), what="--plot")
+    for path, option in ((out, "--out"), (plot, "--plot")):
+        if path.exists() and not overwrite:
+            raise click.ClickException(f"{option} {path} exists; pass --overwrite to replace it")
     if not out.resolve().parent.is_dir() or not os.access(out.resolve().parent, os.W_OK):
         raise click.ClickException(f"--out {out}: directory {out.resolve().parent} does not exist or is not "
                                    "writable; expected a path in a writable directory")
@@ -504,7 +511,10 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
     os.replace(tmp, out)
     for ds in results.values():
         _print_compare(summarize(ds))
-    click.echo(f"wrote {out}")
+    from aocsim.experiments.plots import plot_compare
+
+    plot_compare(results, plot)
+    click.echo(f"wrote {out} and {plot}")
 
 
 def _print_compare(s: dict[str, Any]) -> None:

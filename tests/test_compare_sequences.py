@@ -72,6 +72,15 @@ def test_the_main_job_runs_digits_and_parity(tmp_path: Path) -> None:
     assert "model parity-implicit on aoc48-twin, sequential mode: 1 runs (chips x seeds) x 256 tokens" in result.output
     with xr.open_dataset(out, engine="h5netcdf", group=MODEL) as ds:
         assert dict(ds.sizes)["position"] == 64 and float(ds.agreement.mean()) == 1.0
+    assert (tmp_path / "main.png").read_bytes()[:4] == b"\x89PNG"
+    # an existing figure is not replaced without --overwrite, and that is said before any work
+    (tmp_path / "fig.svg").write_text("mine")
+    again = CliRunner().invoke(main, ["compare", "--out", str(tmp_path / "other.nc"), "--plot",
+                                      str(tmp_path / "fig.svg")])
+    assert again.exit_code == 1 and "--plot" in again.output and "exists; pass --overwrite" in again.output
+    assert (tmp_path / "fig.svg").read_text() == "mine" and not (tmp_path / "other.nc").exists()
+    bad = CliRunner().invoke(main, ["compare", "--out", str(tmp_path / "other.nc"), "--plot", str(tmp_path / "f.txt")])
+    assert bad.exit_code == 1 and "unknown format '.txt'" in bad.output
 
 
 @pytest.mark.parametrize("mode", ["sequential", "simultaneous"])

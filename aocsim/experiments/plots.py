@@ -73,3 +73,51 @@ def _finish(fig: Any, ax: Any, path: Path, train_length: int, title: str, xlabel
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_compare(results: dict[str, Any], path: Path) -> Path:
+    """`aocsim.compare` results, one row of panels per figure kind, models side by side.
+
+    Left: accuracy (or, without targets, agreement) of the exact path and of the device, the device
+    as the mean over chips x seeds with the range of the runs. Right: the distribution of the
+    fixed-point error ||z_device - z_exact|| / ||z_exact|| over every sample (and token), log axis.
+
+    Args:
+        results: model name -> `compare` Dataset.
+        path: output file (.png, .svg or .pdf).
+    """
+    import numpy as np
+
+    fig, (acc_ax, fpe_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, (name, ds) in enumerate(results.items()):
+        per_run = [d for d in ("sample", "position") if d in ds.dims]
+        if "correct" in ds:
+            exact = float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean())
+            runs = ds.correct.sel(path="device").mean(per_run).values.ravel()
+            what = "accuracy"
+        else:
+            exact, runs, what = 1.0, ds.agreement.mean(per_run).values.ravel(), "agreement"
+        acc_ax.bar(i - 0.2, exact, width=0.4, color="tab:blue", label="exact" if i == 0 else None)
+        acc_ax.bar(i + 0.2, runs.mean(), width=0.4, color="tab:orange", label="device" if i == 0 else None,
+                   yerr=[[runs.mean() - runs.min()], [runs.max() - runs.mean()]], capsize=3)
+        acc_ax.text(i + 0.2, min(runs.mean(), 0.95), f"{100 * runs.mean():.1f}", ha="center", va="top", fontsize=7)
+        err = ds.fixed_point_error.values.ravel()
+        err = err[np.isfinite(err) & (err > 0)]
+        if err.size:
+            bins = np.logspace(np.log10(err.min()), np.log10(err.max()) + 1e-9, 40)
+            fpe_ax.hist(err, bins=bins, histtype="step", lw=1.2, label=name)
+    acc_ax.set_xticks(range(len(results)), list(results), fontsize=8)
+    acc_ax.set_ylim(0, 1.05)
+    acc_ax.set_ylabel(what if len({"correct" in ds for ds in results.values()}) == 1 else "accuracy / agreement")
+    acc_ax.legend(fontsize=7, loc="lower right")
+    device = next(iter(results.values())).attrs.get("device", "")
+    acc_ax.set_title(f"exact path vs {device} (device: mean, range over chips x seeds)", fontsize=9)
+    fpe_ax.set_xscale("log")
+    fpe_ax.set_xlabel("fixed-point error ||z_device - z_exact|| / ||z_exact||")
+    fpe_ax.set_ylabel("samples (tokens)")
+    fpe_ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
