@@ -153,6 +153,8 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     click.echo(f"  converged           {m['converged_fraction']:.4f} of samples")
     click.echo(f"  iterations          mean {m['iterations_mean']:.2f}, max {m['iterations_max']}")
     click.echo(f"  max residual        {m['residual_max']:.2e}")
+    click.echo(f"  without feedback    {m['accuracy_without_feedback']:.4f} accuracy with W = 0 (max |beta W| = "
+               f"{m['feedback_max']:.3g}): how much the loop matters")
 
 
 def _parse_factors(factors: str | None) -> tuple[int, ...] | None:

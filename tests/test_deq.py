@@ -94,3 +94,24 @@ def test_bad_inputs_give_one_line_errors(gen: torch.Generator) -> None:
         model(torch.tensor([[0.0, float("nan"), 1.0]]))
     with pytest.raises(InputError, match=r"x = \[\[0.0, 1.0, 2.0\]\]; expected a tensor \[B, 3\]"):
         model([[0.0, 1.0, 2.0]])
+
+
+def test_accuracy_without_feedback_is_the_feedforward_network() -> None:
+    """With W = 0 the fixed point is (U x + b) / (1 - alpha): a model whose W is zero scores the same either way,
+    and the bundled digits model's loop is worth something (its feedback-free accuracy is lower)."""
+    from aocsim import load_model
+    from aocsim.experiments.evaluate import accuracy_without_feedback, evaluate_deq, evaluate_model, feedforward_state
+    from aocsim.tasks.digits import load_split
+
+    model = load_model("digits-deq48")
+    metrics = evaluate_model(model)
+    assert metrics["accuracy_without_feedback"] < metrics["accuracy"]
+    assert metrics["feedback_max"] == pytest.approx(float(model.operator().abs().max()))
+    with torch.no_grad():
+        model.weight.zero_()
+    data = load_split(torch.float64)
+    exact = evaluate_deq(model, data.x_test, data.y_test, atol=1e-12, rtol=0.0)["accuracy"]
+    assert accuracy_without_feedback(model, data.x_test, data.y_test) == exact
+    with torch.no_grad():
+        z = model(data.x_test, atol=1e-13, rtol=0.0).z
+    assert (z - feedforward_state(model, data.x_test)).abs().max() < 1e-11

@@ -35,6 +35,19 @@ def evaluate_deq(model: DEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: 
     }
 
 
+def feedforward_state(model: DEQ, x: torch.Tensor) -> torch.Tensor:
+    """The fixed point with the loop's feedback removed (W = 0): z* = (U x + b) / (1 - alpha)."""
+    with torch.no_grad():
+        return model.injection(x) / (1.0 - model.config.alpha)
+
+
+def accuracy_without_feedback(model: DEQ, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Accuracy of the feedforward network left when W = 0 (`feedforward_state`). Beside the accuracy
+    it says how much the fixed point (the machine's loop) matters."""
+    with torch.no_grad():
+        return float((model.readout(feedforward_state(model, x)).argmax(1).cpu() == y.cpu()).double().mean())
+
+
 def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
                    **solve_options: Any) -> dict[str, Any]:
     """Evaluate a loaded model (see `aocsim.load_model`) on the test set of its task.
@@ -55,7 +68,8 @@ def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
         opts = {"atol": DEFAULT_ATOL[dtype], "rtol": 0.0, "max_iter": 100, **solve_options}
         metrics = evaluate_deq(model, data.x_test, data.y_test, **opts)
         return {"task": task, "split": "test", "n": len(data.y_test), "dtype": str(dtype), "atol": opts["atol"],
-                **metrics}
+                **metrics, "accuracy_without_feedback": accuracy_without_feedback(model, data.x_test, data.y_test),
+                "feedback_max": float(model.operator().detach().abs().max())}
     if task == "state_tracking":
         if solve_options:
             raise ModelFileError(f"solve options {sorted(solve_options)} apply to DEQ models; state-tracking "
