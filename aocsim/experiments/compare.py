@@ -8,8 +8,6 @@ path (float64 Anderson to 1e-12) is the same for every chip and seed. See docs/A
 
 from __future__ import annotations
 
-import hashlib
-import io
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -17,9 +15,9 @@ import numpy as np
 import torch
 import xarray as xr
 
-from aocsim._version import __version__
 from aocsim.errors import InputError
-from aocsim.execute.deq import EXACT_TOLERANCE, check_fits, compile_deq, resolve_profile, PlacedDEQ
+from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, check_fits, compile_deq, resolve_profile
+from aocsim.experiments.results import comparison_dataset
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
@@ -68,17 +66,6 @@ def _inputs(model: DEQ, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.
     if bool((targets < 0).any()) or bool((targets >= classes).any()):
         raise InputError(f"targets has values outside [0, {classes}); expected class ids of the model's output")
     return inputs, targets
-
-
-def _checksum(model: DEQ) -> str:
-    card = getattr(model, "card", None)
-    if card and card.get("weights", {}).get("sha256"):
-        return str(card["weights"]["sha256"])
-    buf = io.BytesIO()
-    for name, value in sorted(model.state_dict().items()):
-        buf.write(name.encode())
-        buf.write(value.detach().cpu().contiguous().numpy().tobytes())
-    return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
 def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, inputs: torch.Tensor,
@@ -173,28 +160,11 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
 
 def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None, model: DEQ,
              profile: DeviceProfile, seeds: list[int], chips: list[int], stop: str, fit: bool) -> xr.Dataset:
-    dims = ("path", "chip", "seed", "sample")
-    pred = out["prediction"]
-    data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
-    data["agreement"] = (dims[1:], pred[1] == pred[0])
-    data["fixed_point_error"] = (dims[1:], fpe)
-    if targets is not None:
-        data["correct"] = (dims, pred == targets.numpy())
-    coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds, "sample": np.arange(pred.shape[-1])}
-    ds = xr.Dataset(data, coords=coords)
-    ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
-    ds["residual"].attrs["units"] = "model state units (||f(z) - z||_2)"
-    ds["hardware_time_s"].attrs["units"] = "s"
-    ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
-    card = getattr(model, "card", {}) or {}
-    ds.attrs.update({
-        "aocsim_version": __version__, "model": str(card.get("name", "<in-memory DEQ>")),
-        "model_sha256": _checksum(model), "device": profile.name,
-        "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
-        "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64), "stop": stop,
-        "fit": int(fit), "placement": "native (W on the SLM, U x + b and V z + c digital)",
-    })
-    return ds
+    return comparison_dataset(out, fpe, targets, ("path", "chip", "seed", "sample"),
+                              {"sample": np.arange(out["prediction"].shape[-1])}, model=model, profile=profile,
+                              seeds=seeds, chips=chips, residual_units="model state units (||f(z) - z||_2)",
+                              in_memory="<in-memory DEQ>", stop=stop, fit=int(fit),
+                              placement="native (W on the SLM, U x + b and V z + c digital)")
 
 
 def summarize(ds: xr.Dataset) -> dict[str, Any]:

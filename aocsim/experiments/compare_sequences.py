@@ -8,16 +8,15 @@ sequences in one execution mode, with that seed keying every tile pass's noise. 
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 import torch
 import xarray as xr
 
-from aocsim._version import __version__
 from aocsim.errors import InputError
 from aocsim.execute.ssm import PLACEMENT, calibration_inputs, linear_maps, place_ssm
+from aocsim.experiments.results import comparison_dataset
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
@@ -43,17 +42,6 @@ def _tokens(model: ImplicitSSM, tokens: Any, targets: Any) -> tuple[torch.Tensor
     if bool((targets < 0).any()) or bool((targets >= classes).any()):
         raise InputError(f"targets has values outside [0, {classes}); expected class ids of the model's output")
     return tokens, targets
-
-
-def _checksum(model: ImplicitSSM) -> str:
-    card = getattr(model, "card", None) or {}
-    if card.get("weights", {}).get("sha256"):
-        return str(card["weights"]["sha256"])
-    h = hashlib.sha256()
-    for name, value in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(value.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def tile_passes(placed_maps: dict[str, Any]) -> tuple[int, int]:
@@ -138,29 +126,12 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         passes = inject + run.iterations.double() * per_iteration
         out["hardware_time_s"][1, ci, si] = (passes * float(profile.values["loop.round_trip_s"])).numpy()
         fpe[ci, si] = ((run.z - exact.z).norm(dim=-1) / exact.z.norm(dim=-1)).double().numpy()
-    dims = ("path", "chip", "seed", "sample", "position")
-    pred = out["prediction"]
-    data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
-    data["agreement"] = (dims[1:], pred[1] == pred[0])
-    data["fixed_point_error"] = (dims[1:], fpe)
-    if y is not None:
-        data["correct"] = (dims, pred == y.numpy())
-    coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds, "sample": np.arange(b),
-              "position": np.arange(length)}
-    ds = xr.Dataset(data, coords=coords)
-    ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
-    ds["residual"].attrs["units"] = "relative, ||f(z) - z|| / ||f(z)|| per token"
-    ds["hardware_time_s"].attrs["units"] = "s"
+    ds = comparison_dataset(out, fpe, y, ("path", "chip", "seed", "sample", "position"),
+                            {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
+                            seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",
+                            in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
+                            placement=PLACEMENT, tile_size=tile_size or base.channels,
+                            maps_on_tiles=", ".join(linear_maps(model)))
     ds["hardware_time_s"].attrs["description"] = ("tile passes in sequence on one chip, one round trip each: "
                                                   "the injection's, then the projections' per iteration")
-    ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2 per token"
-    card = getattr(model, "card", {}) or {}
-    ds.attrs.update({
-        "aocsim_version": __version__, "model": str(card.get("name", "<in-memory implicit SSM>")),
-        "model_sha256": _checksum(model), "device": base.name,
-        "device_sha256": hashlib.sha256(base.to_json().encode()).hexdigest(), "device_json": base.to_json(),
-        "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64), "mode": mode,
-        "tol": tol, "exact_tol": exact_tol, "placement": PLACEMENT, "tile_size": tile_size or base.channels,
-        "maps_on_tiles": ", ".join(linear_maps(model)),
-    })
     return ds

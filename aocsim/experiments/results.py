@@ -1,0 +1,53 @@
+"""The labelled Dataset every `aocsim.compare` returns: variables, units and provenance, written once."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+
+from aocsim._version import __version__
+from aocsim.hardware.profile import DeviceProfile
+from aocsim.solve.result import SolveStatus
+
+
+def model_checksum(model: torch.nn.Module) -> str:
+    """The card's weights checksum, or a SHA-256 of the state dict for an in-memory model."""
+    card = getattr(model, "card", None) or {}
+    if card.get("weights", {}).get("sha256"):
+        return str(card["weights"]["sha256"])
+    h = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def comparison_dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None,
+                       dims: tuple[str, ...], coords: dict[str, Any], *, model: torch.nn.Module,
+                       profile: DeviceProfile, seeds: list[int], chips: list[int], residual_units: str,
+                       in_memory: str, **settings: Any) -> xr.Dataset:
+    """`out` (name -> [path, chip, seed, ...]) and the fixed-point errors [chip, seed, ...] as a Dataset with
+    agreement, correct (when targets are given), units, status names and provenance (+ `settings`)."""
+    pred = out["prediction"]
+    data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
+    data["agreement"] = (dims[1:], pred[1] == pred[0])
+    data["fixed_point_error"] = (dims[1:], fpe)
+    if targets is not None:
+        data["correct"] = (dims, pred == targets.numpy())
+    ds = xr.Dataset(data, coords={"path": ["exact", "device"], "chip": chips, "seed": seeds, **coords})
+    ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
+    ds["residual"].attrs["units"] = residual_units
+    ds["hardware_time_s"].attrs["units"] = "s"
+    ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
+    card = getattr(model, "card", {}) or {}
+    ds.attrs.update({
+        "aocsim_version": __version__, "model": str(card.get("name", in_memory)), "model_sha256": model_checksum(model),
+        "device": profile.name, "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(),
+        "device_json": profile.to_json(), "seeds": np.asarray(seeds, dtype=np.int64),
+        "chips": np.asarray(chips, dtype=np.int64), **settings,
+    })
+    return ds
