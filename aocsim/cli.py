@@ -65,7 +65,7 @@ def _compute() -> Iterator[int]:
 @click.version_option(__version__, prog_name="aocsim")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None,
-              help="Torch threads for the work [default: the CPU cores the load average leaves free, "
+              help="Torch threads for the work [default: the CPU cores other work leaves free now, "
                    "or OMP_NUM_THREADS].")
 def main(verbose: int, threads: int | None) -> None:
     """aocsim: a virtual analog optical computer (AOC) for implicit neural models.

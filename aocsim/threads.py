@@ -3,13 +3,20 @@
 torch starts one thread per core. On a small machine where other work already
 holds some cores, those threads wait on each other: on 2 cores with one busy,
 `aocsim train digits-deq48` took 330 s with torch's default and 20 s with one
-thread. The CLI therefore uses the cores the load average leaves free unless
+thread. The CLI therefore uses the cores that other work leaves free unless
 told otherwise (`--threads N`, or OMP_NUM_THREADS set in the environment).
+
+"Other work" is measured now, not averaged: the kernel's CPU counters over a
+tenth of a second (Linux). The one-minute load average, the fallback elsewhere,
+still counts a job that ended seconds ago: right after a training run it said
+1 of 2 cores was busy on an idle machine, and an evaluation that would have
+taken 63 s on two worker processes took 154 s on one.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 
 def usable_cores() -> int:
@@ -19,8 +26,31 @@ def usable_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+SAMPLE_S = 0.1  # how long the CPU counters are watched
+
+
+def _cpu_counters() -> tuple[int, int] | None:
+    """(idle, total) jiffies of all CPUs from /proc/stat, or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
+
+
 def load_average() -> float | None:
-    """One-minute load average (runnable processes), or None where the system has none."""
+    """Cores busy with other work now: the CPU counters over `SAMPLE_S` (this process sleeps meanwhile),
+    else the one-minute load average, else None."""
+    before = _cpu_counters()
+    if before is not None:
+        time.sleep(SAMPLE_S)
+        after = _cpu_counters()
+        if after is not None and after[1] > before[1]:
+            idle = (after[0] - before[0]) / (after[1] - before[1])
+            return max(0.0, 1.0 - idle) * (os.cpu_count() or 1)
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -38,7 +68,7 @@ def choose_threads(requested: int | None, default: int) -> tuple[int, str | None
     if requested is not None:
         busy = 0.0 if load is None else load
         if requested + busy > cores + 0.5:
-            return requested, (f"note: {requested} thread(s) with load average {busy:.1f} on {cores} CPU core(s): "
+            return requested, (f"note: {requested} thread(s) with {busy:.1f} of {cores} CPU core(s) busy: "
                                "the machine is oversubscribed; fewer threads may be faster")
         return requested, None
     if load is None or "OMP_NUM_THREADS" in os.environ:
@@ -46,5 +76,5 @@ def choose_threads(requested: int | None, default: int) -> tuple[int, str | None
     free = max(1, cores - round(load))
     if free >= default:
         return default, None
-    return free, (f"note: load average {load:.1f} on {cores} CPU core(s); torch uses {free} thread(s) instead "
+    return free, (f"note: {load:.1f} of {cores} CPU core(s) busy; torch uses {free} thread(s) instead "
                   f"of {default} (--threads N to choose)")

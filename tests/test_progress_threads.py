@@ -45,12 +45,12 @@ def test_evaluate_state_tracking_shows_progress(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("requested", "load", "omp", "expected", "note"), [
-    (None, 1.0, False, 1, "note: load average 1.0 on 2 CPU core(s); torch uses 1 thread(s) instead of 2"),
+    (None, 1.0, False, 1, "note: 1.0 of 2 CPU core(s) busy; torch uses 1 thread(s) instead of 2"),
     (None, 0.2, False, 2, None),
-    (None, 5.0, False, 1, "note: load average 5.0 on 2 CPU core(s); torch uses 1 thread(s) instead of 2"),
+    (None, 5.0, False, 1, "note: 5.0 of 2 CPU core(s) busy; torch uses 1 thread(s) instead of 2"),
     (None, 1.0, True, 2, None),  # OMP_NUM_THREADS set: the user chose
-    (None, None, False, 2, None),  # no load average on this system
-    (2, 1.0, False, 2, "note: 2 thread(s) with load average 1.0 on 2 CPU core(s): the machine is oversubscribed"),
+    (None, None, False, 2, None),  # no load measure on this system
+    (2, 1.0, False, 2, "note: 2 thread(s) with 1.0 of 2 CPU core(s) busy: the machine is oversubscribed"),
     (1, 1.0, False, 1, None),
 ])
 def test_thread_choice(monkeypatch: pytest.MonkeyPatch, requested: int | None, load: float | None, omp: bool,
@@ -78,3 +78,20 @@ def test_threads_option_reaches_torch_and_is_restored(monkeypatch: pytest.Monkey
     assert out.exit_code == 0, out.output
     assert seen == [1] and "1 torch thread(s)" in out.output
     assert torch.get_num_threads() == before
+
+
+def test_busy_cores_are_measured_now_from_the_cpu_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half the CPU time idle over the sample = half the cores busy; without counters, the load average."""
+    readings = iter([(100, 200), (150, 300)])
+    monkeypatch.setattr(threads, "_cpu_counters", lambda: next(readings))
+    monkeypatch.setattr(threads, "SAMPLE_S", 0.0)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.load_average() == pytest.approx(2.0)
+    monkeypatch.setattr(threads, "_cpu_counters", lambda: None)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.7, 0.5, 0.3))
+    assert threads.load_average() == 0.7
+    counters = threads.__dict__["_cpu_counters"]
+    assert counters() is None  # patched; the real reader parses this system's /proc/stat:
+    monkeypatch.undo()
+    real = threads._cpu_counters()
+    assert real is None or (0 <= real[0] <= real[1])
