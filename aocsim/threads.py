@@ -30,27 +30,35 @@ SAMPLE_S = 0.1  # how long the CPU counters are watched
 
 
 def _cpu_counters() -> tuple[int, int] | None:
-    """(idle, total) jiffies of all CPUs from /proc/stat, or None where there is none."""
+    """(idle, total) jiffies summed over the CPUs this process may run on (/proc/stat), or None."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    idle = total = 0
     try:
         with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
+            for line in f:
+                name, *values = line.split()
+                if not name.startswith("cpu") or name == "cpu":
+                    continue
+                if allowed is not None and int(name[3:]) not in allowed:
+                    continue
+                fields = [int(v) for v in values]
+                idle += fields[3] + fields[4]  # idle + iowait
+                total += sum(fields[:8])  # user .. steal
+    except (OSError, ValueError, IndexError):
         return None
-    if len(fields) < 5:
-        return None
-    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
+    return (idle, total) if total > 0 else None
 
 
 def load_average() -> float | None:
-    """Cores busy with other work now: the CPU counters over `SAMPLE_S` (this process sleeps meanwhile),
-    else the one-minute load average, else None."""
+    """Cores busy with other work now, among those this process may use: the CPU counters over
+    `SAMPLE_S` (this process sleeps meanwhile), else the one-minute load average, else None."""
     before = _cpu_counters()
     if before is not None:
         time.sleep(SAMPLE_S)
         after = _cpu_counters()
         if after is not None and after[1] > before[1]:
             idle = (after[0] - before[0]) / (after[1] - before[1])
-            return max(0.0, 1.0 - idle) * (os.cpu_count() or 1)
+            return max(0.0, 1.0 - idle) * usable_cores()
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):

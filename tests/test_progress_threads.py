@@ -85,7 +85,7 @@ def test_busy_cores_are_measured_now_from_the_cpu_counters(monkeypatch: pytest.M
     readings = iter([(100, 200), (150, 300)])
     monkeypatch.setattr(threads, "_cpu_counters", lambda: next(readings))
     monkeypatch.setattr(threads, "SAMPLE_S", 0.0)
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
     assert threads.load_average() == pytest.approx(2.0)
     monkeypatch.setattr(threads, "_cpu_counters", lambda: None)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.7, 0.5, 0.3))
