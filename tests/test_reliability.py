@@ -319,7 +319,7 @@ def fast_long_work() -> Any:
     patch = pytest.MonkeyPatch()
     fake_metrics = {"task": "digits", "split": "test", "n": 1, "dtype": "torch.float64", "atol": 1e-9,
                     "accuracy": 1.0, "converged_fraction": 1.0, "iterations_mean": 1.0, "iterations_max": 1,
-                    "residual_max": 0.0}
+                    "residual_max": 0.0, "accuracy_without_feedback": 1.0, "feedback_max": 0.1}
     patch.setattr(evaluate, "evaluate_model", lambda *a, **k: fake_metrics)
 
     def fake_state_tracking(model: Any, *, task: Any = None, batch: int = 256, **kwargs: Any) -> dict:
