@@ -444,10 +444,12 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               help="Sequence models: their length, in multiples of the training length.")
 @click.option("--mode", type=click.Choice(["sequential", "simultaneous"]), default="sequential", show_default=True,
               help="Sequence models: token by token (the RNN) or all tokens at once.")
+@click.option("--on-tiles", default="inject,in_proj,out_proj", show_default=True,
+              help="Sequence models: which linear maps run on optical tiles (comma-separated); the rest digital.")
 @_friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
                 out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
-                mode: str) -> None:
+                mode: str, on_tiles: str) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
     DEQ digits models run natively on the test images; implicit SSMs as hybrids (linear maps on
@@ -460,7 +462,10 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
 
     from aocsim.io.outputs import check_output_file
 
+    from aocsim.execute.ssm import check_on_tiles
+
     names = model_names or ("digits-deq48", "parity-implicit")
+    kinds = check_on_tiles(tuple(k.strip() for k in on_tiles.split(",") if k.strip()))
     plot = check_output_file(plot_path or out.with_suffix(".png"), what="--plot")
     for path, option in ((out, "--out"), (plot, "--plot")):
         if path.exists() and not overwrite:
@@ -505,7 +510,7 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
                 g = group(model.card["data"]["group"])
                 tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
                                                 identity_prob=1 / g.order, generator=2024)
-                results[name] = compare(model, device, tokens, targets, mode=mode, **options)
+                results[name] = compare(model, device, tokens, targets, mode=mode, on_tiles=kinds, **options)
     tmp = out.with_name(f".{out.name}.tmp")
     for i, (name, ds) in enumerate(results.items()):
         group_name = None if len(results) == 1 else name

@@ -51,6 +51,8 @@ def test_noisy_aoc48_is_reproducible_and_keeps_parity(data) -> None:
     ({"rtol": 2.0}, "tol = 2.0"),
     ({"max_iter": 0}, "max_iter = 0"),
     ({"model": "parity-explicit1"}, "(explicit); expected an implicit SSM or a DEQ"),
+    ({"on_tiles": ("inject", "conv")}, "unknown placement 'conv'; expected a non-empty subset of"),
+    ({"on_tiles": ()}, "on_tiles = (): unknown placement; expected a non-empty subset"),
 ])
 def test_bad_arguments_are_one_line_errors(change: dict, message: str, data) -> None:
     tokens, targets = data
@@ -81,6 +83,9 @@ def test_the_main_job_runs_digits_and_parity(tmp_path: Path) -> None:
     assert (tmp_path / "fig.svg").read_text() == "mine" and not (tmp_path / "other.nc").exists()
     bad = CliRunner().invoke(main, ["compare", "--out", str(tmp_path / "other.nc"), "--plot", str(tmp_path / "f.txt")])
     assert bad.exit_code == 1 and "unknown format '.txt'" in bad.output
+    bad = CliRunner().invoke(main, ["compare", "--out", str(tmp_path / "other.nc"), "--on-tiles", "inject,scan"])
+    assert bad.exit_code == 1 and "unknown placement 'scan'" in bad.output and bad.output.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.svg", "main.nc", "main.png"]
 
 
 @pytest.mark.parametrize("mode", ["sequential", "simultaneous"])
@@ -90,3 +95,14 @@ def test_float64_on_ideal_fixed_points_agree_to_1e_9(mode: str, data) -> None:
     model = load_model(MODEL).double()
     ds = compare(model, "ideal", tokens[:2, :16], targets[:2, :16], mode=mode, rtol=1e-13, max_iter=400)
     assert bool(ds.agreement.all()) and float(ds.fixed_point_error.max()) <= 1e-9
+
+
+def test_only_the_chosen_maps_run_on_tiles(data) -> None:
+    """on_tiles=("out_proj",): the injection and input projection stay digital (no tile passes for them)."""
+    tokens, targets = data
+    ds = compare(MODEL, "aoc48", tokens[:2, :16], targets[:2, :16], on_tiles=("out_proj",))
+    assert ds.attrs["maps_on_tiles"] == "blocks.0.out_proj" and ds.attrs["placement"].startswith("hybrid: out_proj")
+    it = ds.iterations.sel(path="device")
+    assert np.allclose(ds.hardware_time_s.sel(path="device"), 2 * it * 20e-9)  # out_proj: 1 x 2 tiles
+    with pytest.raises(InputError, match="on_tiles = .* applies to implicit SSMs"):
+        compare("digits-deq48", "aoc48-twin", torch.zeros(1, 64, dtype=torch.float64), on_tiles=("inject",))

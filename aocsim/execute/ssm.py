@@ -43,7 +43,27 @@ from aocsim.nn.implicit_ssm import ImplicitSSM
 
 HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC's half range
 CALIBRATION_ROWS = 2048  # inputs per map for the fit (subsampled from the exact path's)
-PLACEMENT = "hybrid: injection, in_proj, out_proj on optical tiles; norms, conv, scan, head digital"
+MAP_KINDS = ("inject", "in_proj", "out_proj")  # the linear maps inside f that can go onto tiles
+
+
+def placement(on_tiles: tuple[str, ...]) -> str:
+    """The placement in words (a Dataset attribute)."""
+    tiles = ", ".join(on_tiles) if on_tiles else "nothing"
+    return f"hybrid: {tiles} on optical tiles; other linear maps, norms, conv, scan, head digital"
+
+
+def check_on_tiles(on_tiles: object) -> tuple[str, ...]:
+    """A non-empty subset of MAP_KINDS, in their order; anything else is a one-line error."""
+    names = (on_tiles,) if isinstance(on_tiles, str) else on_tiles
+    try:
+        chosen = tuple(names)
+    except TypeError:
+        chosen = ("?",)
+    unknown = [n for n in chosen if n not in MAP_KINDS]
+    if unknown or not chosen:
+        raise InputError(f"on_tiles = {on_tiles!r}: unknown placement{' ' + repr(unknown[0]) if unknown else ''}; "
+                         f"expected a non-empty subset of {list(MAP_KINDS)}")
+    return tuple(k for k in MAP_KINDS if k in chosen)
 
 
 def plain_copy(model: ImplicitSSM) -> ImplicitSSM:
@@ -158,6 +178,7 @@ class PlacedSSM:
     def __init__(self, model: ImplicitSSM, maps: dict[str, DeviceLinear]) -> None:
         self.model = model
         self.maps = maps
+        self.index = {name: i for i, name in enumerate(linear_maps(model))}  # stable noise streams
 
     def reset(self, generator: keys.Seed) -> None:
         """Give every map a fresh call count under key.fold(m): a run reproducible from its seed."""
@@ -165,8 +186,8 @@ class PlacedSSM:
         if key is None:
             raise InputError("generator = None; a device run draws noise on every tile pass, so expected a "
                              "seed, torch.Generator or Key")
-        for m, layer in enumerate(self.maps.values()):
-            layer.reset(key.fold(m))
+        for name, layer in self.maps.items():
+            layer.reset(key.fold(self.index[name]))
 
     def report(self) -> list[MapReport]:
         return [MapReport(name, (layer.out_features, layer.in_features), layer.tiles.grid, layer.sigma,
@@ -215,7 +236,8 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
 
 
 def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], *,
-              generator: keys.Seed, tile_size: int | None = None, partial_sums: str = "analog") -> PlacedSSM:
+              generator: keys.Seed, tile_size: int | None = None, partial_sums: str = "analog",
+              on_tiles: tuple[str, ...] = MAP_KINDS) -> PlacedSSM:
     """Place `model` on `device` (one chip, one weight load keyed by `generator`).
 
     Args:
@@ -224,7 +246,10 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
         calibration: inputs per map (`calibration_inputs`).
         generator: seed of the weight load (programming draws) and of the calibration passes.
         tile_size, partial_sums: as in `TiledMatrix`.
+        on_tiles: which kinds of linear map go onto tiles (`MAP_KINDS`, the default: all); the others
+            stay digital. Each map keeps its noise stream whatever the choice.
     """
+    kinds = check_on_tiles(on_tiles)
     if not isinstance(model, ImplicitSSM):
         raise InputError(f"model is a {type(model).__name__}; expected an ImplicitSSM")
     key = keys.as_key(generator)
@@ -234,6 +259,8 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
     placed = plain_copy(model)
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
+        if name.split(".")[-1] not in kinds:
+            continue
         bias = None if linear.bias is None else linear.bias.detach().clone()
         layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
                              tile_size=tile_size, partial_sums=partial_sums)

@@ -72,14 +72,15 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
             stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
-            progress: bool = False) -> xr.Dataset:
+            on_tiles: tuple[str, ...] | None = None, progress: bool = False) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
     `compare_sequences`): then `inputs` are token ids [B, L], `targets` [B, L], `mode` says how the
     fixed points are reached, `rtol` is the per-token relative residual (default 0.1, about aoc48's
-    noise floor), `max_iter` the device's cap, and the Dataset has a `position` dimension; `stop`,
-    `fit`, `atol` and `fit_inputs` are DEQ settings.
+    noise floor), `max_iter` the device's cap, `on_tiles` which linear maps run on tiles (default
+    all: `aocsim.execute.ssm.MAP_KINDS`), and the Dataset has a `position` dimension; `stop`, `fit`,
+    `atol` and `fit_inputs` are DEQ settings.
 
     Args:
         model: a loaded DEQ or implicit SSM, a bundled model name or a model directory.
@@ -113,7 +114,10 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
 
         return compare_sequences(m, resolve_profile(device), inputs, targets, seeds=_ids("seeds", seeds),
                                  chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
-                                 max_iter=max_iter, resolve=resolve_profile, progress=progress)
+                                 max_iter=max_iter, resolve=resolve_profile, progress=progress,
+                                 **({} if on_tiles is None else {"on_tiles": on_tiles}))
+    if on_tiles is not None:
+        raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively on one machine")
     max_iter = 2000 if max_iter is None else max_iter
     rtol = 1e-5 if rtol is None else rtol
     if stop not in STOPS:

@@ -15,7 +15,7 @@ import torch
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.execute.ssm import PLACEMENT, calibration_inputs, linear_maps, place_ssm
+from aocsim.execute.ssm import MAP_KINDS, calibration_inputs, check_on_tiles, linear_maps, place_ssm, placement
 from aocsim.experiments.results import comparison_dataset
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
@@ -46,17 +46,19 @@ def _tokens(model: ImplicitSSM, tokens: Any, targets: Any) -> tuple[torch.Tensor
 
 def tile_passes(placed_maps: dict[str, Any]) -> tuple[int, int]:
     """(passes per token for the injection, passes per iteration and token for the projections):
-    the tiles each map's product runs through, one round trip each."""
-    inject = placed_maps["inject"].tiles.grid
-    per_iteration = sum(layer.tiles.grid[0] * layer.tiles.grid[1] for name, layer in placed_maps.items()
-                        if name != "inject")
-    return inject[0] * inject[1], per_iteration
+    the tiles each map on tiles runs through, one round trip each (0 for a digital map)."""
+    def tiles(layer: Any) -> int:
+        return layer.tiles.grid[0] * layer.tiles.grid[1]
+
+    inject = tiles(placed_maps["inject"]) if "inject" in placed_maps else 0
+    return inject, sum(tiles(layer) for name, layer in placed_maps.items() if name != "inject")
 
 
 def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targets: Any = None, *,
                       seeds: list[int], chips: list[int], mode: str = "sequential", tol: float = DEVICE_TOL,
                       max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
-                      tile_size: int | None = None, resolve: Any, progress: bool = False) -> xr.Dataset:
+                      tile_size: int | None = None, on_tiles: tuple[str, ...] = MAP_KINDS, resolve: Any,
+                      progress: bool = False) -> xr.Dataset:
     """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
 
     Args:
@@ -71,6 +73,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
             the training length drawn from the task with seed 99).
         tile_size: as in `TiledMatrix` (default: the device's channels; `ANY_SIZE_TILE` where it has
             any size).
+        on_tiles: which linear maps run on tiles (`place_ssm`; default all).
     """
     if not isinstance(model, ImplicitSSM) or not model.config.implicit:
         raise InputError(f"model is a {type(model).__name__}" + (" (explicit)" if isinstance(model, ImplicitSSM)
@@ -79,6 +82,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
         raise InputError(f"tol = {tol!r}; expected a relative residual in (0, 1)")
+    kinds = check_on_tiles(on_tiles)
     x, y = _tokens(model, tokens, targets)
     b, length = x.shape
     cap = max_iter if max_iter is not None else (30 if mode == "sequential" else 3 * length + 20)
@@ -119,7 +123,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
     for ci, si in runs:
         profile = resolve(base, chips[ci])
         key = keys.as_key(seeds[si])
-        placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size)
+        placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size,
+                           on_tiles=kinds)
         run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap)
         record(1, ci, si, run, tol)
         inject, per_iteration = tile_passes(placed.maps)
@@ -130,8 +135,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                             {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
                             seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",
                             in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
-                            placement=PLACEMENT, tile_size=tile_size or base.channels,
-                            maps_on_tiles=", ".join(linear_maps(model)))
+                            placement=placement(kinds), tile_size=tile_size or base.channels,
+                            maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
     ds["hardware_time_s"].attrs["description"] = ("tile passes in sequence on one chip, one round trip each: "
                                                   "the injection's, then the projections' per iteration")
     return ds
