@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import xarray as xr
@@ -66,7 +67,8 @@ def test_the_dead_emitter_gets_the_least_informative_state() -> None:
 
 
 def test_noisy_aoc48_agrees_and_keeps_its_accuracy(noisy: xr.Dataset) -> None:
-    assert dict(noisy.sizes) == {"path": 2, "chip": 2, "seed": 2, "sample": 450}
+    assert {k: v for k, v in noisy.sizes.items() if k != "iteration"} == {"path": 2, "chip": 2, "seed": 2,
+                                                                          "sample": 450}
     assert float(noisy.agreement.mean()) >= 0.995
     device_accuracy = noisy.correct.sel(path="device").mean("sample")
     assert float(device_accuracy.min()) >= 0.97
@@ -192,3 +194,24 @@ def test_cli_writes_one_group_per_model(tmp_path: Path) -> None:
     xr.testing.assert_identical(groups[0].prediction, groups[1].prediction)
     for g in groups:
         g.close()
+
+
+def test_residual_traces_start_at_the_injection_and_end_where_each_sample_stopped(noisy: xr.Dataset, digits) -> None:
+    """From z = 0 the first residual is ||f(0)|| = ||U x + b|| (tanh(0) = 0): exactly on the exact path, within
+    the device's errors on aoc48. Each trace holds numbers up to the sample's last iteration, NaN after it."""
+    model = load_model(MODEL)
+    first = model.injection(digits.x_test).norm(dim=1).detach().numpy()
+    trace = noisy.residual_trace
+    assert np.allclose(trace.sel(path="exact", iteration=0).isel(chip=0, seed=0), first, rtol=1e-12)
+    device = trace.sel(path="device", iteration=0).values
+    assert np.all(np.abs(device / first - 1) < 0.1)
+    finite = np.isfinite(trace.values).sum(-1)  # iterations 0 .. k recorded for a sample stopped at k
+    assert np.array_equal(finite, noisy.iterations.values + 1)
+
+
+def test_holding_the_last_residual() -> None:
+    from aocsim.experiments.plots import _hold_last
+
+    nan = np.nan
+    held = _hold_last(np.array([[1.0, nan], [nan, 2.0], [nan, nan]]))
+    np.testing.assert_array_equal(held, np.array([[1.0, nan], [1.0, 2.0], [1.0, 2.0]]))

@@ -163,18 +163,19 @@ class PlacedDEQ:
         return (u - (1.0 - self.model.config.alpha) * c.offset) / c.gain + c.program.correction
 
     def run(self, x: torch.Tensor, *, generator: keys.Seed = None, samples: object = None,
-            stop: str = "tolerance", max_iter: int = 2000, atol: float = 1e-6, rtol: float = 1e-5) -> DeviceRun:
+            stop: str = "tolerance", max_iter: int = 2000, atol: float = 1e-6, rtol: float = 1e-5,
+            trace: bool = False) -> DeviceRun:
         """Solve on the device (one inference: one drift step) and read out.
 
         x: inputs [B, input_size]; generator keys the drift step and every iteration's noise;
         samples: sample indices [B] (noise independent of the batch); stop: "tolerance" or "readout";
-        atol, rtol: the device-unit tolerance of stop="tolerance".
+        atol, rtol: the device-unit tolerance of stop="tolerance"; trace: keep the residual per iteration.
         """
         key = keys.as_key(generator)
         with torch.no_grad():
             loop = self.loop.drifted(key.fold(0)) if key is not None else self.loop
             result = loop.solve(self.injection(x), generator=None if key is None else key.fold(1),
-                                samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol)
+                                samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol, trace=trace)
             z = (self.compiled.gain * result.z + self.compiled.offset)[:, self.inverse]
             time = result.hardware_time_s
             if stop == "readout":  # the status says where the residual settled; the machine runs the window

@@ -128,8 +128,9 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     x, y = _inputs(m, inputs, targets)
     x = x.to(dtype=m.weight.dtype)
     b = x.shape[0]
+    traced = stop == "tolerance"  # the readout runs a fixed window: its residuals say nothing new
     with torch.no_grad():
-        exact = m(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500)
+        exact = m(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500, trace=traced)
     shape = (2, len(chip_ids), len(seed_ids), b)
     out = {name: np.zeros(shape, dtype=dt) for name, dt in
            (("prediction", np.int64), ("iterations", np.int64), ("status", np.int64), ("residual", np.float64),
@@ -141,6 +142,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     out["residual"][0] = exact.solve.abs_residual.numpy()
     out["hardware_time_s"][0] = np.nan
     samples = torch.arange(b)
+    traces: dict[tuple[int, int], np.ndarray] = {}
     runs = bar(((ci, si) for ci in range(len(chip_ids)) for si in range(len(seed_ids))), desc="compare chip x seed",
                total=len(chip_ids) * len(seed_ids), enabled=progress)
     compiled = None
@@ -151,7 +153,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
         key = keys.as_key(seed)
         run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
-            x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol)
+            x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol,
+            trace=traced)
         r = run.solve
         out["prediction"][1, ci, si] = run.logits.argmax(1).numpy()
         out["iterations"][1, ci, si] = r.iterations.numpy()
@@ -159,7 +162,25 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         out["residual"][1, ci, si] = (compiled.gain * r.abs_residual).numpy()  # z = a z_d + b
         out["hardware_time_s"][1, ci, si] = run.hardware_time_s.numpy()
         fpe[ci, si] = ((run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)).numpy()
-    return _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
+        if traced:
+            traces[ci, si] = (compiled.gain * r.trace).numpy()
+    ds = _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
+    if traced:
+        ds["residual_trace"] = _traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids))
+    return ds
+
+
+def _traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray], chips: int, seeds: int) -> xr.DataArray:
+    """Residual per iteration [path, chip, seed, sample, iteration], model units, NaN once a sample stopped."""
+    length = max(exact.shape[1], *(t.shape[1] for t in device.values()))
+    out = np.full((2, chips, seeds, exact.shape[0], length), np.nan)
+    out[0, :, :, :, :exact.shape[1]] = exact
+    for (ci, si), t in device.items():
+        out[1, ci, si, :, :t.shape[1]] = t
+    trace = xr.DataArray(out, dims=("path", "chip", "seed", "sample", "iteration"),
+                         coords={"iteration": np.arange(length)})
+    trace.attrs["units"] = "model state units (||f(z) - z||_2), NaN after the sample stopped"
+    return trace
 
 
 def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None, model: DEQ,

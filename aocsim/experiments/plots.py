@@ -79,8 +79,10 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     """`aocsim.compare` results, one row of panels per figure kind, models side by side.
 
     Left: accuracy (or, without targets, agreement) of the exact path and of the device, the device
-    as the mean over chips x seeds with the range of the runs. Right: the distribution of the
+    as the mean over chips x seeds with the range of the runs. Middle: the distribution of the
     fixed-point error ||z_device - z_exact|| / ||z_exact|| over every sample (and token), log axis.
+    Right (models with `residual_trace`): convergence, the residual per iteration, median and the
+    10-90 % band over samples and runs, a stopped sample held at its last residual.
 
     Args:
         results: model name -> `compare` Dataset.
@@ -88,7 +90,9 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     """
     import numpy as np
 
-    fig, (acc_ax, fpe_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
+    traced = {name: ds for name, ds in results.items() if "residual_trace" in ds}
+    fig, axes = plt.subplots(1, 3 if traced else 2, figsize=(15 if traced else 10, 3.8))
+    acc_ax, fpe_ax = axes[0], axes[1]
     for i, (name, ds) in enumerate(results.items()):
         per_run = [d for d in ("sample", "position") if d in ds.dims]
         if "correct" in ds:
@@ -116,8 +120,44 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     fpe_ax.set_xlabel("fixed-point error ||z_device - z_exact|| / ||z_exact||")
     fpe_ax.set_ylabel("samples (tokens)")
     fpe_ax.legend(fontsize=7)
+    if traced:
+        _convergence(axes[2], traced)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _hold_last(values: Any) -> Any:
+    """[iteration, run]: each run's NaNs after its last number replaced by that number."""
+    import numpy as np
+
+    seen = ~np.isnan(values)
+    index = np.where(seen, np.arange(values.shape[0])[:, None], 0)
+    np.maximum.accumulate(index, axis=0, out=index)
+    held = values[index, np.arange(values.shape[1])[None, :]]
+    return np.where(np.maximum.accumulate(seen, axis=0), held, np.nan)
+
+
+def _convergence(ax: Any, results: dict[str, Any]) -> None:
+    """Residual against iteration per model and path: median line, 10-90 % band."""
+    import numpy as np
+
+    for i, (name, ds) in enumerate(results.items()):
+        color = f"C{i}"
+        for path, style in (("exact", "--"), ("device", "-")):
+            trace = ds.residual_trace.sel(path=path)
+            flat = _hold_last(trace.stack(run=[d for d in trace.dims if d != "iteration"])
+                              .transpose("iteration", "run").values)
+            keep = ~np.all(np.isnan(flat), axis=1)
+            its = np.arange(flat.shape[0])[keep]
+            low, mid, high = (np.nanquantile(flat[keep], q, axis=1) for q in (0.1, 0.5, 0.9))
+            ax.plot(its, mid, style, color=color, lw=1.2, label=f"{name}, {path}")
+            if path == "device":
+                ax.fill_between(its, low, high, color=color, alpha=0.2, lw=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("residual ||f(z) - z|| (model units)")
+    ax.set_title("convergence: median, 10-90 % band (device)", fontsize=9)
+    ax.legend(fontsize=7)
