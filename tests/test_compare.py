@@ -215,3 +215,20 @@ def test_holding_the_last_residual() -> None:
     nan = np.nan
     held = _hold_last(np.array([[1.0, nan], [nan, 2.0], [nan, nan]]))
     np.testing.assert_array_equal(held, np.array([[1.0, nan], [1.0, 2.0], [1.0, 2.0]]))
+
+
+def test_the_figure_draws_runs_that_all_agree(tmp_path: Path) -> None:
+    """25 runs with the same accuracy: their float mean can exceed their maximum by a rounding step (the
+    25-run digits comparison crashed matplotlib with a negative error bar)."""
+    from aocsim.experiments.plots import plot_compare
+
+    correct = np.zeros((2, 5, 5, 450), dtype=bool)
+    correct[..., :439] = True  # 439 / 450 = 0.97556 in every run
+    ds = xr.Dataset({"correct": (("path", "chip", "seed", "sample"), correct),
+                     "agreement": (("chip", "seed", "sample"), correct[1]),
+                     "fixed_point_error": (("chip", "seed", "sample"), np.full((5, 5, 450), 1e-3))},
+                    coords={"path": ["exact", "device"]})
+    runs = ds.correct.sel(path="device").mean("sample").values.ravel()
+    assert runs.max() - runs.mean() < 0  # the rounding this guards against
+    out = plot_compare({"m": ds}, tmp_path / "f.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"

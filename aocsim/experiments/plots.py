@@ -102,8 +102,9 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
         else:
             exact, runs, what = 1.0, ds.agreement.mean(per_run).values.ravel(), "agreement"
         acc_ax.bar(i - 0.2, exact, width=0.4, color="tab:blue", label="exact" if i == 0 else None)
+        spread = np.clip([[runs.mean() - runs.min()], [runs.max() - runs.mean()]], 0, None)  # rounding: >= 0
         acc_ax.bar(i + 0.2, runs.mean(), width=0.4, color="tab:orange", label="device" if i == 0 else None,
-                   yerr=[[runs.mean() - runs.min()], [runs.max() - runs.mean()]], capsize=3)
+                   yerr=spread, capsize=3)
         acc_ax.text(i + 0.2, min(runs.mean(), 0.95), f"{100 * runs.mean():.1f}", ha="center", va="top", fontsize=7)
         err = ds.fixed_point_error.values.ravel()
         err = err[np.isfinite(err) & (err > 0)]
