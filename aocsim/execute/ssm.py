@@ -10,19 +10,23 @@ swapped), so both execution modes (simultaneous, sequential) run on the device.
 
 Placement, per chip and weight load (what a real machine does after programming):
 
+- **which maps**: `on_tiles` (default all of `MAP_KINDS`); the others stay digital.
 - **plain weights**: weight normalisation is resolved into the plain matrix it parametrises.
-- **scale**: W / sigma is programmed; sigma puts the largest node signal seen on the calibration
-  inputs at `HEADROOM` of the ADC's range (two passes: a first guess, then the measured nodes).
-- **calibration**: per output j, the node volts (the ADC reading over the per-row input scale s)
-  are fitted as g_j (W u / sigma)_j + o_j by least squares on calibration inputs: the inputs each
-  map sees on the exact path for sequences of the task (`calibration_inputs`). That absorbs the
-  absolute convention's small-signal gain (about 0.13 on aoc48-twin), per-detector gains and the
-  node offsets (LED constants, dark currents). A call then returns
-  y = sigma s (node - o) / g (+ bias, digital). What the fit cannot absorb (the emitters' cubic
-  response, SLM and ADC quantisation, noise) is the device's error.
+- **the program** (aocsim/execute/tile_program.py): a twin tile does not compute the matrix it
+  holds (per-entry gains, a dead input, crosstalk), so what is programmed is fitted: dead input
+  positions skipped, separable gains folded in, damped closed-loop corrections.
+- **scale**: W / sigma goes into the fit, sigma putting the largest ideal node of the calibration
+  inputs at `HEADROOM` of the ADC's range; the final load is scaled so that the measured nodes do.
+- **calibration**: after a fresh final load, per output j the node volts (the ADC reading over the
+  per-row input scale s) are fitted as g_j (W u / sigma)_j + o_j by least squares on the inputs each
+  map sees on the exact path for sequences of the task (`calibration_inputs`): the remaining gain
+  and the node offsets (LED constants, dark currents). A call returns y = sigma s (node - o) / g
+  (+ bias, digital). What this cannot absorb (the emitters' cubic response, SLM and ADC
+  quantisation, the programming error of the final load, noise) is the device's error.
 
 Noise: a `DeviceLinear` counts its calls; call c of map m draws from key.fold(m).fold(TILE_CALL, c, i)
 for tile i (`TiledMatrix`), so a run is reproducible from its seed (`PlacedSSM.reset`).
+Results on the bundled models: docs/DEVICE_RUNS.md.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ import torch
 from torch import nn
 
 from aocsim.errors import InputError
+from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
-from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware.tiles import TiledMatrix
 from aocsim.hardware.tiles import _input_range as default_input_range
 from aocsim.hardware.tiles import _tile_size as resolve_tile_size
