@@ -5,7 +5,7 @@ small drives, the effective matrix A (node volts per volt of drive, from least s
 probes) relates to the programmed W_p entry by entry with ratios from about 0.09 to 0.18 (median
 0.136, the absolute convention's small-signal gain), a smooth gain profile across the emitters
 (0.5 to 1.25 of the median), different gains for positive and negative weights (the two LED paths),
-and two nearly dead input channels (0 and 8). No per-output correction absorbs that (a per-output
+and a dead input channel (8). No per-output correction absorbs that (a per-output
 affine fit leaves 47 % error). What a machine's calibration does instead:
 
 1. **dead channels**: probe the tiles with W itself; an input position (channel index within a tile)
