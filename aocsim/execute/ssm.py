@@ -25,7 +25,9 @@ Placement, per chip and weight load (what a real machine does after programming)
   quantisation, the programming error of the final load, noise) is the device's error.
 
 Noise: a `DeviceLinear` counts its calls; call c of map m draws from key.fold(m).fold(TILE_CALL, c, i)
-for tile i (`TiledMatrix`), so a run is reproducible from its seed (`PlacedSSM.reset`).
+for tile i (`TiledMatrix`), so a run is reproducible from its seed (`PlacedSSM.reset`). The
+counters within a call are its rows, so a sequence's draws depend on its batch (not yet keyed by
+sequence and position, as the DEQ path's are by sample).
 Results on the bundled models: docs/DEVICE_RUNS.md.
 """
 
