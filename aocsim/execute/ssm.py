@@ -42,7 +42,7 @@ from aocsim.errors import InputError
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.tiles import TiledMatrix
+from aocsim.hardware.tiles import TiledMatrix, input_scale
 from aocsim.hardware.tiles import _input_range as default_input_range
 from aocsim.hardware.tiles import _tile_size as resolve_tile_size
 from aocsim.nn.implicit_ssm import ImplicitSSM
@@ -127,9 +127,7 @@ class DeviceLinear(nn.Module):
 
     def _ideal_nodes(self, t: torch.Tensor, sigma: float) -> torch.Tensor:
         """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles apply."""
-        s = t.abs().amax(dim=1, keepdim=True) / self.input_range
-        s = torch.where(s > 0, s, torch.ones_like(s))
-        return (t / s) @ (self.weight / sigma).T
+        return (t / input_scale(t, self.input_range)[:, None]) @ (self.weight / sigma).T
 
     def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Node volts [R, M] of inputs t [R, K] (placed on their live columns) and the input scales [R]."""

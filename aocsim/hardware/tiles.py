@@ -138,6 +138,12 @@ def _input_range(profile: DeviceProfile, input_range: object) -> float:
     return min(r, swing)
 
 
+def input_scale(t: torch.Tensor, input_range: float) -> torch.Tensor:
+    """s_in [B] = max_k |t[b, k]| / r: the drive t / s_in spans [-r, r] (s_in = 1 for an all-zero sample)."""
+    s_in = t.abs().amax(dim=1) / input_range
+    return torch.where(s_in > 0, s_in, torch.ones_like(s_in))
+
+
 class TiledMatrix:
     """W [M, K] programmed once onto a grid of optical tiles; call it on batches t [B, K].
 
@@ -179,8 +185,7 @@ class TiledMatrix:
 
     def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(u, s_in): the DAC'd emitter drive [B, K] (volts) and the per-sample scale [B]."""
-        s_in = t.abs().amax(dim=1) / self.input_range
-        s_in = torch.where(s_in > 0, s_in, torch.ones_like(s_in))  # an all-zero sample stays zero
+        s_in = input_scale(t, self.input_range)
         return self.loops[0].injection(t / s_in[:, None]), s_in
 
     def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
