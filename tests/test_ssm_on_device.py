@@ -89,6 +89,8 @@ def test_bad_placements_are_one_line_errors(parity) -> None:
     with pytest.raises(InputError, match="generator = None"):
         placed = place_ssm(model, load_device("aoc48"), cal, generator=0)
         placed.reset(None)
+    with pytest.raises(InputError, match="calibration has no inputs for 'blocks.0.in_proj'"):
+        place_ssm(model, load_device("aoc48"), {"inject": cal["inject"]}, generator=0)
     w = linear_maps(plain_copy(model))["inject"].weight.detach()
     with pytest.raises(InputError, match="generator = None"):
         DeviceLinear(load_device("aoc48"), w, None, cal["inject"], generator=None)

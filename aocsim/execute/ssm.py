@@ -260,6 +260,11 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
     if key is None:
         raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
                          "torch.Generator or Key")
+    wanted = [n for n in linear_maps(model) if n.split(".")[-1] in kinds]
+    missing = [n for n in wanted if not isinstance(calibration, dict) or n not in calibration]
+    if missing:
+        raise InputError(f"calibration has no inputs for {missing[0]!r}; expected calibration_inputs(model, tokens) "
+                         f"(one [R, K] tensor per map: {wanted})")
     placed = plain_copy(model)
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
