@@ -268,7 +268,8 @@ class ImplicitSSM(nn.Module):
         return tokens.long().to(self.head.weight.device)
 
     def forward(self, tokens: torch.Tensor, *, mode: str = "simultaneous", tau: float = 0.8,
-                tol: float = 1e-4, max_iter: int = 100, chunk: int = 16) -> SSMOutput:
+                tol: float = 1e-4, max_iter: int = 100, chunk: int = 16, lookahead: int | None = None
+                ) -> SSMOutput:
         """Run the model without gradients through the solve (inference).
 
         Args:
@@ -279,6 +280,8 @@ class ImplicitSSM(nn.Module):
             max_iter: iteration cap (per token in sequential mode).
             chunk: scan chunk length (simultaneous mode; 16 is the fastest on CPU at these widths,
                 training keeps `f`'s 64).
+            lookahead: simultaneous mode: iterate only this many tokens beyond the converged prefix
+                (None: all; see `_simultaneous`). Same fixed point, iteration counts within one.
         """
         if mode not in MODES:
             raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
@@ -286,6 +289,9 @@ class ImplicitSSM(nn.Module):
             raise InputError(f"tau = {tau!r}; expected a damping in (0, 1]")
         if not (tol >= 0.0 and isinstance(max_iter, int) and max_iter >= 0):
             raise InputError(f"tol = {tol!r}, max_iter = {max_iter!r}; expected tol >= 0 and an integer max_iter >= 0")
+        if lookahead is not None and not (isinstance(lookahead, int) and not isinstance(lookahead, bool)
+                                          and lookahead >= 1):
+            raise InputError(f"lookahead = {lookahead!r}; expected None or an integer >= 1 (tokens)")
         tokens = self.check_tokens(tokens)
         u = self.injection(tokens)
         if not self.config.implicit:
@@ -293,8 +299,11 @@ class ImplicitSSM(nn.Module):
                        chunk=chunk)
             zeros = torch.zeros(tokens.shape, dtype=u.dtype, device=u.device)
             return SSMOutput(self.head(z), z, zeros.long(), zeros)
-        run = self._simultaneous if mode == "simultaneous" else self._sequential
-        z, iters, res = run(u, tau=tau, tol=tol, max_iter=max_iter, chunk=chunk)
+        if mode == "simultaneous":
+            z, iters, res = self._simultaneous(u, tau=tau, tol=tol, max_iter=max_iter, chunk=chunk,
+                                               lookahead=lookahead)
+        else:
+            z, iters, res = self._sequential(u, tau=tau, tol=tol, max_iter=max_iter)
         return SSMOutput(self.head(z), z, iters, res)
 
     @torch.no_grad()
@@ -302,48 +311,68 @@ class ImplicitSSM(nn.Module):
         """Class ids per position, int64 [B, L]."""
         return self.forward(tokens, mode=mode, **options).logits.argmax(-1)
 
-    def _simultaneous(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int):
+    def _simultaneous(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int,
+                      lookahead: int | None = None):
         """Damped Picard on all tokens at once.
 
         A token's map value depends only on the tokens up to it, so a prefix on which every sequence
         has converged is frozen: its caches summarise it and later iterations run on the rest only.
         Convergence moves along the sequence at about one token per iteration, so this halves the
         work at long lengths; the frozen tokens keep their converged iterate.
+
+        `lookahead` (None: every token): iterate only that many tokens beyond the frozen prefix; the
+        others wait at their start value until the prefix comes within reach. A token cannot converge
+        before the tokens it depends on, so this drops work on tokens whose input is still moving
+        (docs/STATE_TRACKING.md, evaluation). If the prefix does not move for `lookahead`
+        iterations (a map that does not converge to FREEZE x tol), every token iterates from then on.
         """
         b, L, _ = u.shape
         z = u.new_zeros(b, L, self.config.d_model)
         iters = torch.full((b, L), max_iter, dtype=torch.int64, device=u.device)
         done = torch.zeros(b, L, dtype=torch.bool, device=u.device)
         res = torch.full((b, L), float("inf"), dtype=u.dtype, device=u.device)
-        front, caches = 0, None  # tokens before `front` are frozen
+        front, caches, still = 0, None, 0  # tokens before `front` are frozen; `still`: iterations since it moved
         for k in range(max_iter + 1):
-            zs, us = z[:, front:], u[:, front:]
+            end = L if lookahead is None else min(L, front + lookahead)
+            zs, us = z[:, front:end], u[:, front:end]
             fz, _ = self.f_segment(zs, us, caches, chunk=chunk)
             r = torch.linalg.vector_norm(fz - zs, dim=-1) / torch.linalg.vector_norm(fz, dim=-1).clamp_min(1e-30)
-            res[:, front:] = r
+            res[:, front:end] = r
             ok = r <= tol
-            iters[:, front:] = torch.where(ok & ~done[:, front:], k, iters[:, front:])
-            done[:, front:] |= ok
+            iters[:, front:end] = torch.where(ok & ~done[:, front:end], k, iters[:, front:end])
+            done[:, front:end] |= ok
             if bool(done.all()) or k == max_iter:
                 break
             n = int((r <= FREEZE * tol).all(0).long().cumprod(0).sum())  # leading tokens converged in every sequence
             if n:
                 _, caches = self.f_segment(zs[:, :n], us[:, :n], caches, chunk=chunk)
                 front += n
-            z[:, front:] = torch.lerp(z[:, front:], fz[:, n:], tau)
+            still = 0 if n else still + 1
+            z[:, front:end] = torch.lerp(z[:, front:end], fz[:, n:], tau)
+            if lookahead is not None and still >= lookahead:
+                lookahead = None
         return z, iters, res
 
-    def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int):
+    def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int):
         b, L, _ = u.shape
         caches = [block.init_cache(b, u) for block in self.blocks]
         zs, iters, res = [], [], []
         z_t = u.new_zeros(b, self.config.d_model)
         for t in range(L):  # the RNN: constant memory in L
             u_t = u[:, t]
-            result = solve(lambda z: self.f_token(z, u_t, caches)[0], torch.zeros_like(z_t), solver=Picard(tau),
-                           atol=0.0, rtol=tol, max_iter=max_iter, return_best=False)
+            last: list[list[TokenCache]] = []
+
+            def token_map(z: torch.Tensor) -> torch.Tensor:
+                out, after = self.f_token(z, u_t, caches)
+                last[:] = [after]
+                return out
+
+            result = solve(token_map, torch.zeros_like(z_t), solver=Picard(tau), atol=0.0, rtol=tol,
+                           max_iter=max_iter, return_best=False)
             z_t = result.z
-            _, caches = self.f_token(z_t, u_t, caches)  # commit the states at the fixed point
+            # Commit the states at the fixed point: solve's last evaluation was at the iterate it
+            # returns (return_best=False), so its caches are those of z_t, without a recompute.
+            caches = last[0]
             zs.append(z_t)
             iters.append(result.iterations)
             res.append(result.rel_residual)

@@ -153,10 +153,11 @@ def solve(
         live = active & finite
         last_res = torch.where(live, res, last_res)
         last_rel = torch.where(live, rel, last_rel)
-        better = live & (res < best_res)
-        best_z = torch.where(better.unsqueeze(1), z, best_z)
-        best_res = torch.where(better, res, best_res)
-        best_rel = torch.where(better, rel, best_rel)
+        if return_best:
+            better = live & (res < best_res)
+            best_z = torch.where(better.unsqueeze(1), z, best_z)
+            best_res = torch.where(better, res, best_res)
+            best_rel = torch.where(better, rel, best_rel)
         if trace:
             traces.append(torch.where(active, res, torch.full_like(res, float("nan"))))
         status = torch.where(converged, SolveStatus.CONVERGED, status)
