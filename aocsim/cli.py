@@ -101,10 +101,11 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     """Evaluate MODEL (a bundled name or a model directory) on its task.
 
     DEQ classifiers: test-set accuracy and convergence on the exact path.
-    State-tracking models: per-token accuracy at the training length L and at
-    4L and 8L (implicit models in simultaneous and sequential mode, with
-    iterations per token and the agreement of the two modes); writes a plot of
-    accuracy by position.
+    State-tracking models: per-token accuracy at the multiples of the training
+    length L in the model card (for example L, 4L, 16L; implicit models in
+    simultaneous and sequential mode, with iterations per token and the
+    agreement of the two modes), on --threads cores; writes a plot of accuracy
+    by position.
     """
     import torch
 

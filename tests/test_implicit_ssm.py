@@ -108,6 +108,37 @@ def test_frozen_prefix_keeps_the_simultaneous_statistics() -> None:
     assert ((out.z - z).norm(dim=-1) / z.norm(dim=-1)).max() < 1e-5
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["parity-implicit", "a5-implicit"])
+def test_lookahead_keeps_the_simultaneous_answers_and_iterations(name: str) -> None:
+    """Iterating only 64 tokens beyond the converged prefix (the evaluation's setting) gives the
+    answers of iterating every token, iteration counts within one, and the fixed point within the
+    tolerance, at twice the lookahead."""
+    model = load_model(name)
+    task = state_tracking_recipe(model).task
+    tokens, _ = word_problems(group(task), 12, 128, identity_prob=0.0 if name == "parity-implicit" else 1 / 60,
+                              generator=5)
+    full = model(tokens, mode="simultaneous", tol=1e-5, max_iter=400)
+    ahead = model(tokens, mode="simultaneous", tol=1e-5, max_iter=400, lookahead=64)
+    assert bool((full.residuals <= 1e-5).all()) and bool((ahead.residuals <= 1e-5).all())
+    assert torch.equal(ahead.logits.argmax(-1), full.logits.argmax(-1))
+    assert int((ahead.iterations - full.iterations).abs().max()) <= 1
+    assert ((ahead.z - full.z).norm(dim=-1) / full.z.norm(dim=-1)).max() < 1e-5
+
+
+@torch.no_grad()
+def test_lookahead_opens_when_the_prefix_does_not_move() -> None:
+    """With a tolerance no iterate meets, the prefix never freezes; after `lookahead` such iterations
+    every token iterates, so none is left at its start value with an infinite residual."""
+    model = load_model("parity-implicit")
+    tokens, _ = word_problems(group("parity"), 3, 40, identity_prob=0.5, generator=6)
+    out = model(tokens, mode="simultaneous", tol=0.0, max_iter=12, lookahead=4)
+    assert bool(torch.isfinite(out.residuals).all())
+    assert bool((out.z[:, 4:].norm(dim=-1) > 0).all())
+    with pytest.raises(InputError, match="lookahead"):
+        model(tokens, mode="simultaneous", lookahead=0)
+
+
 def test_explicit_model_is_one_pass_and_its_modes_coincide() -> None:
     cfg = SSMConfig(vocab_size=6, d_model=16, d_state=4, head_dim=8, n_layers=3, implicit=False)
     model = ImplicitSSM(cfg, generator=torch.Generator().manual_seed(3)).double()
@@ -397,21 +428,34 @@ def test_seed_table_keeps_recipe_revisions_apart() -> None:
     assert markdown_seed_table(rows).count(" - |") == 2  # 16L of revision 1, 8L of revision 2
 
 
-def test_evaluation_split_among_processes_gives_the_same_figures() -> None:
-    """`workers` = 2 (spawned processes, one thread each) reports what one process reports."""
+def test_evaluation_split_among_processes_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`workers` = 2 (this process and a spawned one) reports exactly what one process reports,
+    in pieces of 4 (simultaneous) and 5 (sequential) sequences of 9."""
+    from aocsim.train import state_tracking
     from aocsim.train.state_tracking import evaluate_lengths
 
-    model = load_model("parity-implicit")
+    monkeypatch.setattr(state_tracking, "ROWS", {"simultaneous": 4, "sequential": 5})
+    model = load_model("a5-implicit")  # its batches' frozen prefixes differ (parity's converge alike)
     r = state_tracking_recipe(model)
     one = evaluate_lengths(model, r, factors=(1, 4), batch=9, workers=1)
     two = evaluate_lengths(model, r, factors=(1, 4), batch=9, workers=2)
-    for length in one:
-        assert one[length]["mode_agreement"] == two[length]["mode_agreement"]
-        for mode in ("simultaneous", "sequential"):
-            a, b = one[length][mode], two[length][mode]
-            assert a["accuracy_by_position"] == b["accuracy_by_position"]
-            assert a["converged_fraction"] == b["converged_fraction"]
-            assert abs(a["iterations_per_token"] - b["iterations_per_token"]) <= 0.01 * a["iterations_per_token"]
+    assert one == two
+
+
+def test_parts_run_on_this_process_and_spawned_ones_all_once() -> None:
+    """Every part's result comes back once, under its own index, from 1, 2 or 3 workers; a part's
+    error reaches the caller as itself."""
+    import operator
+
+    from aocsim.parallel import run_parts
+
+    parts = [(i, 7) for i in range(9)]
+    for workers in (1, 2, 3):
+        got = list(run_parts(operator.mul, parts, workers))
+        assert sorted(i for i, _ in got) == list(range(9))
+        assert all(result == 7 * i for i, result in got)
+    with pytest.raises(ZeroDivisionError):
+        list(run_parts(operator.truediv, [(1, 1), (1, 0), (2, 1), (3, 1)], 2))
 
 
 def test_rows_split_into_contiguous_balanced_slices() -> None:
