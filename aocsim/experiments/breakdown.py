@@ -1,0 +1,190 @@
+"""Where it breaks: device accuracy against the noise multiplier and the SLM's bits.
+
+For each workload (a model with its inputs and `compare` options) and each setting of one axis,
+the other at the profile's value, `where_it_breaks` runs `aocsim.compare` on the overridden
+profile and keeps, per chip and seed, the device accuracy, the agreement with the exact path and
+the device's iterations. A model breaks at the first setting, going from the profile's toward
+worse hardware (more noise, fewer bits), where its mean device accuracy falls more than
+`BREAK_POINTS` percentage points below its exact accuracy (the tolerance of issue 9's A5 bar).
+The study and its figures: docs/DEVICE_RUNS.md, section 4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import xarray as xr
+
+from aocsim.errors import InputError
+from aocsim.progress import bar
+
+MULTIPLIERS = (1.0, 2.0, 4.0, 16.0, 64.0)  # scale of every per-iteration noise source (noise.multiplier)
+SLM_BITS = (2, 3, 4, 5, 6, 7, 8, 9)  # the SLM's weight resolution (slm.bits)
+BREAK_POINTS = 2.0  # percentage points below the exact accuracy that count as broken
+AXES = {"multiplier": "noise.multiplier", "bits": "slm.bits"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model and what to run it on: `compare(model, device, inputs, targets, **options)`."""
+
+    name: str
+    model: Any
+    inputs: Any
+    targets: Any
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def default_workloads(*, sequences: int = 16, length_factor: int = 4, a5: bool = True) -> list[Workload]:
+    """The study's models: the digits DEQ on its test set; parity-implicit and (with `a5`)
+    a5-implicit on `sequences` fresh sequences at `length_factor` x their training length in
+    sequential mode. A5 runs with its injection digital (a token's injection is a table lookup; on
+    tiles its error is never iterated away: docs/DEVICE_RUNS.md, section 3)."""
+    from aocsim.experiments.evaluate import state_tracking_recipe
+    from aocsim.io.model_files import load_model
+    from aocsim.tasks.digits import load_split
+    from aocsim.tasks.groups import group, word_problems
+
+    split = load_split()
+    out = [Workload("digits-deq48", "digits-deq48", split.x_test, split.y_test)]
+    for name, extra in (("parity-implicit", {}), ("a5-implicit", {"on_tiles": ("in_proj", "out_proj")})):
+        if name == "a5-implicit" and not a5:
+            continue
+        model = load_model(name)
+        r = state_tracking_recipe(model)
+        tokens, targets = word_problems(group(r.task), sequences, length_factor * r.train_length,
+                                        identity_prob=r.eval_prob, generator=2024)
+        out.append(Workload(name, model, tokens, targets, {"mode": "sequential", **extra}))
+    return out
+
+
+def _settings(name: str, values: Iterable[Any], kind: type) -> list[Any]:
+    try:
+        out = [kind(v) for v in values]
+    except (TypeError, ValueError):
+        raise InputError(f"{name} = {values!r}; expected a sequence of numbers") from None
+    if not out or len(set(out)) != len(out):
+        raise InputError(f"{name} = {values!r}; expected a non-empty sequence of distinct values")
+    return out
+
+
+def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
+                    multipliers: Iterable[float] = MULTIPLIERS, slm_bits: Iterable[int] = SLM_BITS,
+                    seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,), progress: bool = True) -> xr.Dataset:
+    """Run every workload at every noise multiplier (SLM bits at the profile's) and every SLM
+    resolution (noise at the profile's); see the module docstring.
+
+    Returns a Dataset with dims model, multiplier, bits, chip, seed and variables
+    `{multiplier,bits}_{accuracy,agreement,iterations}` (per run; accuracy and agreement as
+    fractions, per sample or per token), `exact_accuracy` [model] and `breaks_at_multiplier`,
+    `breaks_at_bits` [model] (NaN: does not break within the range).
+    """
+    from aocsim.experiments.compare import _ids, compare
+    from aocsim.hardware.profile import load_device
+
+    if not workloads:
+        raise InputError("workloads is empty; expected at least one Workload")
+    if not isinstance(device, str):
+        raise InputError(f"device = {device!r}; expected a profile name (its values are overridden per setting)")
+    axes = {"multiplier": _settings("multipliers", multipliers, float), "bits": _settings("slm_bits", slm_bits, int)}
+    seeds, chips = _ids("seeds", seeds), _ids("chips", chips)
+    names = [w.name for w in workloads]
+    shape = (len(workloads), len(chips), len(seeds))
+    data: dict[str, Any] = {}
+    exact = np.full(len(workloads), np.nan)
+    for axis, values in axes.items():
+        for what in ("accuracy", "agreement", "iterations"):
+            data[f"{axis}_{what}"] = np.full((shape[0], len(values), *shape[1:]), np.nan)
+    work = [(i, w, axis, v) for i, w in enumerate(workloads) for axis, values in axes.items() for v in values]
+    for i, w, axis, v in bar(work, desc="where it breaks", total=len(work), enabled=progress):
+        profile = load_device(device, overrides={AXES[axis]: v})
+        ds = compare(w.model, profile, w.inputs, w.targets, seeds=seeds, chips=chips, **w.options)
+        per_run = [d for d in ("sample", "position") if d in ds.dims]
+        k = axes[axis].index(v)
+        data[f"{axis}_agreement"][i, k] = ds.agreement.mean(per_run).transpose("chip", "seed").values
+        data[f"{axis}_iterations"][i, k] = ds.iterations.sel(path="device").mean(per_run).transpose(
+            "chip", "seed").values
+        if "correct" in ds:
+            data[f"{axis}_accuracy"][i, k] = ds.correct.sel(path="device").mean(per_run).transpose(
+                "chip", "seed").values
+            exact[i] = float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean())
+    dims = {"multiplier": ("model", "multiplier", "chip", "seed"), "bits": ("model", "bits", "chip", "seed")}
+    out = xr.Dataset(
+        {name: (dims[name.split("_")[0]], values) for name, values in data.items()} | {"exact_accuracy": ("model", exact)},
+        coords={"model": names, "multiplier": axes["multiplier"], "bits": axes["bits"], "chip": chips, "seed": seeds},
+        attrs={"device": device, "break_points": BREAK_POINTS,
+               "description": "device accuracy, agreement and iterations against noise.multiplier and slm.bits "
+                              "(docs/DEVICE_RUNS.md, section 4)"})
+    out["breaks_at_multiplier"] = ("model", [_break(out, m, "multiplier", ascending=True) for m in names])
+    out["breaks_at_bits"] = ("model", [_break(out, m, "bits", ascending=False) for m in names])
+    return out
+
+
+def _break(ds: xr.Dataset, model: str, axis: str, *, ascending: bool) -> float:
+    """The first setting, from the best hardware toward the worst, where the mean device accuracy is more
+    than BREAK_POINTS below the exact one; for bits, the highest such resolution. NaN if none."""
+    exact = float(ds.exact_accuracy.sel(model=model))
+    acc = ds[f"{axis}_accuracy"].sel(model=model).mean(("chip", "seed"))
+    values = sorted(ds[axis].values.tolist(), reverse=not ascending)
+    for v in values:
+        if float(acc.sel({axis: v})) < exact - BREAK_POINTS / 100:
+            return float(v)
+    return float("nan")
+
+
+def breakdown_table(ds: xr.Dataset) -> str:
+    """Plain-text table: per model the exact accuracy, the device accuracy at each setting (mean over
+    runs) and where it breaks."""
+    lines = []
+    for axis, label in (("multiplier", "noise multiplier"), ("bits", "SLM bits")):
+        values = ds[axis].values.tolist()
+        head = f"{'model':18s} {'exact':>7s} " + " ".join(f"{_fmt(v):>7s}" for v in values) + "  breaks"
+        lines += [f"device accuracy against the {label} ({ds.attrs['device']}, mean over runs)", head]
+        for m in ds.model.values.tolist():
+            acc = ds[f"{axis}_accuracy"].sel(model=m).mean(("chip", "seed")).values
+            where = float(ds["breaks_at_multiplier" if axis == "multiplier" else "breaks_at_bits"].sel(model=m))
+            edge = "-" if np.isnan(where) else (f"at {_fmt(where)}x" if axis == "multiplier" else f"at {int(where)} bits")
+            lines.append(f"{m:18s} {float(ds.exact_accuracy.sel(model=m)):7.4f} "
+                         + " ".join(f"{a:7.4f}" for a in acc) + f"  {edge}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def plot_breakdown(ds: xr.Dataset, path: str | Path) -> Path:
+    """Two panels: device accuracy against the noise multiplier (log axis) and against SLM bits,
+    one line per model (mean over runs, band min-max), its exact accuracy dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, axis, label in ((axes[0], "multiplier", "noise multiplier (x the profile's noise)"),
+                            (axes[1], "bits", "SLM bits")):
+        x = ds[axis].values
+        for i, m in enumerate(ds.model.values.tolist()):
+            acc = ds[f"{axis}_accuracy"].sel(model=m)
+            mean, lo, hi = (acc.mean(("chip", "seed")), acc.min(("chip", "seed")), acc.max(("chip", "seed")))
+            color = f"C{i}"
+            ax.plot(x, mean, "o-", color=color, label=m)
+            ax.fill_between(x, lo, hi, color=color, alpha=0.2)
+            ax.axhline(float(ds.exact_accuracy.sel(model=m)), color=color, ls="--", lw=0.8)
+        ax.set_xlabel(label)
+        if axis == "multiplier":
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [f"{v:g}" for v in x])
+        ax.minorticks_off()
+    axes[0].set_ylabel(f"device accuracy ({ds.attrs['device']}); dashed: exact")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
