@@ -210,10 +210,10 @@ def test_residual_traces_start_at_the_injection_and_end_where_each_sample_stoppe
 
 
 def test_holding_the_last_residual() -> None:
-    from aocsim.experiments.plots import _hold_last
+    from aocsim.experiments.results import hold_last
 
     nan = np.nan
-    held = _hold_last(np.array([[1.0, nan], [nan, 2.0], [nan, nan]]))
+    held = hold_last(np.array([[1.0, nan], [nan, 2.0], [nan, nan]]))
     np.testing.assert_array_equal(held, np.array([[1.0, nan], [1.0, 2.0], [1.0, 2.0]]))
 
 

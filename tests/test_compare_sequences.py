@@ -24,8 +24,15 @@ def data():
 def test_on_the_ideal_device_the_paths_coincide(mode: str, data) -> None:
     tokens, targets = data
     ds = compare(MODEL, "ideal", tokens, targets, mode=mode, rtol=1e-5, max_iter=300)
-    assert dict(ds.sizes) == {"path": 2, "chip": 1, "seed": 1, "sample": 4, "position": 32}
+    assert {k: v for k, v in ds.sizes.items() if k != "iteration"} == {"path": 2, "chip": 1, "seed": 1,
+                                                                       "sample": 4, "position": 32}
     assert bool(ds.agreement.all()) and float(ds.fixed_point_error.max()) < 1e-4
+    # convergence traces: per sequence the median token residual falls from its start to the tolerance
+    for path in ("exact", "device"):
+        for row in ds.residual_trace.sel(path=path).values.reshape(-1, ds.sizes["iteration"]):
+            row = row[~np.isnan(row)]
+            assert row[-1] <= 1e-5 and row[0] > 100 * row[-1], path
+    assert ds.residual_trace.attrs["kind"] == "relative"
     assert bool(ds.correct.all())  # the exact model solves parity
     assert bool(np.isnan(ds.hardware_time_s.sel(path="exact")).all())
     assert bool((ds.hardware_time_s.sel(path="device") > 0).all())

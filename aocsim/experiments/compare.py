@@ -17,7 +17,7 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, check_fits, compile_deq, resolve_profile
-from aocsim.experiments.results import comparison_dataset
+from aocsim.experiments.results import comparison_dataset, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
@@ -166,21 +166,10 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             traces[ci, si] = (compiled.gain * r.trace).numpy()
     ds = _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
     if traced:
-        ds["residual_trace"] = _traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids))
+        ds["residual_trace"] = residual_traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids),
+                                               "model state units (||f(z) - z||_2), NaN after the sample stopped")
+        ds["residual_trace"].attrs["kind"] = "absolute"
     return ds
-
-
-def _traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray], chips: int, seeds: int) -> xr.DataArray:
-    """Residual per iteration [path, chip, seed, sample, iteration], model units, NaN once a sample stopped."""
-    length = max(exact.shape[1], *(t.shape[1] for t in device.values()))
-    out = np.full((2, chips, seeds, exact.shape[0], length), np.nan)
-    out[0, :, :, :, :exact.shape[1]] = exact
-    for (ci, si), t in device.items():
-        out[1, ci, si, :, :t.shape[1]] = t
-    trace = xr.DataArray(out, dims=("path", "chip", "seed", "sample", "iteration"),
-                         coords={"iteration": np.arange(length)})
-    trace.attrs["units"] = "model state units (||f(z) - z||_2), NaN after the sample stopped"
-    return trace
 
 
 def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None, model: DEQ,

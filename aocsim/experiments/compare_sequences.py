@@ -8,6 +8,7 @@ sequences in one execution mode, with that seed keying every tile pass's noise. 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.execute.ssm import MAP_KINDS, calibration_inputs, check_on_tiles, linear_maps, place_ssm, placement
-from aocsim.experiments.results import comparison_dataset
+from aocsim.experiments.results import comparison_dataset, hold_last, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
@@ -42,6 +43,16 @@ def _tokens(model: ImplicitSSM, tokens: Any, targets: Any) -> tuple[torch.Tensor
     if bool((targets < 0).any()) or bool((targets >= classes).any()):
         raise InputError(f"targets has values outside [0, {classes}); expected class ids of the model's output")
     return tokens, targets
+
+
+def median_over_positions(trace: torch.Tensor) -> np.ndarray:
+    """[B, L, I] relative residuals per token and iteration -> [B, I]: per sequence the median over its
+    tokens, each token held at its last residual once it stopped (NaN where no token has started)."""
+    b, length, its = trace.shape
+    held = hold_last(trace.double().numpy().reshape(b * length, its).T).T.reshape(b, length, its)
+    with warnings.catch_warnings():  # iterations no token of a sequence has reached: NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(held, axis=1)
 
 
 def tile_passes(placed_maps: dict[str, Any]) -> tuple[int, int]:
@@ -100,12 +111,14 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         tile_size = ANY_SIZE_TILE
     exact_tol = EXACT_TOL.get(model.head.weight.dtype, 1e-5)
     with torch.no_grad():
-        exact = model(x, mode=mode, tol=exact_tol, max_iter=300 if mode == "sequential" else 3 * length + 100)
+        exact = model(x, mode=mode, tol=exact_tol, max_iter=300 if mode == "sequential" else 3 * length + 100,
+                      trace=True)
     shape = (2, len(chips), len(seeds), b, length)
     out = {name: np.zeros(shape, dtype=dt) for name, dt in
            (("prediction", np.int64), ("iterations", np.int64), ("status", np.int64), ("residual", np.float64),
             ("hardware_time_s", np.float64))}
     fpe = np.zeros(shape[1:], dtype=np.float64)
+    traces: dict[tuple[int, int], np.ndarray] = {}
 
     def record(path: int, ci: int, si: int, run: Any, tolerance: float) -> None:
         out["prediction"][path, ci, si] = run.logits.argmax(-1).numpy()
@@ -125,7 +138,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         key = keys.as_key(seeds[si])
         placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size,
                            on_tiles=kinds)
-        run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap)
+        run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
+        traces[ci, si] = median_over_positions(run.trace)
         record(1, ci, si, run, tol)
         inject, per_iteration = tile_passes(placed.maps)
         passes = inject + run.iterations.double() * per_iteration
@@ -137,6 +151,11 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                             in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
                             placement=placement(kinds), tile_size=tile_size or base.channels,
                             maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
+    ds["residual_trace"] = residual_traces(
+        median_over_positions(exact.trace), traces, len(chips), len(seeds),
+        "relative, ||f(z) - z|| / ||f(z)|| per token, median over positions, a stopped token at its last value; "
+        + ("iterations of each token's solve" if mode == "sequential" else "iterations of the whole sequence"))
+    ds["residual_trace"].attrs["kind"] = "relative"
     ds["hardware_time_s"].attrs["description"] = ("tile passes in sequence on one chip, one round trip each: "
                                                   "the injection's, then the projections' per iteration")
     return ds

@@ -130,35 +130,28 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def _hold_last(values: Any) -> Any:
-    """[iteration, run]: each run's NaNs after its last number replaced by that number."""
-    import numpy as np
-
-    seen = ~np.isnan(values)
-    index = np.where(seen, np.arange(values.shape[0])[:, None], 0)
-    np.maximum.accumulate(index, axis=0, out=index)
-    held = values[index, np.arange(values.shape[1])[None, :]]
-    return np.where(np.maximum.accumulate(seen, axis=0), held, np.nan)
-
-
 def _convergence(ax: Any, results: dict[str, Any]) -> None:
-    """Residual against iteration per model and path: median line, 10-90 % band."""
+    """Residual against iteration per model and path: median line, 10-90 % band. A DEQ's residual is
+    absolute (model units), a sequence model's relative per token (its Dataset's `kind` label)."""
     import numpy as np
+
+    from aocsim.experiments.results import hold_last
 
     for i, (name, ds) in enumerate(results.items()):
         color = f"C{i}"
+        kind = ds.residual_trace.attrs.get("kind", "absolute")
         for path, style in (("exact", "--"), ("device", "-")):
             trace = ds.residual_trace.sel(path=path)
-            flat = _hold_last(trace.stack(run=[d for d in trace.dims if d != "iteration"])
+            flat = hold_last(trace.stack(run=[d for d in trace.dims if d != "iteration"])
                               .transpose("iteration", "run").values)
             keep = ~np.all(np.isnan(flat), axis=1)
             its = np.arange(flat.shape[0])[keep]
             low, mid, high = (np.nanquantile(flat[keep], q, axis=1) for q in (0.1, 0.5, 0.9))
-            ax.plot(its, mid, style, color=color, lw=1.2, label=f"{name}, {path}")
+            ax.plot(its, mid, style, color=color, lw=1.2, label=f"{name} ({kind}), {path}")
             if path == "device":
                 ax.fill_between(its, low, high, color=color, alpha=0.2, lw=0)
     ax.set_yscale("log")
     ax.set_xlabel("iteration")
-    ax.set_ylabel("residual ||f(z) - z|| (model units)")
+    ax.set_ylabel("residual ||f(z) - z||: absolute, or relative / ||f(z)||")
     ax.set_title("convergence: median, 10-90 % band (device)", fontsize=9)
     ax.legend(fontsize=7)

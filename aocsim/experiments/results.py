@@ -51,3 +51,28 @@ def comparison_dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: tor
         "chips": np.asarray(chips, dtype=np.int64), **settings,
     })
     return ds
+
+
+def hold_last(values: np.ndarray) -> np.ndarray:
+    """[iteration, run]: each run's NaNs after its last number replaced by that number (a stopped
+    run stays at its final residual)."""
+    seen = ~np.isnan(values)
+    index = np.where(seen, np.arange(values.shape[0])[:, None], 0)
+    np.maximum.accumulate(index, axis=0, out=index)
+    held = values[index, np.arange(values.shape[1])[None, :]]
+    return np.where(np.maximum.accumulate(seen, axis=0), held, np.nan)
+
+
+def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray], chips: int, seeds: int,
+                    units: str) -> xr.DataArray:
+    """Residual per iteration [path, chip, seed, sample, iteration] from the exact path's [sample, I]
+    and each (chip, seed) run's [sample, I'], NaN-padded to the longest."""
+    length = max(exact.shape[1], *(t.shape[1] for t in device.values()))
+    out = np.full((2, chips, seeds, exact.shape[0], length), np.nan)
+    out[0, :, :, :, :exact.shape[1]] = exact
+    for (ci, si), t in device.items():
+        out[1, ci, si, :, :t.shape[1]] = t
+    trace = xr.DataArray(out, dims=("path", "chip", "seed", "sample", "iteration"),
+                         coords={"iteration": np.arange(length)})
+    trace.attrs["units"] = units
+    return trace

@@ -175,12 +175,16 @@ class Mamba2Block(nn.Module):
 
 @dataclass(frozen=True)
 class SSMOutput:
-    """logits [B, L, V]; z [B, L, d_model]; iterations and relative residuals per token [B, L]."""
+    """logits [B, L, V]; z [B, L, d_model]; iterations and relative residuals per token [B, L];
+    trace (with `trace=True`): the relative residual of every token at every iteration [B, L, I]
+    (sequential mode: the iterations of the token's own solve; simultaneous: of the whole
+    sequence), NaN where the token was not iterated (stopped, frozen, or not yet reached)."""
 
     logits: torch.Tensor
     z: torch.Tensor
     iterations: torch.Tensor
     residuals: torch.Tensor
+    trace: torch.Tensor | None = None
 
 
 class ImplicitSSM(nn.Module):
@@ -268,8 +272,8 @@ class ImplicitSSM(nn.Module):
         return tokens.long().to(self.head.weight.device)
 
     def forward(self, tokens: torch.Tensor, *, mode: str = "simultaneous", tau: float = 0.8,
-                tol: float = 1e-4, max_iter: int = 100, chunk: int = 16, lookahead: int | None = None
-                ) -> SSMOutput:
+                tol: float = 1e-4, max_iter: int = 100, chunk: int = 16, lookahead: int | None = None,
+                trace: bool = False) -> SSMOutput:
         """Run the model without gradients through the solve (inference).
 
         Args:
@@ -282,6 +286,7 @@ class ImplicitSSM(nn.Module):
                 training keeps `f`'s 64).
             lookahead: simultaneous mode: iterate only this many tokens beyond the converged prefix
                 (None: all; see `_simultaneous`). Same fixed point, iteration counts within one.
+            trace: also return every token's relative residual per iteration (`SSMOutput.trace`).
         """
         if mode not in MODES:
             raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
@@ -298,13 +303,13 @@ class ImplicitSSM(nn.Module):
             z = self.f(torch.zeros(*tokens.shape, self.config.d_model, dtype=u.dtype, device=u.device), u,
                        chunk=chunk)
             zeros = torch.zeros(tokens.shape, dtype=u.dtype, device=u.device)
-            return SSMOutput(self.head(z), z, zeros.long(), zeros)
+            return SSMOutput(self.head(z), z, zeros.long(), zeros, zeros[..., None] if trace else None)
         if mode == "simultaneous":
-            z, iters, res = self._simultaneous(u, tau=tau, tol=tol, max_iter=max_iter, chunk=chunk,
-                                               lookahead=lookahead)
+            z, iters, res, steps = self._simultaneous(u, tau=tau, tol=tol, max_iter=max_iter, chunk=chunk,
+                                                      lookahead=lookahead, trace=trace)
         else:
-            z, iters, res = self._sequential(u, tau=tau, tol=tol, max_iter=max_iter)
-        return SSMOutput(self.head(z), z, iters, res)
+            z, iters, res, steps = self._sequential(u, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
+        return SSMOutput(self.head(z), z, iters, res, steps)
 
     @torch.no_grad()
     def predict(self, tokens: torch.Tensor, mode: str = "sequential", **options: Any) -> torch.Tensor:
@@ -312,7 +317,7 @@ class ImplicitSSM(nn.Module):
         return self.forward(tokens, mode=mode, **options).logits.argmax(-1)
 
     def _simultaneous(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int,
-                      lookahead: int | None = None):
+                      lookahead: int | None = None, trace: bool = False):
         """Damped Picard on all tokens at once.
 
         A token's map value depends only on the tokens up to it, so a prefix on which every sequence
@@ -332,12 +337,15 @@ class ImplicitSSM(nn.Module):
         done = torch.zeros(b, L, dtype=torch.bool, device=u.device)
         res = torch.full((b, L), float("inf"), dtype=u.dtype, device=u.device)
         front, caches, still = 0, None, 0  # tokens before `front` are frozen; `still`: iterations since it moved
+        steps: list[tuple[int, int, torch.Tensor]] = []  # (front, end, residuals) per iteration, with `trace`
         for k in range(max_iter + 1):
             end = L if lookahead is None else min(L, front + lookahead)
             zs, us = z[:, front:end], u[:, front:end]
             fz, _ = self.f_segment(zs, us, caches, chunk=chunk)
             r = torch.linalg.vector_norm(fz - zs, dim=-1) / torch.linalg.vector_norm(fz, dim=-1).clamp_min(1e-30)
             res[:, front:end] = r
+            if trace:
+                steps.append((front, end, r))
             ok = r <= tol
             iters[:, front:end] = torch.where(ok & ~done[:, front:end], k, iters[:, front:end])
             done[:, front:end] |= ok
@@ -351,20 +359,29 @@ class ImplicitSSM(nn.Module):
             z[:, front:end] = torch.lerp(z[:, front:end], fz[:, n:], tau)
             if lookahead is not None and still >= lookahead:
                 lookahead = None
-        return z, iters, res
+        if not trace:
+            return z, iters, res, None
+        out = res.new_full((b, L, len(steps)), float("nan"))
+        for k, (start, stop, r) in enumerate(steps):
+            out[:, start:stop, k] = r
+        return z, iters, res, out
 
-    def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int):
+    def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False):
         b, L, _ = u.shape
         caches = [block.init_cache(b, u) for block in self.blocks]
-        zs, iters, res = [], [], []
+        zs, iters, res, steps = [], [], [], []
         z_t = u.new_zeros(b, self.config.d_model)
         for t in range(L):  # the RNN: constant memory in L
             u_t = u[:, t]
             last: list[list[TokenCache]] = []
+            seen: list[torch.Tensor] = []  # relative residual per evaluation, with `trace`
 
             def token_map(z: torch.Tensor) -> torch.Tensor:
                 out, after = self.f_token(z, u_t, caches)
                 last[:] = [after]
+                if trace:
+                    seen.append(torch.linalg.vector_norm(out - z, dim=-1)
+                                / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30))
                 return out
 
             result = solve(token_map, torch.zeros_like(z_t), solver=Picard(tau), atol=0.0, rtol=tol,
@@ -376,4 +393,13 @@ class ImplicitSSM(nn.Module):
             zs.append(z_t)
             iters.append(result.iterations)
             res.append(result.rel_residual)
-        return torch.stack(zs, 1), torch.stack(iters, 1), torch.stack(res, 1)
+            if trace:  # a stopped row is evaluated on with the others: not its iterations
+                r = torch.stack(seen, 1)
+                steps.append(torch.where(torch.arange(r.shape[1], device=r.device) <= result.iterations[:, None],
+                                         r, torch.full_like(r, float("nan"))))
+        out = None
+        if trace:
+            out = u.new_full((b, L, max(s.shape[1] for s in steps)), float("nan"))
+            for t, s in enumerate(steps):
+                out[:, t, : s.shape[1]] = s
+        return torch.stack(zs, 1), torch.stack(iters, 1), torch.stack(res, 1), out
