@@ -127,6 +127,25 @@ def test_lookahead_keeps_the_simultaneous_answers_and_iterations(name: str) -> N
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("mode", ["sequential", "simultaneous"])
+def test_trace_records_each_tokens_residuals_up_to_its_last(mode: str) -> None:
+    """`trace=True` leaves the run unchanged; each token's last traced residual is its reported one;
+    in sequential mode a token has exactly iterations + 1 traced evaluations (NaN after it stopped)."""
+    model = load_model("parity-implicit")
+    tokens, _ = word_problems(group("parity"), 3, 20, identity_prob=0.5, generator=1)
+    plain = model(tokens, mode=mode, tol=1e-5, max_iter=300)
+    out = model(tokens, mode=mode, tol=1e-5, max_iter=300, trace=True)
+    assert torch.equal(plain.z, out.z) and plain.trace is None
+    seen = ~torch.isnan(out.trace)
+    last = out.trace.gather(-1, (seen.long().cumsum(-1).argmax(-1, keepdim=True))).squeeze(-1)
+    assert torch.equal(last, out.residuals)
+    if mode == "sequential":
+        assert torch.equal(seen.sum(-1), out.iterations + 1)
+    else:
+        assert bool((seen.sum(-1) >= out.iterations + 1).all())  # iterated on until frozen
+
+
+@torch.no_grad()
 def test_lookahead_opens_when_the_prefix_does_not_move() -> None:
     """With a tolerance no iterate meets, the prefix never freezes; after `lookahead` such iterations
     every token iterates, so none is left at its start value with an infinite residual."""
