@@ -80,6 +80,23 @@ def test_device_runs_are_reproducible_from_their_seeds(parity) -> None:
     assert torch.equal(z1, z2) and not torch.equal(z1, z3)
 
 
+def test_a_sequence_draws_the_same_noise_alone_as_in_its_batch(parity) -> None:
+    """Noise is keyed by sequence id, position and visit: sequences run on their own (with their ids)
+    reproduce their rows of the batch run bit for bit in sequential mode, although other sequences of
+    the batch need more iterations (their extra passes must not reach a stopped one's committed state)."""
+    model, tokens, _, cal = parity
+    placed = place_ssm(model, load_device("aoc48"), cal, generator=1)
+    full = placed(tokens[:6], generator=3, mode="sequential", tol=0.1, max_iter=30)
+    pick = [4, 1]
+    part = placed(tokens[pick], generator=3, sequences=torch.tensor(pick), mode="sequential", tol=0.1, max_iter=30)
+    assert torch.equal(part.z, full.z[pick]) and torch.equal(part.iterations, full.iterations[pick])
+    assert not bool((full.iterations == full.iterations.max(0).values).all())  # the batch's rows differ
+    other = placed(tokens[pick], generator=3, mode="sequential", tol=0.1, max_iter=30)  # ids 0 and 1
+    assert not torch.equal(other.z, part.z)
+    with pytest.raises(InputError, match="sequences"):
+        placed(tokens[:2], generator=3, sequences=torch.tensor([0]))
+
+
 def test_bad_placements_are_one_line_errors(parity) -> None:
     model, _, _, cal = parity
     with pytest.raises(InputError, match="expected an ImplicitSSM"):

@@ -24,10 +24,13 @@ Placement, per chip and weight load (what a real machine does after programming)
   (+ bias, digital). What this cannot absorb (the emitters' cubic response, SLM and ADC
   quantisation, the programming error of the final load, noise) is the device's error.
 
-Noise: a `DeviceLinear` counts its calls; call c of map m draws from key.fold(m).fold(TILE_CALL, c, i)
-for tile i (`TiledMatrix`), so a run is reproducible from its seed (`PlacedSSM.reset`). The
-counters within a call are its rows, so a sequence's draws depend on its batch (not yet keyed by
-sequence and position, as the DEQ path's are by sample).
+Noise: keyed by token. The model announces each pass of tokens through its maps (`pass_hook`: the
+positions and how often they have been through, their visit); a `PlacedSSM` run tells its maps the
+sequences' ids, so the pass of token (s, t) at visit v through map m draws from
+key.fold(m).fold(TILE_CALL, v, i) for tile i at counter s L + t (`TiledMatrix` samples). A run is
+reproducible from its seed (`PlacedSSM.reset`), and in sequential mode a sequence's run does not
+depend on the batch it is in (given its id; simultaneous mode freezes converged prefixes per
+batch). A `DeviceLinear` used on its own counts its calls instead, its rows being the counters.
 Results on the bundled models: docs/DEVICE_RUNS.md.
 """
 
@@ -83,6 +86,28 @@ def plain_copy(model: ImplicitSSM) -> ImplicitSSM:
     return plain.eval()
 
 
+@dataclass
+class TokenKeys:
+    """What keys a device run's noise per token: the sequences' ids [B] and length, and the pass in
+    progress (positions [T] and visit, from the model's `pass_hook`)."""
+
+    sequences: torch.Tensor
+    length: int
+    positions: torch.Tensor | None = None
+    visit: int = 0
+
+    def announce(self, positions: torch.Tensor, visit: int) -> None:
+        self.positions, self.visit = positions, visit
+
+    def samples(self, leading: tuple[int, ...]) -> torch.Tensor:
+        """Counters s L + t of the rows of an input with leading dims [B] (one token each) or [B, T]."""
+        b, t = len(self.sequences), self.positions.numel()
+        if tuple(leading) not in ((b, t), (b,) * (t == 1)):
+            raise InputError(f"a pass of {tuple(leading)} rows does not match the announced {t} position(s) "
+                             f"of {b} sequences")
+        return (self.sequences[:, None] * self.length + self.positions[None, :]).reshape(-1)
+
+
 class DeviceLinear(nn.Module):
     """A linear map on optical tiles, calibrated: call it like the `nn.Linear` it replaces.
 
@@ -124,16 +149,18 @@ class DeviceLinear(nn.Module):
         self.gain, self.offset = _affine_fit(target, node)
         self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
         self.run_key, self.calls = key.fold(3), 0
+        self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
 
     def _ideal_nodes(self, t: torch.Tensor, sigma: float) -> torch.Tensor:
         """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles apply."""
         return (t / input_scale(t, self.input_range)[:, None]) @ (self.weight / sigma).T
 
-    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Node volts [R, M] of inputs t [R, K] (placed on their live columns) and the input scales [R]."""
         wide = t.new_zeros(t.shape[0], self.width)
         wide[:, self.columns] = t
-        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call)
+        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call, samples=samples)
         return out.y / out.input_scale[:, None], out.input_scale
 
     def _correct(self, node: torch.Tensor) -> torch.Tensor:
@@ -144,7 +171,12 @@ class DeviceLinear(nn.Module):
         self.run_key, self.calls = keys.as_key(generator), 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls)
+        rows = self.token_keys
+        if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
+            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.visit,
+                                      rows.samples(tuple(x.shape[:-1])))
+        else:
+            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls)
         self.calls += 1
         y = self._correct(node) * (self.sigma * scale[:, None])
         if self.bias is not None:
@@ -199,10 +231,31 @@ class PlacedSSM:
             for name, layer in self.maps.items()]
 
     @torch.no_grad()
-    def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, **options):
-        """`ImplicitSSM.forward` on the device (same options), after `reset(generator)`."""
+    def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, sequences: torch.Tensor | None = None,
+                 **options):
+        """`ImplicitSSM.forward` on the device (same options), after `reset(generator)`.
+
+        `sequences`: the ids [B] of the sequences (default 0 ... B - 1), which key their noise: run a
+        sequence with the id it has in a larger batch and it draws what it draws there.
+        """
         self.reset(generator)
-        return self.model(tokens, **options)
+        tokens = self.model.check_tokens(tokens)
+        b, length = tokens.shape
+        if sequences is None:
+            sequences = torch.arange(b)
+        if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
+                or tuple(sequences.shape) != (b,) or bool((sequences < 0).any())):
+            raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{b}] of ids >= 0")
+        context = TokenKeys(sequences.long(), length)
+        for layer in self.maps.values():
+            layer.token_keys = context
+        self.model.pass_hook = context.announce
+        try:
+            return self.model(tokens, **options)
+        finally:
+            self.model.pass_hook = None
+            for layer in self.maps.values():
+                layer.token_keys = None
 
 
 def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:

@@ -18,7 +18,7 @@ the previous tokens held fixed, then committed; memory constant in L).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -206,6 +206,14 @@ class ImplicitSSM(nn.Module):
         self.final_norm = RMSNorm(c.d_model)
         self.head = _linear(c.d_model, c.vocab_size, weight_norm=False, bias=True)
         self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))
+        # Called as pass_hook(positions, visit) before each pass of tokens through the maps: the token
+        # positions [T] in the pass and how often they have been through before (0 for the injection
+        # and a first iteration). A device run keys each token's noise by it (aocsim/execute/ssm.py).
+        self.pass_hook: Callable[[torch.Tensor, int], None] | None = None
+
+    def _announce(self, start: int, stop: int, visit: int) -> None:
+        if self.pass_hook is not None:
+            self.pass_hook(torch.arange(start, stop), visit)
 
     @torch.no_grad()
     def _init_weights(self, gen: torch.Generator) -> None:
@@ -298,6 +306,7 @@ class ImplicitSSM(nn.Module):
                                           and lookahead >= 1):
             raise InputError(f"lookahead = {lookahead!r}; expected None or an integer >= 1 (tokens)")
         tokens = self.check_tokens(tokens)
+        self._announce(0, tokens.shape[1], 0)
         u = self.injection(tokens)
         if not self.config.implicit:
             z = self.f(torch.zeros(*tokens.shape, self.config.d_model, dtype=u.dtype, device=u.device), u,
@@ -341,6 +350,7 @@ class ImplicitSSM(nn.Module):
         for k in range(max_iter + 1):
             end = L if lookahead is None else min(L, front + lookahead)
             zs, us = z[:, front:end], u[:, front:end]
+            self._announce(front, end, k)
             fz, _ = self.f_segment(zs, us, caches, chunk=chunk)
             r = torch.linalg.vector_norm(fz - zs, dim=-1) / torch.linalg.vector_norm(fz, dim=-1).clamp_min(1e-30)
             res[:, front:end] = r
@@ -353,6 +363,7 @@ class ImplicitSSM(nn.Module):
                 break
             n = int((r <= FREEZE * tol).all(0).long().cumprod(0).sum())  # leading tokens converged in every sequence
             if n:
+                self._announce(front, front + n, k)  # the same pass as above for these tokens
                 _, caches = self.f_segment(zs[:, :n], us[:, :n], caches, chunk=chunk)
                 front += n
             still = 0 if n else still + 1
@@ -373,12 +384,21 @@ class ImplicitSSM(nn.Module):
         z_t = u.new_zeros(b, self.config.d_model)
         for t in range(L):  # the RNN: constant memory in L
             u_t = u[:, t]
-            last: list[list[TokenCache]] = []
+            last: list[list[TokenCache]] = []  # per row, the caches of its latest iterate
+            before: list[torch.Tensor] = []
             seen: list[torch.Tensor] = []  # relative residual per evaluation, with `trace`
+            visits = [0]
 
             def token_map(z: torch.Tensor) -> torch.Tensor:
+                self._announce(t, t + 1, visits[0])
+                visits[0] += 1
                 out, after = self.f_token(z, u_t, caches)
-                last[:] = [after]
+                if before:  # a stopped row is evaluated on at its final iterate: keep that evaluation
+                    moved = (z != before[0]).any(-1)
+                    after = [TokenCache(torch.where(moved[:, None, None], a.conv, c.conv),
+                                        torch.where(moved[:, None, None, None], a.ssm, c.ssm))
+                             for a, c in zip(after, last[0])]
+                last[:], before[:] = [after], [z]
                 if trace:
                     seen.append(torch.linalg.vector_norm(out - z, dim=-1)
                                 / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30))
@@ -387,8 +407,8 @@ class ImplicitSSM(nn.Module):
             result = solve(token_map, torch.zeros_like(z_t), solver=Picard(tau), atol=0.0, rtol=tol,
                            max_iter=max_iter, return_best=False)
             z_t = result.z
-            # Commit the states at the fixed point: solve's last evaluation was at the iterate it
-            # returns (return_best=False), so its caches are those of z_t, without a recompute.
+            # Commit the states at the fixed point: solve returns each row's last iterate
+            # (return_best=False), whose caches token_map kept, without a recompute.
             caches = last[0]
             zs.append(z_t)
             iters.append(result.iterations)
