@@ -207,8 +207,9 @@ class ImplicitSSM(nn.Module):
         self.head = _linear(c.d_model, c.vocab_size, weight_norm=False, bias=True)
         self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))
         # Called as pass_hook(positions, visit) before each pass of tokens through the maps: the token
-        # positions [T] in the pass and how often they have been through before (0 for the injection
-        # and a first iteration). A device run keys each token's noise by it (aocsim/execute/ssm.py).
+        # positions [T] in the pass and its number (0 for the injection; then the iteration, of the
+        # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
+        # keys each token's noise by them (aocsim/execute/ssm.py).
         self.pass_hook: Callable[[torch.Tensor, int], None] | None = None
 
     def _announce(self, start: int, stop: int, visit: int) -> None:
