@@ -63,6 +63,7 @@ def test_study_writes_netcdf_and_a_plot(parity_study: xr.Dataset, tmp_path: Path
     ({"workloads": []}, "workloads is empty"),
     ({"multipliers": ["lots"]}, "multipliers = "),
     ({"slm_bits": (4, 4)}, "distinct"),
+    ({"slm_bits": (4.5,)}, "whole numbers"),
     ({"device": 48}, "device = 48"),
 ])
 def test_bad_study_settings_are_one_line_errors(kwargs: dict, message: str) -> None:

@@ -66,6 +66,8 @@ def _settings(name: str, values: Iterable[Any], kind: type) -> list[Any]:
         out = [kind(v) for v in values]
     except (TypeError, ValueError):
         raise InputError(f"{name} = {values!r}; expected a sequence of numbers") from None
+    if kind is int and any(float(v) != int(v) for v in values):  # 4.5 bits is not 4 bits
+        raise InputError(f"{name} = {values!r}; expected whole numbers")
     if not out or len(set(out)) != len(out):
         raise InputError(f"{name} = {values!r}; expected a non-empty sequence of distinct values")
     return out
