@@ -77,11 +77,40 @@ def test_cuda_matches_cpu(gen: torch.Generator) -> None:  # pragma: no cover - G
     ({"alpha": 1.0}, r"DEQConfig.alpha = 1.0; expected a finite number in \[0, 1\)"),
     ({"structure": "mlp"}, "DEQConfig.structure = 'mlp'"),
     ({"blocks": (3, 3)}, r"DEQConfig.blocks = \[3, 3\]; expected positive integer sizes summing to state_size = 8"),
+    ({"split": 8}, r"DEQConfig.split = 8; expected an integer in \[0, 7\]"),
+    ({"split": 2.5}, r"DEQConfig.split = 2.5; expected an integer"),
 ])
 def test_bad_config_names_the_field(kwargs: dict, message: str) -> None:
     base = {"state_size": 8, "input_size": 3, "output_size": 2}
     with pytest.raises(InputError, match=message):
         DEQConfig(**{**base, **kwargs})
+
+
+def test_split_routes_every_answer_through_the_feedback(gen: torch.Generator) -> None:
+    """split = k: the input reaches only variables [0, k) and the readout reads only [k, N), so with W = 0
+    the logits no longer depend on x, and the fixed point is the two-layer network
+    z_out = (beta W_oi tanh(z_in) + ...) / (1 - alpha) when W only feeds forward; stored U and V show
+    the split as zeros."""
+    n, k = 9, 4
+    model = DEQ(DEQConfig(n, 5, 3, alpha=0.25, split=k), beta=2.0, generator=gen)
+    with torch.no_grad():  # weights that ignore the split must not leak through it
+        model.inject_weight.normal_(generator=gen)
+        model.readout_weight.normal_(generator=gen)
+        model.inject_bias.normal_(generator=gen)
+    x = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        u = model.injection(x)
+        assert (u[:, k:] == model.inject_bias[k:]).all()  # no input in the readout variables
+        z = torch.randn(6, n, generator=gen, dtype=torch.float64)
+        z_moved = z.clone()
+        z_moved[:, :k] += 1.0
+        torch.testing.assert_close(model.readout(z), model.readout(z_moved), atol=0, rtol=0)
+        model.weight.zero_()
+        logits = model(x, **TIGHT).logits
+    assert (logits - logits[:1]).abs().max() < 1e-12  # W = 0: every input gives the same answer
+    fresh = DEQ(DEQConfig(n, 5, 3, split=k), generator=gen)
+    assert (fresh.inject_weight[k:] == 0).all() and (fresh.readout_weight[:, :k] == 0).all()
+    assert (fresh.inject_weight[:k] != 0).all() and (fresh.readout_weight[:, k:] != 0).all()
 
 
 def test_bad_inputs_give_one_line_errors(gen: torch.Generator) -> None:

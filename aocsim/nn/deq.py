@@ -2,7 +2,11 @@
 
     z* = alpha z* + beta W f(z*) + U x + b,    logits = V z* + c,
 
-f = tanh on the exact path. W may be block structured so that several layers
+f = tanh on the exact path. With `split` = k > 0 the input enters state
+variables [0, k) only and the readout reads [k, N) only, so every answer
+crosses the feedback W at least once (with W = 0 the readout sees only
+biases): the loop, not a linear shortcut, carries the computation.
+W may be block structured so that several layers
 share one state (and one machine): `feedback` (every block, the DEQ),
 `feedforward` (only block l -> l+1, a layered network computed as a fixed
 point) or `hopfield` (full and symmetric, W = (W0 + W0^T) / 2).
@@ -35,6 +39,8 @@ class DEQConfig:
         alpha: leak, scalar in [0, 1).
         structure: one of `feedback`, `feedforward`, `hopfield`.
         blocks: layer sizes summing to N (one block = the whole state).
+        split: 0 (input into and readout from every variable) or k in [1, N): input into
+            variables [0, k), readout from [k, N) (module docstring).
     """
 
     state_size: int
@@ -43,6 +49,7 @@ class DEQConfig:
     alpha: float = 0.5
     structure: str = "feedback"
     blocks: tuple[int, ...] = field(default=())
+    split: int = 0
 
     def __post_init__(self) -> None:
         for name in ("state_size", "input_size", "output_size"):
@@ -57,6 +64,10 @@ class DEQConfig:
             raise InputError(f"DEQConfig.blocks = {shown}; expected positive integer sizes summing "
                              f"to state_size = {self.state_size}")
         object.__setattr__(self, "blocks", blocks)
+        if isinstance(self.split, bool) or not isinstance(self.split, int) or not 0 <= self.split < self.state_size:
+            raise InputError(f"DEQConfig.split = {short(self.split)}; expected an integer in [0, "
+                             f"{self.state_size - 1}] (0: no split; k: input into variables [0, k), "
+                             "readout from [k, N))")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,6 +85,14 @@ def block_mask(blocks: tuple[int, ...], structure: str) -> torch.Tensor:
     for (s_in, b_in), (s_out, b_out) in zip(zip(starts, blocks), zip(starts[1:], blocks[1:])):
         mask[s_out:s_out + b_out, s_in:s_in + b_in] = 1.0
     return mask
+
+
+def split_masks(n: int, split: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """0/1 masks of U's rows [N, 1] and V's columns [1, N] (all ones when split = 0)."""
+    state = torch.arange(n)
+    inject = (state < split) if split else torch.ones(n, dtype=torch.bool)
+    readout = (state >= split) if split else torch.ones(n, dtype=torch.bool)
+    return inject.to(dtype)[:, None], readout.to(dtype)[None, :]
 
 
 @dataclass(frozen=True)
@@ -114,6 +133,12 @@ class DEQ(nn.Module):
         # Derived from the config, so not stored with the weights.
         self.register_buffer("mask", block_mask(config.blocks, config.structure).to(dtype),
                              persistent=False)
+        inject_rows, readout_cols = split_masks(n, config.split, dtype)
+        self.register_buffer("inject_mask", inject_rows, persistent=False)
+        self.register_buffer("readout_mask", readout_cols, persistent=False)
+        with torch.no_grad():  # stored weights show the split as exact zeros
+            self.inject_weight.mul_(self.inject_mask)
+            self.readout_weight.mul_(self.readout_mask)
 
     def effective_weight(self) -> torch.Tensor:
         """W with its block structure applied, [N, N] in [out, in] convention."""
@@ -127,16 +152,17 @@ class DEQ(nn.Module):
         return self.beta * self.effective_weight()
 
     def injection(self, x: torch.Tensor) -> torch.Tensor:
-        """U x + b, [B, N]."""
+        """U x + b, [B, N] (U restricted to the input variables when split)."""
         x = self._check_input(x)
-        return x @ self.inject_weight.T + self.inject_bias
+        return x @ (self.inject_weight * self.inject_mask).T + self.inject_bias
 
     def step(self, z: torch.Tensor, injection: torch.Tensor) -> torch.Tensor:
         """One exact loop iteration: alpha z + beta W tanh(z) + injection."""
         return self.config.alpha * z + torch.tanh(z) @ self.operator().T + injection
 
     def readout(self, z: torch.Tensor) -> torch.Tensor:
-        return z @ self.readout_weight.T + self.readout_bias
+        """V z + c, [B, output_size] (V restricted to the readout variables when split)."""
+        return z @ (self.readout_weight * self.readout_mask).T + self.readout_bias
 
     def forward(self, x: torch.Tensor, *, backward: Backward = Implicit(), z0: torch.Tensor | None = None,
                 **solve_options: Any) -> DEQOutput:

@@ -34,6 +34,7 @@ class DigitsDEQRecipe:
     """Training settings (all recorded in the model card)."""
 
     state_size: int = 48
+    split: int = 0
     alpha: float = 0.5
     beta_init: float = 1.0
     lipschitz_cap: float = 0.95
@@ -60,7 +61,8 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
     """Train the digits DEQ; returns the model and its model card."""
     gen = torch.Generator().manual_seed(recipe.seed)
     data = digits.load_split()
-    config = DEQConfig(recipe.state_size, digits.N_FEATURES, digits.N_CLASSES, alpha=recipe.alpha)
+    config = DEQConfig(recipe.state_size, digits.N_FEATURES, digits.N_CLASSES, alpha=recipe.alpha,
+                       split=recipe.split)
     model = DEQ(config, beta=recipe.beta_init, generator=gen)
     _project(model, recipe.lipschitz_cap)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
