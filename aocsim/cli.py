@@ -433,6 +433,8 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               help="tolerance: the device state at its fixed point; readout: the ADC average after settling.")
 @click.option("--fit/--no-fit", default=True, show_default=True,
               help="Compile with the least-squares fit to the calibrated pipeline (else the analytic mapping).")
+@click.option("--tiling/--no-tiling", default=True, show_default=True,
+              help="DEQs larger than the device: run beta W on optical tiles (else refuse them).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.nc"),
               show_default=True,
               help="NetCDF output (h5netcdf); several models go to one group each (named by the model card).")
@@ -449,11 +451,12 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               help="Sequence models: which linear maps run on optical tiles (comma-separated); the rest digital.")
 @_friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
-                out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
+                tiling: bool, out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
                 mode: str, on_tiles: str) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
-    DEQ digits models run natively on the test images; implicit SSMs as hybrids (linear maps on
+    DEQ digits models run natively on the test images (larger ones with beta W on optical tiles,
+    unless --no-tiling); implicit SSMs as hybrids (linear maps on
     calibrated tiles) on fresh sequences. Prints accuracy (exact vs device, mean +- std over chips x
     seeds), agreement of the device's predictions with the exact ones, iterations, device statuses
     and hardware time (s, 20 ns per round trip), and writes the labelled results to --out (one NetCDF
@@ -492,19 +495,21 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
             raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
                                        "expected distinct models (one NetCDF group each)")
         loaded[model.card["name"]] = model
-    from aocsim.execute.deq import check_fits, resolve_profile
+    from aocsim.execute.deq import resolve_profile
+    from aocsim.execute.deq_tiled import check_placement
 
     profile = resolve_profile(device)
     for model in loaded.values():  # before the thread note and any work
         if model.card["task"] == "digits":
-            check_fits(model, profile)
+            check_placement(model, profile, tiling=tiling)
     results = {}
     with _compute():  # threads for this machine's load; progress as lines off a terminal
         for name, model in loaded.items():
             options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True)
             if model.card["task"] == "digits":
                 split = load_split(model.weight.dtype)
-                results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit, **options)
+                results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit,
+                                        tiling=tiling, **options)
             else:
                 from aocsim.tasks.groups import group, word_problems
 

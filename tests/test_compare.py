@@ -136,7 +136,7 @@ def test_unknown_device_and_a_model_larger_than_the_device(digits) -> None:
     with pytest.raises(UnknownNameError, match="aoc99"):
         compare(MODEL, "aoc99", digits.x_test[:3])
     with pytest.raises(InputError, match="state_size = 48 does not fit device 'aoc16' with 16 channels") as err:
-        compare(MODEL, "aoc16", digits.x_test[:3])
+        compare(MODEL, "aoc16", digits.x_test[:3], tiling=False)
     assert "\n" not in str(err.value)
 
 
@@ -172,7 +172,7 @@ def test_cli_errors_come_before_any_work_and_are_one_line(tmp_path: Path) -> Non
         (("parity-explicit1", "--out", str(tmp_path / "r.nc")), "is an explicit SSM"),
         (("digits-deq48", "digits-deq48", "--out", str(tmp_path / "r.nc")), "given twice"),
         (("nope", "--out", str(tmp_path / "r.nc")), "unknown model"),
-        (("--device", "aoc16", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),
+        (("--device", "aoc16", "--no-tiling", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),
     ]:
         result = _cli(*args)
         assert result.exit_code == 1 and message in result.output, result.output

@@ -16,7 +16,10 @@ import torch
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, check_fits, compile_deq, resolve_profile
+from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, compile_deq, resolve_profile
+from aocsim.execute.deq_tiled import DEVICE_TOL as TILED_TOL
+from aocsim.execute.deq_tiled import MAX_ITER as TILED_MAX_ITER
+from aocsim.execute.deq_tiled import TiledDEQ, check_placement, placement
 from aocsim.experiments.results import comparison_dataset, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
@@ -72,7 +75,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
             stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
-            on_tiles: tuple[str, ...] | None = None, progress: bool = False) -> xr.Dataset:
+            on_tiles: tuple[str, ...] | None = None, tiling: bool = True, progress: bool = False) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
@@ -80,7 +83,9 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     fixed points are reached, `rtol` is the per-token relative residual (default 0.1, about aoc48's
     noise floor), `max_iter` the device's cap, `on_tiles` which linear maps run on tiles (default
     all: `aocsim.execute.ssm.MAP_KINDS`), and the Dataset has a `position` dimension; `stop`, `fit`,
-    `atol` and `fit_inputs` are DEQ settings.
+    `atol`, `fit_inputs` and `tiling` are DEQ settings. A DEQ whose state has more variables than the
+    device has channels runs as a tiled hybrid (aocsim/execute/deq_tiled.py) unless `tiling` is False:
+    then `stop` is "tolerance", `rtol` the relative residual (default 1e-3) and `max_iter` 100.
 
     Args:
         model: a loaded DEQ or implicit SSM, a bundled model name or a model directory.
@@ -95,6 +100,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         fit: compile with the least-squares fit (aocsim/execute/fit.py) or the analytic mapping.
         atol, rtol: the device tolerance, device volts (stop="tolerance").
         fit_inputs: inputs whose exact fixed points the fit matches (default: the task's training set).
+        tiling: let a DEQ larger than the device run as a tiled hybrid (False: a one-line error).
         progress: a progress bar over the chip x seed runs (`aocsim.progress`).
 
     Returns:
@@ -118,13 +124,17 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
                                  **({} if on_tiles is None else {"on_tiles": on_tiles}))
     if on_tiles is not None:
         raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively on one machine")
-    max_iter = 2000 if max_iter is None else max_iter
-    rtol = 1e-5 if rtol is None else rtol
     if stop not in STOPS:
         raise InputError(f"stop = {stop!r}; expected one of {list(STOPS)}")
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     base = resolve_profile(device)
-    check_fits(m, base)
+    tiled = check_placement(m, base, tiling=tiling)
+    if tiled and (stop != "tolerance" or not fit):
+        raise InputError(f"stop = {stop!r}, fit = {fit!r}: a DEQ on tiles (state_size {m.config.state_size} > "
+                         f"{base.channels} channels) iterates digitally with calibrated tiles; expected "
+                         "stop='tolerance' and fit=True")
+    max_iter = (TILED_MAX_ITER if tiled else 2000) if max_iter is None else max_iter
+    rtol = (TILED_TOL if tiled else 1e-5) if rtol is None else rtol
     x, y = _inputs(m, inputs, targets)
     x = x.to(dtype=m.weight.dtype)
     b = x.shape[0]
@@ -149,21 +159,27 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     for ci, si in runs:
         chip, seed = chip_ids[ci], seed_ids[si]
         profile = resolve_profile(base, chip)
-        if si == 0:  # one compilation per chip
-            compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
         key = keys.as_key(seed)
-        run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
-            x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol,
-            trace=traced)
+        if tiled:  # a weight load per seed, calibrated on it
+            run = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs).run(
+                x, generator=key.fold(1), samples=samples, max_iter=max_iter, atol=atol, rtol=rtol, trace=traced)
+            gain = 1.0  # the state is in model units
+        else:
+            if si == 0:  # one compilation per chip
+                compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
+            run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
+                x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol,
+                trace=traced)
+            gain = compiled.gain  # z = a z_d + b
         r = run.solve
         out["prediction"][1, ci, si] = run.logits.argmax(1).numpy()
         out["iterations"][1, ci, si] = r.iterations.numpy()
         out["status"][1, ci, si] = r.status.numpy()
-        out["residual"][1, ci, si] = (compiled.gain * r.abs_residual).numpy()  # z = a z_d + b
+        out["residual"][1, ci, si] = (gain * r.abs_residual).numpy()
         out["hardware_time_s"][1, ci, si] = run.hardware_time_s.numpy()
         fpe[ci, si] = ((run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)).numpy()
         if traced:
-            traces[ci, si] = (compiled.gain * r.trace).numpy()
+            traces[ci, si] = (gain * r.trace).numpy()
     ds = _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
     if traced:
         ds["residual_trace"] = residual_traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids),
@@ -178,7 +194,7 @@ def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor 
                               {"sample": np.arange(out["prediction"].shape[-1])}, model=model, profile=profile,
                               seeds=seeds, chips=chips, residual_units="model state units (||f(z) - z||_2)",
                               in_memory="<in-memory DEQ>", stop=stop, fit=int(fit),
-                              placement="native (W on the SLM, U x + b and V z + c digital)")
+                              placement=placement(model, profile))
 
 
 def summarize(ds: xr.Dataset) -> dict[str, Any]:

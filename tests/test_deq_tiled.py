@@ -1,0 +1,72 @@
+"""A DEQ larger than one machine: beta W on optical tiles, the rest digital (aocsim/execute/deq_tiled.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim import DEQ, DEQConfig, compare
+from aocsim.errors import InputError
+from aocsim.execute.deq_tiled import TiledDEQ, check_placement
+from aocsim.hardware.profile import load_device
+
+
+@pytest.fixture(scope="module")
+def big() -> tuple[DEQ, torch.Tensor]:
+    """A 96-variable DEQ (two aoc48 machines wide) with feedback that matters, and inputs for it."""
+    gen = torch.Generator().manual_seed(5)
+    model = DEQ(DEQConfig(96, 64, 10, split=48), generator=gen)
+    with torch.no_grad():
+        model.weight.mul_(0.45 / torch.linalg.matrix_norm(model.operator(), ord=2))
+    return model, torch.rand(40, 64, generator=gen, dtype=torch.float64)
+
+
+def _exact(model: DEQ, x: torch.Tensor):
+    with torch.no_grad():
+        return model(x, atol=1e-13, rtol=0.0, max_iter=500)
+
+
+def test_on_ideal_tiles_the_device_path_is_the_exact_path(big) -> None:
+    model, x = big
+    placed = TiledDEQ(model, load_device("ideal"), generator=0, fit_inputs=x, tile_size=48)
+    assert placed.passes_per_iteration == 4  # 2 x 2 tiles
+    run = placed.run(x, generator=1, atol=0.0, rtol=1e-13, max_iter=500)
+    exact = _exact(model, x)
+    fpe = (run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)
+    assert float(fpe.max()) <= 1e-9
+    assert torch.equal(run.logits.argmax(1), exact.logits.argmax(1))
+    # hardware time: every tile once per iteration, one round trip each
+    round_trip = float(load_device("ideal").values["loop.round_trip_s"])
+    torch.testing.assert_close(run.hardware_time_s, run.solve.iterations.double() * 4 * round_trip)
+
+
+def test_on_a_noisy_machine_a_sample_draws_the_same_alone_as_in_its_batch(big) -> None:
+    """Noise keyed by sample and iteration: alone or in a batch, sample 4 sees the same draws (the
+    results differ only by the matrix products' rounding, which depends on the batch size)."""
+    model, x = big
+    placed = TiledDEQ(model, load_device("aoc48"), generator=0, fit_inputs=x)
+    fixed = {"atol": 0.0, "rtol": 0.0, "max_iter": 25}  # the same iterations either way
+    batch = placed.run(x[:6], generator=3, **fixed)
+    alone = placed.run(x[4:5], generator=3, samples=torch.tensor([4]), **fixed)
+    torch.testing.assert_close(alone.z[0], batch.z[4], atol=1e-10, rtol=0)
+    other_seed = placed.run(x[:6], generator=4, **fixed)
+    assert float((other_seed.z - batch.z).abs().max()) > 1e-4  # the noise is real and keyed by the seed
+    exact = _exact(model, x[:6])
+    fpe = (batch.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)
+    assert float(fpe.max()) < 0.05  # calibrated tiles, 25 noisy iterations: a few percent off
+
+
+def test_compare_runs_a_larger_deq_tiled_and_refuses_it_without_tiling(big) -> None:
+    model, x = big
+    ds = compare(model, "aoc48-twin", x, seeds=[0], chips=[0], fit_inputs=x)
+    assert ds.attrs["placement"].startswith("tiled hybrid")
+    assert float(ds.fixed_point_error.max()) < 0.03  # measured: 0.016
+    assert float(ds.agreement.mean()) >= 0.9
+    with pytest.raises(InputError, match="state_size = 96 does not fit device 'aoc48-twin' with 48 channels and "
+                                         "tiling is disallowed") as err:
+        compare(model, "aoc48-twin", x, tiling=False)
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match="expected stop='tolerance' and fit=True"):
+        compare(model, "aoc48-twin", x, stop="readout")
+    with pytest.raises(InputError, match="model is a str"):
+        check_placement("digits-deq48", load_device("aoc48"))
