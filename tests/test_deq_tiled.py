@@ -68,5 +68,13 @@ def test_compare_runs_a_larger_deq_tiled_and_refuses_it_without_tiling(big) -> N
     assert "\n" not in str(err.value)
     with pytest.raises(InputError, match="expected stop='tolerance' and fit=True"):
         compare(model, "aoc48-twin", x, stop="readout")
+    placed = TiledDEQ(model, load_device("aoc48-twin"), generator=0, fit_inputs=x)
+    for kwargs, message in (({"generator": None}, "generator = None"),
+                            ({"generator": 0, "samples": [0, 1]}, r"samples = \[0, 1\]; expected None"),
+                            ({"generator": 0, "samples": torch.tensor([-1] * 40)}, "samples = ")):
+        with pytest.raises(InputError, match=message):
+            placed.run(x, **kwargs)
+    with pytest.raises(InputError, match=r"x has shape \(40, 3\); expected \[B, 64\]"):
+        placed.run(x[:, :3], generator=0)
     with pytest.raises(InputError, match="model is a str"):
         check_placement("digits-deq48", load_device("aoc48"))

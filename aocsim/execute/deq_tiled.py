@@ -115,18 +115,20 @@ class TiledDEQ:
     def run(self, x: torch.Tensor, *, generator: keys.Seed, samples: torch.Tensor | None = None,
             max_iter: int = MAX_ITER, atol: float = 0.0, rtol: float = DEVICE_TOL, trace: bool = False) -> DeviceRun:
         """Iterate to the device's fixed point and read out; noise keyed by `generator`, samples and iteration."""
-        b = x.shape[0]
-        samples = torch.arange(b) if samples is None else samples
-        self.feedback.reset(generator)
-        context = TokenKeys(samples.long(), 1)
-        self.feedback.token_keys = context
-        round_trip = float(self.profile.values["loop.round_trip_s"]) * self.passes_per_iteration
-        try:
-            with torch.no_grad():
-                u = self.model.injection(x)
+        if keys.as_key(generator) is None:
+            raise InputError("generator = None; a device run draws noise on every tile pass, so expected a seed, "
+                             "torch.Generator or Key")
+        with torch.no_grad():
+            u = self.model.injection(x)  # checks x: [B, input_size], finite
+            samples = keys.check_samples(samples, u.shape[0], torch.device("cpu"))
+            self.feedback.reset(generator)
+            context = TokenKeys(samples, 1)
+            self.feedback.token_keys = context
+            round_trip = float(self.profile.values["loop.round_trip_s"]) * self.passes_per_iteration
+            try:
                 fn = _Iteration(self.model, self.feedback, u, context, round_trip)
                 result = solve(fn, torch.zeros_like(u), solver="picard", atol=atol, rtol=rtol, max_iter=max_iter,
                                trace=trace)
-        finally:
-            self.feedback.token_keys = None
-        return DeviceRun(self.model.readout(result.z), result.z, result, result.hardware_time_s)
+            finally:
+                self.feedback.token_keys = None
+            return DeviceRun(self.model.readout(result.z), result.z, result, result.hardware_time_s)
