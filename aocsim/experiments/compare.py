@@ -84,8 +84,9 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     noise floor), `max_iter` the device's cap, `on_tiles` which linear maps run on tiles (default
     all: `aocsim.execute.ssm.MAP_KINDS`), and the Dataset has a `position` dimension; `stop`, `fit`,
     `atol`, `fit_inputs` and `tiling` are DEQ settings. A DEQ whose state has more variables than the
-    device has channels runs as a tiled hybrid (aocsim/execute/deq_tiled.py) unless `tiling` is False:
-    then `stop` is "tolerance", `rtol` the relative residual (default 1e-3) and `max_iter` 100.
+    device has channels runs as a tiled hybrid (aocsim/execute/deq_tiled.py), or is refused when
+    `tiling` is False; tiled, `stop` must be "tolerance", `atol` and `rtol` are in model units (`rtol`
+    default 1e-3) and `max_iter` defaults to 100.
 
     Args:
         model: a loaded DEQ or implicit SSM, a bundled model name or a model directory.
@@ -123,7 +124,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
                                  max_iter=max_iter, resolve=resolve_profile, progress=progress,
                                  **({} if on_tiles is None else {"on_tiles": on_tiles}))
     if on_tiles is not None:
-        raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively on one machine")
+        raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively, or with beta W on "
+                         "tiles when it outgrows the device")
     if stop not in STOPS:
         raise InputError(f"stop = {stop!r}; expected one of {list(STOPS)}")
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
