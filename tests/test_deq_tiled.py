@@ -76,5 +76,7 @@ def test_compare_runs_a_larger_deq_tiled_and_refuses_it_without_tiling(big) -> N
             placed.run(x, **kwargs)
     with pytest.raises(InputError, match=r"x has shape \(40, 3\); expected \[B, 64\]"):
         placed.run(x[:, :3], generator=0)
+    with pytest.raises(InputError, match=r"fit_inputs has shape \(40, 3\); expected a tensor \[B >= 1, 64\]"):
+        TiledDEQ(model, load_device("aoc48-twin"), generator=0, fit_inputs=x[:, :3])
     with pytest.raises(InputError, match="model is a str"):
         check_placement("digits-deq48", load_device("aoc48"))

@@ -113,6 +113,16 @@ def default_fit_inputs(model: DEQ) -> torch.Tensor:
     return load_split(model.weight.dtype).x_train
 
 
+def fit_inputs_or_default(model: DEQ, fit_inputs: object) -> torch.Tensor:
+    """`fit_inputs` checked as [B >= 1, input_size], or the task's training images when None."""
+    x = default_fit_inputs(model) if fit_inputs is None else fit_inputs
+    k = model.config.input_size
+    if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.shape[0] == 0 or x.shape[1] != k:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise InputError(f"fit_inputs has shape {shape}; expected a tensor [B >= 1, {k}] (the model's input_size)")
+    return x
+
+
 def compile_deq(model: DEQ, profile: DeviceProfile, *, fit: bool = True,
                 fit_inputs: torch.Tensor | None = None) -> Compiled:
     """Compile `model` for the chip `profile` describes (see the module docstring)."""
@@ -125,11 +135,7 @@ def compile_deq(model: DEQ, profile: DeviceProfile, *, fit: bool = True,
     n = operator.shape[0]
     if not fit:
         return Compiled(analytic_program(known, operator, alpha, a, b), torch.arange(n), a, b, False)
-    x = default_fit_inputs(model) if fit_inputs is None else fit_inputs
-    k = model.config.input_size
-    if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.shape[0] == 0 or x.shape[1] != k:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise InputError(f"fit_inputs has shape {shape}; expected a tensor [B >= 1, {k}] (the model's input_size)")
+    x = fit_inputs_or_default(model, fit_inputs)
     with torch.no_grad():
         z_star = model(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500).z
     order = assign_channels(operator, z_star, weak_channel(known, n))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.deq import DeviceRun, default_fit_inputs
+from aocsim.execute.deq import EXACT_TOLERANCE, DeviceRun, fit_inputs_or_default
 from aocsim.execute.ssm import CALIBRATION_ROWS, DeviceLinear, TokenKeys
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
@@ -36,7 +36,6 @@ from aocsim.solve import solve
 # returns its lowest-residual iterate (status max_iter).
 DEVICE_TOL = 1e-3
 MAX_ITER = 100
-EXACT_TOLERANCE = 1e-12
 
 
 def fits_natively(model: DEQ, profile: DeviceProfile) -> bool:
@@ -97,7 +96,7 @@ class TiledDEQ:
         if key is None:
             raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
                              "torch.Generator or Key")
-        x = default_fit_inputs(model) if fit_inputs is None else fit_inputs
+        x = fit_inputs_or_default(model, fit_inputs)
         with torch.no_grad():
             z_star = model(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500).z
             values = torch.tanh(z_star)
