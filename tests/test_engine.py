@@ -325,7 +325,7 @@ def test_overrides_take_numpy_scalars_and_the_cli_reads_numbers_like_profile_fil
 def test_absurd_noise_settings_are_flagged_in_the_budget() -> None:
     from aocsim.hardware.budget import format_budget
 
-    text = format_budget(noise_budget(load_device("aoc48", {"noise.power_per_unit_w": 1e-30})))
+    text = format_budget(noise_budget(load_device("aoc48", {"noise.power_per_unit_w": 1e-18})))
     assert "note: shot noise" in text and "SNR < 0 dB" in text
     assert max(len(line) for line in text.splitlines()[:-1]) < 90  # 4 significant digits, no 31-digit numbers
     assert "note:" not in format_budget(noise_budget(load_device("aoc48")))

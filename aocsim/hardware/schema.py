@@ -110,10 +110,11 @@ FIELDS: tuple[Field, ...] = (
     Field("saturation.high_v", "float", "upper rail", "V"),
     Field("noise.bandwidth_hz", "float", "detection bandwidth B of shot, thermal and RIN noise", "Hz", low=1.0),
     Field("noise.power_per_unit_w", "float", "optical power on one photodetector per twin detector unit "
-          "(assumption)", "W", low=1e-300),
+          "(assumption); bounded so that photocurrents and their squares stay finite floats", "W", low=1e-18,
+          high=1e3),
     Field("noise.bias_units", "float", "light on a detector at the LED bias point, in twin detector units: "
           "photocurrent I = R P_unit (|D| + bias_units) (assumption)", low=0.0),
-    Field("noise.responsivity_a_per_w", "float", "photodetector responsivity R", "A/W", low=1e-300),
+    Field("noise.responsivity_a_per_w", "float", "photodetector responsivity R", "A/W", low=1e-6, high=1e3),
     Field("noise.multiplier", "float", "scales the std of every per-iteration noise source (1 = the figures "
           "above; for sensitivity studies)", low=0.0),
     Field("noise.shot.enabled", "bool", "shot noise per iteration: var(I) = 2 q I B"),
