@@ -142,6 +142,28 @@ FIELDS: tuple[Field, ...] = (
     Field("readout.samples", "int", "K samples averaged after the settle window", low=1),
     Field("readout.settle_iterations", "int", "iterations before the first sample (2.5 us / 20 ns = 125)", low=0),
     Field("readout.sample_interval_iterations", "int", "iterations between samples (160 ns / 20 ns = 8)", low=1),
+    # Energy (docs/PHYSICS.md section 6): read by aocsim.hardware.energy only, never by the loop.
+    Field("energy.emitter_wall_plug_efficiency", "float", "electrical-to-optical (wall-plug) efficiency of one "
+          "emitter at its operating point, P_opt / P_el", low=1e-4, high=1.0),
+    Field("energy.optical_link_efficiency", "float", "fraction of the emitted light that reaches the "
+          "photodetectors (fan-out optics, PBS, mean SLM transmission). Each emitter then emits "
+          "P_emit = 2 noise.power_per_unit_w noise.bias_units / link efficiency (two paths; the mean light on a "
+          "detector is the bias light)", low=1e-6, high=1.0),
+    Field("energy.detector_tia_power_w", "float", "static electrical power of one channel's detection and loop "
+          "electronics: photodetectors and TIAs of both paths, subtraction, nonlinearity, summing node, LED driver",
+          "W", low=0.0, high=10.0),
+    Field("energy.slm_power_w", "float", "static electrical power of the SLMs of both paths with their drive "
+          "electronics, holding one weight load", "W", low=0.0, high=1e3),
+    Field("energy.dac_energy_j", "float", "energy of one injection DAC conversion", "J", low=0.0, high=1e-6),
+    Field("energy.adc_energy_j", "float", "energy of one readout ADC conversion", "J", low=0.0, high=1e-6),
+    Field("energy.digital_energy_per_op_j", "float", "energy of one digital operation (partial sums, averaging, "
+          "the digital parts of a model)", "J", low=0.0, high=1e-6),
+    Field("energy.precision_bits", "int", "precision the optical power and converter energies are sized for "
+          "(the bits TOPS/W is quoted at; `aocsim.hardware.energy.at_precision` rescales: optical power x 4 and "
+          "converter energy x 2 per bit)", low=1, high=24),
+    Field("energy.converts_every_round_trip", "bool", "the machine's intended use converts N inputs (DAC) and N "
+          "outputs (ADC) every round trip (a tiled matrix engine); false: only at injection and readout (the "
+          "AOC's loop), so TOPS/W counts no conversions"),
 )
 
 BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}

@@ -16,6 +16,19 @@ from typing import Any
 OUTPUT_EFFICIENCY_16 = (0.65, 1.0)  # o+, o- of the 16-variable machine
 PBS16_SCALES = (0.04, 0.06)
 ROUND_TRIP_S = 20e-9  # AOC paper: about 20 ns per loop iteration
+# The lab machines' energy figures (docs/PHYSICS.md section 6). None is in the twin's files: each is a
+# literature figure or an assumption, with its source commented in devices/aoc48-twin.yaml.
+LAB_ENERGY: dict[str, Any] = {
+    "emitter_wall_plug_efficiency": 0.05,
+    "optical_link_efficiency": 0.1,
+    "detector_tia_power_w": 0.05,
+    "slm_power_w": 2.0,
+    "dac_energy_j": 1e-11,
+    "adc_energy_j": 1e-11,
+    "digital_energy_per_op_j": 1e-12,
+    "precision_bits": 9,
+    "converts_every_round_trip": False,
+}
 
 
 def _first(value: Any) -> float:
@@ -104,4 +117,5 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
         "drift": {"enabled": False, "gain_std_per_inference": 0.0, "offset_std_v_per_inference": 0.0},
         "readout": {"adc_bits": None, "range_v": [-2.5, 2.5], "samples": 40, "settle_iterations": 125,
                     "sample_interval_iterations": 8},
+        "energy": dict(LAB_ENERGY),
     }
