@@ -341,13 +341,16 @@ def devices_list() -> None:
               help="Dotted-key override, YAML value (repeatable), e.g. --set slm.bits=6.")
 @_friendly
 def devices_show(name: str, overrides: tuple[str, ...]) -> None:
-    """Show profile NAME (bundled name or .yaml path) and its noise budget.
+    """Show profile NAME (bundled name or .yaml path), its noise budget and its energy figures.
 
     The budget gives, per noise source, the standard deviation it adds at the
     loop node (millivolts), the SNR against a full-scale sine and the
     effective bits, at the reference operating point of aocsim.hardware.budget.
+    The energy lines (aocsim.hardware.energy) give the static powers, TOPS/W
+    and the time and energy of one native inference.
     """
     from aocsim.hardware.budget import format_budget, noise_budget
+    from aocsim.hardware.energy import format_energy
     from aocsim.hardware.profile import load_device
 
     dev = load_device(name, _parse_overrides(overrides))
@@ -361,6 +364,8 @@ def devices_show(name: str, overrides: tuple[str, ...]) -> None:
                f"{'on' if v['closed_loop.enabled'] else 'off'}; round trip {v['loop.round_trip_s'] * 1e9:g} ns")
     click.echo("")
     click.echo(format_budget(noise_budget(dev)))
+    click.echo("")
+    click.echo(format_energy(dev))
 
 
 @devices.command("schema")

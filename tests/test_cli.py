@@ -64,8 +64,8 @@ def test_models_list() -> None:
 def test_devices_list_and_show_with_budget() -> None:
     out = run("devices", "list")
     assert out.exit_code == 0
-    assert [line.split()[0] for line in out.output.splitlines()] == ["aoc16", "aoc16-twin", "aoc48", "aoc48-twin",
-                                                                     "ideal"]
+    assert [line.split()[0] for line in out.output.splitlines()] == ["aoc-projected", "aoc16", "aoc16-twin", "aoc48",
+                                                                     "aoc48-twin", "ideal"]
     show = run("devices", "show", "aoc48")
     assert show.exit_code == 0
     for source in ("shot noise", "thermal (TIA) noise", "LED RIN", "SLM quantisation (9 bits)", "total"):
@@ -78,7 +78,7 @@ def test_devices_errors_are_one_line() -> None:
     out = run("devices", "show", "aoc48", "--set", "slm.bits=banana")
     assert out.exit_code == 1 and out.output.strip() == "Error: overrides: slm.bits = 'banana'; expected a finite integer"
     out = run("devices", "show", "nope")
-    assert out.exit_code == 1 and "known: aoc16, aoc16-twin, aoc48, aoc48-twin, ideal" in out.output
+    assert out.exit_code == 1 and "known: aoc-projected, aoc16, aoc16-twin, aoc48, aoc48-twin, ideal" in out.output
     out = run("devices", "show", "aoc48", "--set", "slm.bits")
     assert out.exit_code == 2 and "expected KEY=VALUE" in out.output
 

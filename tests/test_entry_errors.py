@@ -60,10 +60,10 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("predict, wrong width", lambda: _predict(torch.zeros(2, 10, dtype=F64)),
      "x has shape (2, 10); expected [B, 64] (input_size = 64)"),
     ("load_device(None)", lambda: aocsim.load_device(None),
-     "name_or_path = None; expected a device profile name (aoc16, aoc16-twin, aoc48, aoc48-twin, ideal) "
+     "name_or_path = None; expected a device profile name (aoc-projected, aoc16, aoc16-twin, aoc48, aoc48-twin, ideal) "
      "or a path to a .yaml file"),
     ("load_device(48)", lambda: aocsim.load_device(48),
-     "name_or_path = 48; expected a device profile name (aoc16, aoc16-twin, aoc48, aoc48-twin, ideal) "
+     "name_or_path = 48; expected a device profile name (aoc-projected, aoc16, aoc16-twin, aoc48, aoc48-twin, ideal) "
      "or a path to a .yaml file"),
     ("load_model(None)", lambda: aocsim.load_model(None), "name_or_path = None; expected a bundled model name ("),
     ("load_model, unknown device", lambda: aocsim.load_model("digits-deq48", device="gpu"),

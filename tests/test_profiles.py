@@ -21,7 +21,7 @@ from aocsim.hardware.twin_import import twin_profile
 from aocsim.paths import devices_dir
 
 DATA = Path(__file__).parent / "data"
-BUNDLED = ["aoc16", "aoc16-twin", "aoc48", "aoc48-twin", "ideal"]
+BUNDLED = ["aoc-projected", "aoc16", "aoc16-twin", "aoc48", "aoc48-twin", "ideal"]
 
 
 def _same_values(a, b, skip=("name", "description", "provenance.source", "provenance.date")) -> None:
@@ -152,7 +152,7 @@ def test_bad_overrides_name_key_value_and_expectation(overrides: dict, message: 
 
 
 def test_missing_and_unknown_profiles(tmp_path: Path) -> None:
-    with pytest.raises(UnknownNameError, match="unknown device profile 'aoc99'; known: aoc16, aoc16-twin"):
+    with pytest.raises(UnknownNameError, match="unknown device profile 'aoc99'; known: aoc-projected, aoc16, aoc16-twin"):
         load_device("aoc99")
     with pytest.raises(ProfileError, match="profile file not found"):
         load_device(tmp_path / "nothing.yaml")

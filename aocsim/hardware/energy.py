@@ -1,0 +1,234 @@
+"""Time and energy per inference, and TOPS/W, of a device profile (docs/PHYSICS.md section 6).
+
+A pure model over the profile's `energy` section: static powers times the time an inference
+keeps the machine busy, plus per-conversion energies times the conversions it makes.
+
+    P_emit   = 2 P_unit bias / eta_link            optical power of one emitter (two paths)
+    P_static = N (P_emit / eta_wpe + P_det_tia) + P_slm
+    E        = P_static t + n_dac E_dac + n_adc E_adc + n_ops E_op
+
+with P_unit = `noise.power_per_unit_w` and bias = `noise.bias_units` (the mean light on one
+detector is the bias light; the signal swings around it), so the optical power that sets the
+shot noise also sets the emitters' energy. `native_activity` and `tiled_activity` count what one
+inference does; `tops_per_watt` is the machine running its loop continuously. Everything
+broadcasts over numpy arrays (per-sample iterations, say).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from aocsim._checks import integer, short
+from aocsim.errors import InputError
+from aocsim.hardware.profile import DeviceProfile
+
+Number = Union[int, float, np.ndarray]
+COMPONENTS = ("emitters", "slm", "detectors_tia", "dac", "adc", "digital")
+
+
+def _counts(value: Any, name: str) -> Number:
+    """A non-negative finite number or array of them (what an Activity counts)."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} = {short(value)}; expected numbers >= 0") from None
+    if isinstance(value, (bool, np.bool_)) or not np.isfinite(arr).all() or (arr < 0).any():
+        raise InputError(f"{name} = {short(value)}; expected finite numbers >= 0")
+    return value if isinstance(value, (int, float)) else arr
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What one inference did (numbers, or numpy arrays that broadcast together).
+
+    Attributes:
+        time_s: time the machine is busy (its static powers are drawn that long), s.
+        dac_conversions: injection DAC conversions.
+        adc_conversions: readout ADC conversions.
+        digital_ops: digital operations (partial sums, averaging, the model's digital parts).
+        channels: channels lit; None = the profile's channel count.
+    """
+
+    time_s: Number
+    dac_conversions: Number
+    adc_conversions: Number
+    digital_ops: Number = 0
+    channels: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("time_s", "dac_conversions", "adc_conversions", "digital_ops"):
+            object.__setattr__(self, name, _counts(getattr(self, name), f"Activity.{name}"))
+        if self.channels is not None:
+            object.__setattr__(self, "channels", integer(self.channels, "Activity.channels", minimum=1))
+
+
+def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
+    if channels is not None:
+        return integer(channels, f"{where}: channels", minimum=1)
+    if profile.channels is None:
+        raise InputError(f"{where}: profile {profile.name!r} has no fixed channel count (channels: null); "
+                         f"pass channels=N")
+    return int(profile.channels)
+
+
+def emitter_optical_power_w(profile: DeviceProfile) -> float:
+    """Mean optical power of one emitter, W: 2 P_unit bias / eta_link (docs/PHYSICS.md section 6)."""
+    v = profile.values
+    return 2.0 * v["noise.power_per_unit_w"] * v["noise.bias_units"] / v["energy.optical_link_efficiency"]
+
+
+def static_power_w(profile: DeviceProfile, channels: int | None = None) -> dict[str, float]:
+    """Static electrical power per component, W: emitters, slm, detectors_tia (N channels lit)."""
+    v = profile.values
+    n = _channels(profile, channels, "static_power_w")
+    return {
+        "emitters": n * emitter_optical_power_w(profile) / v["energy.emitter_wall_plug_efficiency"],
+        "slm": float(v["energy.slm_power_w"]),
+        "detectors_tia": n * float(v["energy.detector_tia_power_w"]),
+    }
+
+
+def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
+    """Energy of one inference per component (emitters, slm, detectors_tia, dac, adc, digital) and "total", J.
+
+    Static powers (`static_power_w`) times `activity.time_s`, plus conversions and digital operations
+    times their energies (docs/PHYSICS.md section 6).
+    """
+    if not isinstance(activity, Activity):
+        raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.energy.Activity")
+    v = profile.values
+    power = static_power_w(profile, activity.channels)
+    out: dict[str, Number] = {name: p * activity.time_s for name, p in power.items()}
+    out["dac"] = activity.dac_conversions * v["energy.dac_energy_j"]
+    out["adc"] = activity.adc_conversions * v["energy.adc_energy_j"]
+    out["digital"] = activity.digital_ops * v["energy.digital_energy_per_op_j"]
+    out["total"] = sum(out[name] for name in COMPONENTS)
+    return out
+
+
+def native_activity(profile: DeviceProfile, iterations: Number, *, samples_read: int | None = None,
+                    digital_ops: Number = 0, channels: int | None = None) -> Activity:
+    """One native DEQ inference: a state that is the machine's N channels.
+
+    The inputs go in once through the DAC (N conversions) and stay; the loop runs in analog with no
+    conversions; the machine samples only after its settle window (`readout.settle_iterations`), so the
+    first sample waits for max(iterations, settle); then K samples per channel, one every
+    `readout.sample_interval_iterations`, go through the ADC (N K conversions) and are averaged
+    digitally (N K operations). Time = (max(iterations, settle) + (K - 1) interval + 1) round trips,
+    the readout window of `PlacedDEQ.run(stop="readout")` when the solve fits in the settle window.
+
+    Args:
+        iterations: round trips the solve took (a number or an array, e.g. per sample).
+        samples_read: K; None = `readout.samples`.
+        digital_ops: the model's own digital work around the loop (e.g. U x + b and V z + c), added.
+        channels: N for a profile without a fixed channel count.
+    """
+    v = profile.values
+    n = _channels(profile, channels, "native_activity")
+    k = v["readout.samples"] if samples_read is None else integer(samples_read, "samples_read", minimum=1)
+    its = _counts(iterations, "iterations")
+    window = np.maximum(its, v["readout.settle_iterations"]) + (k - 1) * v["readout.sample_interval_iterations"] + 1
+    return Activity(time_s=window * float(v["loop.round_trip_s"]), dac_conversions=n,
+                    adc_conversions=n * k, digital_ops=n * k + _counts(digital_ops, "digital_ops"), channels=n)
+
+
+def tiled_activity(profile: DeviceProfile, passes: Number, rows: Number, cols: Number) -> Activity:
+    """A matrix product on tiles: each pass is one round trip with `cols` DAC conversions in and `rows`
+    ADC conversions out, and `rows` digital additions (each output accumulated into its partial sum).
+
+    The machine lights all its channels (max(rows, cols) for a profile without a fixed count).
+    """
+    p, r, c = _counts(passes, "passes"), _counts(rows, "rows"), _counts(cols, "cols")
+    n = profile.channels if profile.channels is not None else max(1, int(np.max(np.maximum(r, c))))
+    return Activity(time_s=p * float(profile.values["loop.round_trip_s"]), dac_conversions=p * c,
+                    adc_conversions=p * r, digital_ops=p * r, channels=n)
+
+
+def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
+    """The profile's energy figures resized from `energy.precision_bits` to `bits` (docs/PHYSICS.md section 6).
+
+    Shot-noise-limited light: SNR grows as sqrt(P), 6.02 dB per bit, so the optical power
+    (`noise.power_per_unit_w`) scales by 4 per bit; converters at a constant Walden figure of merit
+    (energy per conversion step, Murmann's ADC survey) scale by 2 per bit. Electronics and SLM stay.
+    The simulated precision (slm.bits, injection.dac_bits, readout.adc_bits) is set separately.
+    """
+    bits = integer(bits, "bits", minimum=1)
+    v = profile.values
+    d = bits - v["energy.precision_bits"]
+    if d == 0:
+        return profile
+    return profile.with_overrides({
+        "noise.power_per_unit_w": v["noise.power_per_unit_w"] * 4.0 ** d,
+        "energy.dac_energy_j": v["energy.dac_energy_j"] * 2.0 ** d,
+        "energy.adc_energy_j": v["energy.adc_energy_j"] * 2.0 ** d,
+        "energy.precision_bits": bits,
+    })
+
+
+def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting: bool | None = None,
+                  channels: int | None = None) -> float:
+    """TOPS/W of the machine running its loop continuously (docs/PHYSICS.md section 6).
+
+    2 N^2 operations (an N x N matrix-vector product, multiply and add) per round trip, over the
+    energy of one round trip: the static power (emitters, SLM, detectors and TIAs) times the round
+    trip, plus, when the machine converts every round trip (`converting`, default
+    `energy.converts_every_round_trip`), N DAC and N ADC conversions and N digital additions
+    (`tiled_activity` of one full pass). bits: quote at this precision (`at_precision`); None = the
+    profile's `energy.precision_bits`. math.inf if a round trip costs nothing.
+    """
+    if bits is not None:
+        profile = at_precision(profile, bits)
+    n = _channels(profile, channels, "tops_per_watt")
+    if converting is None:
+        converting = bool(profile.values["energy.converts_every_round_trip"])
+    activity = (tiled_activity(profile, 1, n, n) if converting
+                else Activity(float(profile.values["loop.round_trip_s"]), 0, 0, 0))
+    activity = Activity(activity.time_s, activity.dac_conversions, activity.adc_conversions,
+                        activity.digital_ops, channels=n)
+    total = float(energy_j(profile, activity)["total"])
+    return math.inf if total == 0 else 2.0 * n * n / total / 1e12
+
+
+def _si(value: float, unit: str) -> str:
+    """3 significant digits with an SI prefix: 5.54e-05 J -> '55.4 uJ'."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}"
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "u"),
+                          (1e-9, "n"), (1e-12, "p"), (1e-15, "f")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_energy(profile: DeviceProfile) -> str:
+    """The energy figures, static powers, TOPS/W and one native inference, as text (`aocsim devices show`)."""
+    v = profile.values
+    n = profile.channels
+    lines = ["Energy (docs/PHYSICS.md section 6; figures and sources in the profile's energy section)",
+             f"  emitters     wall-plug efficiency {v['energy.emitter_wall_plug_efficiency']:g}, optical link "
+             f"efficiency {v['energy.optical_link_efficiency']:g}: {_si(emitter_optical_power_w(profile), 'W')} "
+             f"optical per emitter",
+             f"  conversions  DAC {_si(v['energy.dac_energy_j'], 'J')}, ADC {_si(v['energy.adc_energy_j'], 'J')}; "
+             f"digital {_si(v['energy.digital_energy_per_op_j'], 'J')} per op"]
+    per = static_power_w(profile, channels=n or 1)
+    if n is None:
+        lines.append(f"  static power per channel: emitters {_si(per['emitters'], 'W')}, detectors + TIA "
+                     f"{_si(per['detectors_tia'], 'W')}; SLM {_si(per['slm'], 'W')} (channels: null, so no "
+                     f"TOPS/W)")
+        return "\n".join(lines)
+    lines.append(f"  static power emitters {_si(per['emitters'], 'W')}, SLM {_si(per['slm'], 'W')}, detectors + TIA "
+                 f"{_si(per['detectors_tia'], 'W')}: {_si(sum(per.values()), 'W')}")
+    conv = bool(v["energy.converts_every_round_trip"])
+    lines.append(f"  TOPS/W       {tops_per_watt(profile):.4g} at {v['energy.precision_bits']} bits "
+                 f"(loop running, 2 N^2 ops per {_si(v['loop.round_trip_s'], 's')} round trip; "
+                 f"{'N DAC + N ADC conversions per round trip' if conv else 'no conversions per round trip'})")
+    act = native_activity(profile, 0)
+    e = energy_j(profile, act)
+    lines.append(f"  inference    native DEQ solved within the settle window: {_si(float(act.time_s), 's')}, "
+                 f"{_si(float(e['total']), 'J')} ({int(act.dac_conversions)} DAC + {int(act.adc_conversions)} ADC "
+                 f"conversions)")
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""Time and energy per inference and TOPS/W (aocsim.hardware.energy, docs/PHYSICS.md section 6).
+
+The expected numbers are computed here by hand from the profile's figures (the equations of
+docs/PHYSICS.md section 6 written out again), not by calling the module's helpers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from aocsim import load_device
+from aocsim.cli import main
+from aocsim.errors import InputError, ProfileError
+from aocsim.hardware.energy import (COMPONENTS, Activity, at_precision, energy_j, native_activity, tiled_activity,
+                                    tops_per_watt)
+from aocsim.hardware.schema import FIELDS
+from aocsim.paths import devices_dir
+
+ENERGY_KEYS = {f.key.split(".", 1)[1] for f in FIELDS if f.key.startswith("energy.")}
+
+
+def _hand_power(dev, n: int) -> float:
+    """Static power, W: N (2 P_unit bias / (eta_link eta_wpe) + P_det_tia) + P_slm."""
+    v = dev.values
+    emitter = 2 * v["noise.power_per_unit_w"] * v["noise.bias_units"] / (
+        v["energy.optical_link_efficiency"] * v["energy.emitter_wall_plug_efficiency"])
+    return n * (emitter + v["energy.detector_tia_power_w"]) + v["energy.slm_power_w"]
+
+
+def test_projected_profile_reproduces_about_500_tops_per_watt() -> None:
+    dev = load_device("aoc-projected")
+    n, t = dev.channels, dev["loop.round_trip_s"]
+    assert n == 2048 and t == 2e-8 and dev["energy.precision_bits"] == 8
+    tops = tops_per_watt(dev)
+    assert 400 <= tops <= 600  # the paper's "about 500 TOPS/W at 8 bits", within 20 %
+    # by hand: 2 N^2 operations per round trip over the static power times the round trip
+    hand = 2 * n * n / t / _hand_power(dev, n) / 1e12
+    assert tops == pytest.approx(hand, rel=1e-12)
+    assert hand == pytest.approx(513.5, abs=0.1)
+    assert tops_per_watt(dev, bits=8) == tops
+
+
+def test_converting_every_round_trip_adds_the_conversions() -> None:
+    dev = load_device("aoc-projected")
+    n, t, v = dev.channels, dev["loop.round_trip_s"], dev.values
+    per_trip = _hand_power(dev, n) * t + n * (v["energy.dac_energy_j"] + v["energy.adc_energy_j"]
+                                              + v["energy.digital_energy_per_op_j"])
+    assert tops_per_watt(dev, converting=True) == pytest.approx(2 * n * n / per_trip / 1e12, rel=1e-12)
+    flagged = dev.with_overrides({"energy.converts_every_round_trip": True})
+    assert tops_per_watt(flagged) == tops_per_watt(dev, converting=True) < tops_per_watt(dev)
+
+
+def test_aoc48_today() -> None:
+    dev = load_device("aoc48")
+    assert tops_per_watt(dev) == pytest.approx(2 * 48 ** 2 / 2e-8 / _hand_power(dev, 48) / 1e12, rel=1e-12)
+    assert tops_per_watt(dev) == pytest.approx(0.0365, abs=1e-4)
+    # the digits DEQ: 48 states, 20 iterations, inside the 125-iteration settle window; 40 samples every 8
+    act = native_activity(dev, 20)
+    window = (125 + 39 * 8 + 1) * 2e-8
+    assert act.time_s == pytest.approx(window) and act.dac_conversions == 48 and act.adc_conversions == 48 * 40
+    e = energy_j(dev, act)
+    hand = _hand_power(dev, 48) * window + 48 * 1e-11 + 1920 * 1e-11 + 1920 * 1e-12
+    assert e["total"] == pytest.approx(hand, rel=1e-12)
+    assert e["total"] == pytest.approx(55.4e-6, rel=1e-3)
+
+
+def test_components_sum_to_the_total_in_joules() -> None:
+    dev = load_device("aoc48")
+    e = energy_j(dev, native_activity(dev, 20))
+    assert set(e) == {*COMPONENTS, "total"}
+    assert e["total"] == pytest.approx(sum(e[c] for c in COMPONENTS))
+    # units: the static parts over the time are watts of a lab machine; a conversion costs pJ, not J or fJ
+    assert 1.0 < (e["emitters"] + e["slm"] + e["detectors_tia"]) / 8.76e-6 < 100.0
+    assert 1e-12 < e["adc"] / 1920 < 1e-10
+    # TOPS/W is operations per joule over 1e12
+    ops_per_joule = 2 * 48 ** 2 / (_hand_power(dev, 48) * 2e-8)
+    assert tops_per_watt(dev) * 1e12 == pytest.approx(ops_per_joule)
+
+
+def test_static_energy_is_linear_in_time_and_converter_energy_in_conversions() -> None:
+    dev = load_device("aoc48")
+    one = energy_j(dev, Activity(1e-6, 100, 300, 50))
+    two_t = energy_j(dev, Activity(2e-6, 100, 300, 50))
+    two_c = energy_j(dev, Activity(1e-6, 200, 600, 100))
+    for c in ("emitters", "slm", "detectors_tia"):
+        assert two_t[c] == pytest.approx(2 * one[c]) and two_c[c] == pytest.approx(one[c])
+    for c in ("dac", "adc", "digital"):
+        assert two_c[c] == pytest.approx(2 * one[c]) and two_t[c] == pytest.approx(one[c])
+    assert one["dac"] == pytest.approx(100 * 1e-11) and one["adc"] == pytest.approx(300 * 1e-11)
+
+
+def test_tops_per_watt_scales_with_channels_and_round_trip() -> None:
+    base = load_device("aoc-projected")
+    free_slm = base.with_overrides({"energy.slm_power_w": 0.0})
+    # power per channel fixed, no shared SLM power: 2 N^2 ops for N channels' power, TOPS/W ~ N
+    assert tops_per_watt(free_slm, channels=1024) == pytest.approx(tops_per_watt(free_slm) / 2, rel=1e-12)
+    slow = base.with_overrides({"loop.round_trip_s": 4e-8})
+    assert tops_per_watt(slow) == pytest.approx(tops_per_watt(base) / 2, rel=1e-12)
+
+
+def test_sensitivities_are_the_power_shares() -> None:
+    dev = load_device("aoc-projected")
+    v, n = dev.values, dev.channels
+    total = _hand_power(dev, n)
+    shares = {"energy.detector_tia_power_w": n * v["energy.detector_tia_power_w"] / total,
+              "energy.slm_power_w": v["energy.slm_power_w"] / total}
+    shares["noise.power_per_unit_w"] = 1 - sum(shares.values())  # the emitters
+
+    def elasticity(key: str) -> float:
+        h = 1e-3
+        up = dev.with_overrides({key: v[key] * math.exp(h)})
+        down = dev.with_overrides({key: v[key] * math.exp(-h)})
+        return (math.log(tops_per_watt(up)) - math.log(tops_per_watt(down))) / (2 * h)
+
+    for key, share in shares.items():
+        assert elasticity(key) == pytest.approx(-share, abs=1e-5)
+    assert elasticity("energy.emitter_wall_plug_efficiency") == pytest.approx(shares["noise.power_per_unit_w"],
+                                                                              abs=1e-5)
+    assert elasticity("loop.round_trip_s") == pytest.approx(-1.0, abs=1e-9)
+    assert shares["energy.detector_tia_power_w"] == pytest.approx(0.627, abs=1e-3)
+
+
+def test_precision_scaling_laws() -> None:
+    dev = load_device("aoc-projected")
+    nine = at_precision(dev, 9)
+    assert nine["energy.precision_bits"] == 9
+    assert nine["noise.power_per_unit_w"] == pytest.approx(4 * dev["noise.power_per_unit_w"])
+    assert nine["energy.adc_energy_j"] == pytest.approx(2 * dev["energy.adc_energy_j"])
+    assert nine["energy.detector_tia_power_w"] == dev["energy.detector_tia_power_w"]
+    assert at_precision(dev, 8) is dev
+    assert tops_per_watt(dev, bits=9) == pytest.approx(tops_per_watt(nine))
+    assert tops_per_watt(dev, bits=10) < tops_per_watt(dev, bits=9) < tops_per_watt(dev) < tops_per_watt(dev, bits=7)
+
+
+def test_native_and_tiled_activity_broadcast() -> None:
+    dev = load_device("aoc48")
+    act = native_activity(dev, np.array([10, 125, 200]), samples_read=4)
+    tail = (3 * 8 + 1) * 2e-8
+    np.testing.assert_allclose(act.time_s, [125 * 2e-8 + tail, 125 * 2e-8 + tail, 200 * 2e-8 + tail])
+    assert act.adc_conversions == 48 * 4
+    e = energy_j(dev, act)
+    assert e["total"].shape == (3,) and e["total"][0] == e["total"][1] < e["total"][2]
+    tiled = tiled_activity(dev, np.array([1, 6]), 48, 40)
+    np.testing.assert_allclose(tiled.time_s, [2e-8, 12e-8])
+    np.testing.assert_allclose(tiled.dac_conversions, [40, 240])
+    np.testing.assert_allclose(tiled.adc_conversions, [48, 288])
+    np.testing.assert_allclose(tiled.digital_ops, [48, 288])
+    ideal = load_device("ideal")
+    assert tiled_activity(ideal, 3, 16, 32).channels == 32
+    assert native_activity(ideal, 5, channels=16).dac_conversions == 16
+
+
+def test_every_energy_figure_cites_a_source_or_says_assumed() -> None:
+    year = re.compile(r"\b(19|20)\d\d\b")
+    for path in sorted(devices_dir().glob("*.yaml")):
+        found, in_block = set(), False
+        for no, line in enumerate(path.read_text().splitlines(), 1):
+            code, _, comment = line.partition("#")
+            if re.match(r"^energy:\s*$", code):
+                in_block = True
+                continue
+            if code.strip() and not code.startswith(" "):
+                in_block = False
+            key = (re.match(r"^\s+(\w+):", code) if in_block else None) or re.match(r"^\s+energy\.(\w+):", code)
+            if not key:
+                continue
+            found.add(key.group(1))
+            where = f"{path.name}:{no}: {line.strip()}"
+            assert comment.strip(), f"{where}: no comment"
+            assert "assum" in comment.lower() or year.search(comment), f"{where}: no source (year) nor 'assumption'"
+        if "base:" not in path.read_text():
+            assert found == ENERGY_KEYS, f"{path.name}: energy keys {sorted(ENERGY_KEYS - found)} missing"
+        else:
+            assert found <= ENERGY_KEYS
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("energy.emitter_wall_plug_efficiency", 1.5, "energy.emitter_wall_plug_efficiency = 1.5; expected values <= 1"),
+    ("energy.emitter_wall_plug_efficiency", 0.0,
+     "energy.emitter_wall_plug_efficiency = 0.0; expected values >= 0.0001"),
+    ("energy.optical_link_efficiency", -0.5, "energy.optical_link_efficiency = -0.5; expected values >= 1e-06"),
+    ("energy.detector_tia_power_w", -1e-3, "energy.detector_tia_power_w = -0.001; expected values >= 0"),
+    ("energy.slm_power_w", 5e3, "energy.slm_power_w = 5000.0; expected values <= 1000"),
+    ("energy.adc_energy_j", 1.0, "energy.adc_energy_j = 1.0; expected values <= 1e-06"),
+    ("energy.dac_energy_j", "1 pJ", "energy.dac_energy_j = '1 pJ'; expected a finite number"),
+    ("energy.precision_bits", 0, "energy.precision_bits = 0; expected values >= 1"),
+    ("energy.converts_every_round_trip", "yes", "energy.converts_every_round_trip = 'yes'; expected true or false"),
+])
+def test_bad_energy_values_are_rejected_in_one_line(key: str, value: object, message: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        load_device("aoc48", {key: value})
+    assert str(err.value) == f"overrides: {message}"
+
+
+def test_bad_arguments_are_one_line_errors() -> None:
+    dev = load_device("aoc48")
+    with pytest.raises(InputError, match=r"^Activity.time_s = -1.0; expected finite numbers >= 0$"):
+        Activity(-1.0, 0, 0)
+    with pytest.raises(InputError, match=r"^Activity.adc_conversions = nan; expected finite numbers >= 0$"):
+        Activity(1e-6, 0, float("nan"))
+    with pytest.raises(InputError, match=r"^iterations = -3; expected finite numbers >= 0$"):
+        native_activity(dev, -3)
+    with pytest.raises(InputError, match=r"^tops_per_watt: profile 'ideal' has no fixed channel count"):
+        tops_per_watt(load_device("ideal"))
+    with pytest.raises(InputError, match=r"^bits = 0; expected an integer >= 1$"):
+        tops_per_watt(dev, bits=0)
+    with pytest.raises(InputError, match=r"^activity = 3; expected an aocsim.hardware.energy.Activity$"):
+        energy_j(dev, 3)  # type: ignore[arg-type]
+    ideal = load_device("ideal")
+    # the lossless ideal loop: only the light costs, 2 P_unit bias per channel
+    assert tops_per_watt(ideal, channels=48) == pytest.approx(2 * 48 ** 2 / (48 * 2 * 1e-4 * 2e-8) / 1e12)
+
+
+def test_devices_show_prints_energy_and_tops_per_watt() -> None:
+    out = CliRunner().invoke(main, ["devices", "show", "aoc48"])
+    assert out.exit_code == 0, out.output
+    assert "TOPS/W       0.03646 at 9 bits" in out.output
+    assert "8.76 us, 55.4 uJ" in out.output and "static power emitters 1.92 W, SLM 2 W" in out.output
+    ideal = CliRunner().invoke(main, ["devices", "show", "ideal"])
+    assert ideal.exit_code == 0 and "channels: null, so no TOPS/W" in ideal.output
