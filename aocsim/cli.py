@@ -508,9 +508,9 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
         if model.card["task"] == "digits":
             check_placement(model, profile, tiling=tiling)
     results = {}
-    with _compute():  # threads for this machine's load; progress as lines off a terminal
-        for name, model in loaded.items():
-            options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True)
+    with _compute() as threads:  # cores for this machine's load; progress as lines off a terminal
+        for name, model in loaded.items():  # one process per core: the solves are many small operations
+            options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True, workers=threads)
             if model.card["task"] == "digits":
                 split = load_split(model.weight.dtype)
                 results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit,

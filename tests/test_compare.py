@@ -89,6 +89,9 @@ def test_same_seeds_same_dataset(digits, noisy: xr.Dataset) -> None:
     xr.testing.assert_identical(again.sel(seed=[1], chip=[1]).drop_attrs(),
                                 noisy.sel(seed=[1], chip=[1]).drop_attrs())
     assert again.attrs["model_sha256"] == noisy.attrs["model_sha256"]
+    # two processes, one chip each: the same Dataset
+    xr.testing.assert_identical(noisy, compare(MODEL, "aoc48", digits.x_test, digits.y_test, seeds=(0, 1),
+                                               chips=(0, 1), workers=2))
 
 
 def test_the_dataset_round_trips_through_netcdf(noisy: xr.Dataset, tmp_path: Path) -> None:

@@ -237,3 +237,19 @@ def test_fuzzed_profile_trees_raise_only_profile_errors(data: st.DataObject) -> 
         profile_from_dict(flat)
     except ProfileError:
         pass
+
+
+def test_a_pickled_profile_comes_back_equal_and_read_only() -> None:
+    import pickle
+
+    profile = load_device("aoc48", overrides={"slm.bits": 6})
+    back = pickle.loads(pickle.dumps(profile))  # how worker processes receive profiles
+    assert (back.name, back.origin, dict(back.overrides)) == (profile.name, profile.origin, {"slm.bits": 6})
+    assert list(back.values) == list(profile.values)
+    for key, value in profile.values.items():
+        assert np.array_equal(back[key], value) if isinstance(value, np.ndarray) else back[key] == value, key
+    array = next(v for v in back.values.values() if isinstance(v, np.ndarray))
+    with pytest.raises(ValueError):
+        array[...] = 0.0  # still read-only
+    with pytest.raises(TypeError):
+        back.values["slm.bits"] = 9  # type: ignore[index]

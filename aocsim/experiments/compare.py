@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from aocsim._checks import integer
 from aocsim.errors import InputError
 from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, compile_deq, resolve_profile
 from aocsim.execute.deq_tiled import DEVICE_TOL as TILED_TOL
@@ -26,6 +27,7 @@ from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.parallel import run_parts
 from aocsim.progress import bar
 from aocsim.solve.result import SolveStatus
 
@@ -75,7 +77,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
             stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
-            on_tiles: tuple[str, ...] | None = None, tiling: bool = True, progress: bool = False) -> xr.Dataset:
+            on_tiles: tuple[str, ...] | None = None, tiling: bool = True, progress: bool = False,
+            workers: int = 1) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
@@ -103,6 +106,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         fit_inputs: inputs whose exact fixed points the fit matches (default: the task's training set).
         tiling: let a DEQ larger than the device run as a tiled hybrid (False: a one-line error).
         progress: a progress bar over the chip x seed runs (`aocsim.progress`).
+        workers: cores for the device runs (`aocsim.parallel.run_parts`: a DEQ's chips, a sequence
+            model's chip x seed runs); the results do not depend on it (draws are keyed by chip and seed).
 
     Returns:
         Dataset with dims path ("exact", "device"), chip, seed, sample: `prediction`, `correct`,
@@ -116,12 +121,13 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         >>> float(ds.agreement.mean())
     """
     m = _model(model)
+    workers = integer(workers, "workers", minimum=1)
     if isinstance(m, ImplicitSSM):
         from aocsim.experiments.compare_sequences import DEVICE_TOL, compare_sequences
 
         return compare_sequences(m, resolve_profile(device), inputs, targets, seeds=_ids("seeds", seeds),
                                  chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
-                                 max_iter=max_iter, resolve=resolve_profile, progress=progress,
+                                 max_iter=max_iter, resolve=resolve_profile, progress=progress, workers=workers,
                                  **({} if on_tiles is None else {"on_tiles": on_tiles}))
     if on_tiles is not None:
         raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively, or with beta W on "
@@ -153,41 +159,57 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     out["status"][0] = exact.solve.status.numpy()
     out["residual"][0] = exact.solve.abs_residual.numpy()
     out["hardware_time_s"][0] = np.nan
-    samples = torch.arange(b)
     traces: dict[tuple[int, int], np.ndarray] = {}
-    runs = bar(((ci, si) for ci in range(len(chip_ids)) for si in range(len(seed_ids))), desc="compare chip x seed",
-               total=len(chip_ids) * len(seed_ids), enabled=progress)
-    compiled = None
-    for ci, si in runs:
-        chip, seed = chip_ids[ci], seed_ids[si]
-        profile = resolve_profile(base, chip)
-        key = keys.as_key(seed)
-        if tiled:  # a weight load per seed, calibrated on it
-            run = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs).run(
-                x, generator=key.fold(1), samples=samples, max_iter=max_iter, atol=atol, rtol=rtol, trace=traced)
-            gain = 1.0  # the state is in model units
-        else:
-            if si == 0:  # one compilation per chip
-                compiled = compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
-            run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
-                x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol,
-                trace=traced)
-            gain = compiled.gain  # z = a z_d + b
-        r = run.solve
-        out["prediction"][1, ci, si] = run.logits.argmax(1).numpy()
-        out["iterations"][1, ci, si] = r.iterations.numpy()
-        out["status"][1, ci, si] = r.status.numpy()
-        out["residual"][1, ci, si] = (gain * r.abs_residual).numpy()
-        out["hardware_time_s"][1, ci, si] = run.hardware_time_s.numpy()
-        fpe[ci, si] = ((run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)).numpy()
-        if traced:
-            traces[ci, si] = (gain * r.trace).numpy()
+    parts = [(m, resolve_profile(base, chip), tiled, seed_ids, x, exact.z, stop, fit, fit_inputs, max_iter, atol,
+              rtol, traced) for chip in chip_ids]
+    runs = bar(run_parts(chip_runs, parts, workers), desc="compare chips", total=len(parts), enabled=progress)
+    for ci, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
+        for si, run in enumerate(per_seed):
+            if traced:
+                traces[ci, si] = run.pop("trace")
+            fpe[ci, si] = run.pop("fixed_point_error")
+            for name, values in run.items():
+                out[name][1, ci, si] = values
     ds = _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
     if traced:
         ds["residual_trace"] = residual_traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids),
                                                "model state units (||f(z) - z||_2), NaN after the sample stopped")
         ds["residual_trace"].attrs["kind"] = "absolute"
     return ds
+
+
+def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: torch.Tensor,
+              exact_z: torch.Tensor, stop: str, fit: bool, fit_inputs: torch.Tensor | None, max_iter: int,
+              atol: float, rtol: float, traced: bool) -> list[dict[str, np.ndarray]]:
+    """One chip, every seed: what `compare` records per sample (a dict of arrays per seed).
+
+    Natively the model is compiled once for the chip and loaded onto the SLM per seed; tiled, each
+    seed's weight load is calibrated on itself. A module-level function so that
+    `aocsim.parallel.run_parts` can run it in another process.
+    """
+    samples = torch.arange(x.shape[0])
+    compiled = None if tiled else compile_deq(m, profile, fit=fit, fit_inputs=fit_inputs)
+    out = []
+    for seed in seeds:
+        key = keys.as_key(seed)
+        if compiled is None:
+            run = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs).run(
+                x, generator=key.fold(1), samples=samples, max_iter=max_iter, atol=atol, rtol=rtol, trace=traced)
+            gain = 1.0  # the state is in model units
+        else:
+            run = PlacedDEQ(m, profile, compiled, generator=key.fold(0)).run(
+                x, generator=key.fold(1), samples=samples, stop=stop, max_iter=max_iter, atol=atol, rtol=rtol,
+                trace=traced)
+            gain = compiled.gain  # z = a z_d + b
+        r = run.solve
+        one = {"prediction": run.logits.argmax(1).numpy(), "iterations": r.iterations.numpy(),
+               "status": r.status.numpy(), "residual": (gain * r.abs_residual).numpy(),
+               "hardware_time_s": run.hardware_time_s.numpy(),
+               "fixed_point_error": ((run.z - exact_z).norm(dim=1) / exact_z.norm(dim=1)).numpy()}
+        if traced:
+            one["trace"] = (gain * r.trace).numpy()
+        out.append(one)
+    return out
 
 
 def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None, model: DEQ,

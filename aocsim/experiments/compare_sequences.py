@@ -21,6 +21,7 @@ from aocsim.experiments.results import comparison_dataset, hold_last, residual_t
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
+from aocsim.parallel import run_parts
 from aocsim.progress import bar
 from aocsim.solve.result import SolveStatus
 
@@ -65,11 +66,37 @@ def tile_passes(placed_maps: dict[str, Any]) -> tuple[int, int]:
     return inject, sum(tiles(layer) for name, layer in placed_maps.items() if name != "inject")
 
 
+def _per_token(run: Any, tolerance: float) -> dict[str, np.ndarray]:
+    """Prediction, iterations, status and residual per sequence and position of one run."""
+    ok = run.residuals <= tolerance
+    return {"prediction": run.logits.argmax(-1).numpy(), "iterations": run.iterations.numpy(),
+            "status": torch.where(ok, SolveStatus.CONVERGED.value, SolveStatus.MAX_ITER.value).numpy(),
+            "residual": run.residuals.double().numpy()}
+
+
+def device_run(model: ImplicitSSM, profile: DeviceProfile, calibration: Any, seed: int, x: torch.Tensor,
+               exact_z: torch.Tensor, mode: str, tol: float, cap: int, tile_size: int | None,
+               kinds: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """One chip and seed: the model placed (weight loads and calibration keyed by the seed) and run on
+    every sequence; what `compare_sequences` records, as arrays [B, L] (the trace per iteration).
+    A module-level function so that `aocsim.parallel.run_parts` can run it in another process."""
+    key = keys.as_key(seed)
+    placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size, on_tiles=kinds)
+    run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
+    out = _per_token(run, tol)
+    inject, per_iteration = tile_passes(placed.maps)
+    passes = inject + run.iterations.double() * per_iteration
+    out["hardware_time_s"] = (passes * float(profile.values["loop.round_trip_s"])).numpy()
+    out["fixed_point_error"] = ((run.z - exact_z).norm(dim=-1) / exact_z.norm(dim=-1)).double().numpy()
+    out["trace"] = median_over_positions(run.trace)
+    return out
+
+
 def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targets: Any = None, *,
                       seeds: list[int], chips: list[int], mode: str = "sequential", tol: float = DEVICE_TOL,
                       max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
                       tile_size: int | None = None, on_tiles: tuple[str, ...] = MAP_KINDS, resolve: Any,
-                      progress: bool = False) -> xr.Dataset:
+                      progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
 
     Args:
@@ -85,6 +112,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         tile_size: as in `TiledMatrix` (default: the device's channels; `ANY_SIZE_TILE` where it has
             any size).
         on_tiles: which linear maps run on tiles (`place_ssm`; default all).
+        workers: cores for the chip x seed runs (`aocsim.parallel.run_parts`); the results do not
+            depend on it (every run's draws are keyed by its chip and seed).
     """
     if not isinstance(model, ImplicitSSM) or not model.config.implicit:
         raise InputError(f"model is a {type(model).__name__}" + (" (explicit)" if isinstance(model, ImplicitSSM)
@@ -120,31 +149,19 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
     fpe = np.zeros(shape[1:], dtype=np.float64)
     traces: dict[tuple[int, int], np.ndarray] = {}
 
-    def record(path: int, ci: int, si: int, run: Any, tolerance: float) -> None:
-        out["prediction"][path, ci, si] = run.logits.argmax(-1).numpy()
-        out["iterations"][path, ci, si] = run.iterations.numpy()
-        ok = run.residuals <= tolerance
-        out["status"][path, ci, si] = torch.where(ok, SolveStatus.CONVERGED.value, SolveStatus.MAX_ITER.value).numpy()
-        out["residual"][path, ci, si] = run.residuals.double().numpy()
-
-    for ci in range(len(chips)):
-        for si in range(len(seeds)):
-            record(0, ci, si, exact, exact_tol)
+    exact_run = _per_token(exact, exact_tol)
+    for name, values in exact_run.items():
+        out[name][0] = values
     out["hardware_time_s"][0] = np.nan
-    runs = bar(((ci, si) for ci in range(len(chips)) for si in range(len(seeds))), desc="compare chip x seed",
-               total=len(chips) * len(seeds), enabled=progress)
-    for ci, si in runs:
-        profile = resolve(base, chips[ci])
-        key = keys.as_key(seeds[si])
-        placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size,
-                           on_tiles=kinds)
-        run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
-        traces[ci, si] = median_over_positions(run.trace)
-        record(1, ci, si, run, tol)
-        inject, per_iteration = tile_passes(placed.maps)
-        passes = inject + run.iterations.double() * per_iteration
-        out["hardware_time_s"][1, ci, si] = (passes * float(profile.values["loop.round_trip_s"])).numpy()
-        fpe[ci, si] = ((run.z - exact.z).norm(dim=-1) / exact.z.norm(dim=-1)).double().numpy()
+    parts = [(model, resolve(base, chips[ci]), calibration, seeds[si], x, exact.z, mode, tol, cap, tile_size, kinds)
+             for ci in range(len(chips)) for si in range(len(seeds))]
+    runs = bar(run_parts(device_run, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
+    for i, run in runs:  # in order of completion: each run is keyed by its chip and seed alone
+        ci, si = divmod(i, len(seeds))
+        traces[ci, si] = run.pop("trace")
+        fpe[ci, si] = run.pop("fixed_point_error")
+        for name, values in run.items():
+            out[name][1, ci, si] = values
     ds = comparison_dataset(out, fpe, y, ("path", "chip", "seed", "sample", "position"),
                             {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
                             seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",

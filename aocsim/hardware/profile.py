@@ -27,6 +27,14 @@ from aocsim.paths import devices_dir
 VARIANT_KEYS = {"name", "description", "provenance", "base", "overrides"}
 
 
+def _rebuild(name: str, values: dict[str, Any], origin: str | None, overrides: dict[str, Any]) -> "DeviceProfile":
+    """A `DeviceProfile` from its pickled parts: mappings frozen, arrays read-only again."""
+    for value in values.values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return DeviceProfile(name, MappingProxyType(values), origin, MappingProxyType(overrides))
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """A validated, read-only device profile.
@@ -61,6 +69,10 @@ class DeviceProfile:
         if value.ndim < len(shape):
             value = np.broadcast_to(value, shape)
         return torch.as_tensor(np.array(value), dtype=dtype, device=device)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as plain data (worker processes receive profiles); rebuilt read-only."""
+        return _rebuild, (self.name, dict(self.values), self.origin, dict(self.overrides))
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "DeviceProfile":
         """A new profile with dotted-key overrides applied and validated."""

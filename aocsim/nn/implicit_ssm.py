@@ -212,6 +212,12 @@ class ImplicitSSM(nn.Module):
         # keys each token's noise by them (aocsim/execute/ssm.py).
         self.pass_hook: Callable[[torch.Tensor, int], None] | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its config, dtype, weights and card (worker processes receive models): torch
+        refuses to pickle weight-normalised layers as objects. The pass hook is not carried."""
+        dtype = self.head.weight.dtype
+        return _rebuild, (self.config, dtype, self.state_dict(), getattr(self, "card", None), self.training)
+
     def _announce(self, start: int, stop: int, visit: int) -> None:
         if self.pass_hook is not None:
             self.pass_hook(torch.arange(start, stop), visit)
@@ -424,3 +430,13 @@ class ImplicitSSM(nn.Module):
             for t, s in enumerate(steps):
                 out[:, t, : s.shape[1]] = s
         return torch.stack(zs, 1), torch.stack(iters, 1), torch.stack(res, 1), out
+
+
+def _rebuild(config: SSMConfig, dtype: torch.dtype, state: dict[str, torch.Tensor], card: dict[str, Any] | None,
+             training: bool) -> ImplicitSSM:
+    """An `ImplicitSSM` from its pickled parts (`ImplicitSSM.__reduce__`)."""
+    model = ImplicitSSM(config).to(dtype)
+    model.load_state_dict(state)
+    if card is not None:
+        model.card = card
+    return model.train(training)
