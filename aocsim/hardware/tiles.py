@@ -188,6 +188,12 @@ class TiledMatrix:
         s_in = input_scale(t, self.input_range)
         return self.loops[0].injection(t / s_in[:, None]), s_in
 
+    def conversions(self, partial_sums: str) -> tuple[int, int]:
+        """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and
+        an output is converted once (analog partial sums) or once per tile column (digital)."""
+        (rows, cols), (m, k) = self.grid, self.weight.shape
+        return rows * k, (m if partial_sums == "analog" else cols * m)
+
     def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
                  samples: object = None, call: int = 0, keep_partials: bool = False) -> TiledProduct:
         """y = W t through the tiles (module docstring); `call` and `samples` index the noise streams."""
@@ -225,8 +231,9 @@ class TiledMatrix:
         clipped = int(((adc_in < low) | (adc_in > high)).sum()) if bits is not None else 0
         reading = C.quantize_range(adc_in, low, high, bits)
         y = (reading if partial_sums == "analog" else reading.sum(0)) * s_in[:, None]
-        return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=rows * k,
-                            adc_conversions_per_sample=m if partial_sums == "analog" else cols * m,
+        dac, adc = self.conversions(partial_sums)
+        return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=dac,
+                            adc_conversions_per_sample=adc,
                             adc_clipped=clipped, round_trip_s=float(v["loop.round_trip_s"]), input_scale=s_in,
                             partials=partials if keep_partials else None)
 

@@ -1,0 +1,232 @@
+"""Running a sweep: every unfinished point of a spec, on local processes or a Dask cluster.
+
+A point is one `aocsim.compare` run (all chips and seeds of one configuration), reduced to
+per-run metrics (`point_metrics`). Its noise seeds derive from the spec's root seed and the
+point's key (`spec.noise_seed`), chips are the same simulated chips everywhere, so a point's
+numbers do not depend on which worker runs it, in which order, or on how many there are. Each
+point is written atomically as it finishes (`store.SweepStore`); a sweep run again with
+`resume=True` does only what is missing. See docs/SWEEPS.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import xarray as xr
+
+from aocsim.errors import InputError
+from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
+from aocsim.experiments.sweep.store import SweepStore, assemble, write_results
+
+log = logging.getLogger(__name__)
+SEQUENCE_GENERATOR = 2024  # the sequences of a sequence model's points (as `aocsim compare`)
+_MODELS: dict[str, Any] = {}  # loaded models, per process
+
+
+def _model(name: str) -> Any:
+    if name not in _MODELS:
+        from aocsim.io.model_files import load_model
+
+        _MODELS[name] = load_model(name)
+    return _MODELS[name]
+
+
+def point_inputs(model: Any, data: dict[str, int]) -> tuple[Any, Any]:
+    """The inputs and targets of a point: the first `samples` test images for a digits model
+    (default all 450); for a sequence model `sequences` fresh ones (default 16) of `length_factor`
+    (default 4) times its training length, every element equally likely."""
+    task = model.card.get("task")
+    if task == "digits":
+        if "sequences" in data or "length_factor" in data:
+            raise InputError(f"data = {data!r}: model {model.card['name']!r} is a digits model; expected "
+                             "{samples: N}")
+        from aocsim.tasks.digits import load_split
+
+        split = load_split(model.weight.dtype)
+        n = data.get("samples", split.x_test.shape[0])
+        return split.x_test[:n], split.y_test[:n]
+    if task == "state_tracking":
+        if "samples" in data:
+            raise InputError(f"data = {data!r}: model {model.card['name']!r} is a sequence model; expected "
+                             "{sequences: N, length_factor: F}")
+        from aocsim.tasks.groups import group, word_problems
+
+        g = group(model.card["data"]["group"])
+        length = data.get("length_factor", 4) * model.card["data"]["train_length"]
+        return word_problems(g, data.get("sequences", 16), length, identity_prob=1 / g.order,
+                             generator=SEQUENCE_GENERATOR)
+    raise InputError(f"model {model.card['name']!r} has task {task!r}; a sweep runs digits DEQs and "
+                     "state-tracking implicit SSMs")
+
+
+def run_point(spec: SweepSpec, point: Point, threads: int) -> xr.Dataset:
+    """One point: `aocsim.compare` with the point's profile and placement, reduced to metrics."""
+    import torch
+
+    from aocsim.experiments.compare import compare
+    from aocsim.hardware.profile import load_device
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = _model(point.model)
+        x, y = point_inputs(model, spec.data)
+        device = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
+        profile = load_device(spec.device, overrides=device)
+        placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
+        seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
+        ds = compare(model, profile, x, y, seeds=seeds, chips=list(spec.chips), **placement)
+        return point_metrics(ds, profile, spec.metrics).assign_coords(seed=list(spec.seeds))
+    finally:
+        torch.set_num_threads(before)
+
+
+def point_metrics(ds: xr.Dataset, profile: Any, metrics: tuple[str, ...]) -> xr.Dataset:
+    """Per chip and seed: the metrics of a `compare` Dataset (means over samples and positions)."""
+    per_run = [d for d in ("sample", "position") if d in ds.dims]
+    device = ds.sel(path="device")
+    out: dict[str, xr.DataArray] = {}
+    for m in metrics:
+        if m == "accuracy":
+            out[m] = device.correct.mean(per_run)
+        elif m == "exact_accuracy":
+            out[m] = ds.correct.sel(path="exact").mean(per_run)
+        elif m == "agreement":
+            out[m] = ds.agreement.mean(per_run)
+        elif m == "iterations":
+            out[m] = device.iterations.mean(per_run)
+        elif m == "converged":
+            out[m] = (device.status == 1).mean(per_run)
+        elif m == "fixed_point_error":
+            out[m] = ds.fixed_point_error.median(per_run)
+        elif m == "residual":
+            out[m] = device.residual.median(per_run)
+            out[m].attrs["units"] = ds.residual.attrs.get("units", "")
+        elif m == "time_per_inference_s":
+            out[m] = device.hardware_time_s.mean(per_run)
+            out[m].attrs["units"] = "s"
+        elif m == "energy_per_inference_j":
+            out[m] = energy_per_inference(ds, profile).mean(per_run)
+            out[m].attrs["units"] = "J"
+    result = xr.Dataset({k: v.astype(np.float64).drop_vars("path", errors="ignore") for k, v in out.items()})
+    return result.transpose("chip", "seed")
+
+
+def energy_per_inference(ds: xr.Dataset, profile: Any) -> xr.DataArray:
+    """Energy per sample (per token) of the device path: `aocsim.hardware.energy` applied to the run's
+    hardware time and the converter counts the engine reports."""
+    from aocsim.hardware.energy import Activity, energy_j
+
+    device = ds.sel(path="device")
+    activity = Activity(time_s=device.hardware_time_s.values, dac_conversions=ds.dac_conversions.values,
+                        adc_conversions=ds.adc_conversions.values, digital_ops=ds.digital_ops.values)
+    return xr.DataArray(np.asarray(energy_j(profile, activity)["total"], dtype=np.float64),
+                        dims=ds.fixed_point_error.dims, coords=ds.fixed_point_error.coords)
+
+
+def _job(spec: SweepSpec, point: Point, threads: int) -> tuple[str, xr.Dataset]:
+    return point.key, run_point(spec, point, threads)
+
+
+def _local(spec: SweepSpec, todo: list[Point], workers: int, threads: int) -> Iterator[tuple[str, xr.Dataset]]:
+    from aocsim.parallel import run_parts
+
+    for _, result in run_parts(_job, [(spec, p, threads) for p in todo], workers):
+        yield result
+
+
+def connect(scheduler: str) -> Any:
+    """A Dask client of the scheduler at `scheduler` (tcp://HOST:PORT), or a one-line error."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError("--scheduler needs Dask distributed; install it with pip install 'aocsim[distributed]'") \
+            from None
+    try:
+        return Client(scheduler, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"--scheduler {scheduler}: cannot reach it ({type(exc).__name__}); expected a running "
+                         "Dask scheduler at tcp://HOST:PORT") from None
+
+
+def _dask(client: Any, spec: SweepSpec, todo: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
+    from distributed import as_completed
+
+    # A Dask worker runs one task per thread it has: one torch thread per task is its share of the cores.
+    futures = [client.submit(_job, spec, p, 1, key=f"aocsim-point-{p.key}", pure=False) for p in todo]
+    try:
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        for f in futures:
+            f.cancel()
+
+
+def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, scheduler: str | Any | None = None,
+          resume: bool = False, overwrite: bool = False, threads: int | None = None,
+          progress: bool = False) -> xr.Dataset:
+    """Run every unfinished point of `spec` and write `out/results.nc`; returns the Dataset.
+
+    Args:
+        spec: a `SweepSpec`, or the path of a YAML spec (`load_spec`).
+        out: the sweep's folder (created; see `store`).
+        workers: local processes (this one and `workers - 1` spawned), ignored with `scheduler`.
+        scheduler: a Dask scheduler address (tcp://HOST:PORT) or a `distributed.Client`.
+        resume: finish a sweep in `out` (the same spec); overwrite: start it again.
+        threads: torch threads per worker (default: this machine's cores shared among the workers;
+            Dask workers run one thread per task).
+        progress: a progress bar with ETA over the points.
+    """
+    from aocsim._checks import integer
+    from aocsim.progress import bar
+    from aocsim.threads import usable_cores
+
+    spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    workers = integer(workers, "workers", minimum=1)
+    threads = max(1, usable_cores() // workers) if threads is None else integer(threads, "threads", minimum=1)
+    check_models(spec)
+    store = SweepStore(out)
+    client = None
+    if scheduler is not None:  # before touching the folder: an unreachable scheduler loses nothing
+        client = connect(scheduler) if isinstance(scheduler, str) else scheduler
+    store.prepare(spec, resume=resume, overwrite=overwrite)
+    done = store.done()
+    todo = [p for p in spec.points() if p.key not in done]
+    log.info("sweep: %d of %d points to run", len(todo), len(todo) + len(done))
+    try:
+        results = _dask(client, spec, todo) if client is not None else _local(spec, todo, workers, threads)
+        for key, ds in bar(results, desc="sweep points", total=len(todo), enabled=progress):
+            store.write_point(key, ds)
+    finally:
+        if client is not None and isinstance(scheduler, str):
+            client.close()
+    ds = assemble(spec, store, provenance(spec))
+    write_results(ds, store)
+    return ds
+
+
+def check_models(spec: SweepSpec) -> None:
+    """Every model loads, has inputs for the spec's data, and takes the swept placement settings."""
+    for name in spec.models:
+        model = _model(name)
+        point_inputs(model, spec.data)
+        sequence = model.card.get("task") == "state_tracking"
+        for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
+            if path == "placement.mode" and not sequence:
+                raise InputError(f"{path} is swept but model {name!r} is a DEQ; expected it only for implicit SSMs")
+
+
+def provenance(spec: SweepSpec) -> dict[str, str]:
+    import hashlib
+
+    from aocsim._version import __version__
+    from aocsim.experiments.results import model_checksum
+    from aocsim.hardware.profile import load_device
+
+    base = load_device(spec.device)
+    return {"aocsim_version": __version__,
+            "device_sha256": hashlib.sha256(base.to_json().encode()).hexdigest(),
+            "model_sha256": ", ".join(f"{m}: {model_checksum(_model(m))}" for m in spec.models)}

@@ -1,0 +1,331 @@
+"""A sweep spec (YAML): which models, on which device, over which parameter values; validated up front.
+
+    model: digits-deq48                 # a bundled name or model folder, or a list of them
+    device: aoc48                       # the base profile; every point overrides some of its keys
+    data: {samples: 240}                # digits: the first N test images; sequence models:
+                                        #   {sequences: 16, length_factor: 4}
+    axes:                               # crossed as a grid, one dimension each
+      slm.bits: [4, 6, 9]
+      readout.adc_bits: [6, 8, 12]
+    zip:                                # optional: lists of one length, varied together (dimension "zip")
+      noise.multiplier: [1, 4]
+      noise.power_per_unit_w: [1.0e-5, 1.0e-4]
+    random:                             # optional: points drawn in a box (dimension "draw")
+      method: latin_hypercube           # or uniform
+      points: 8
+      seed: 0
+      ranges: {noise.multiplier: {low: 1, high: 64, scale: log}}
+    seeds: 3                            # noise seeds per point: a count or a list of indices
+    chips: 2                            # simulated chips (variation.chip_seed): a count or a list
+    root_seed: 0                        # every point's noise streams derive from it and the point's key
+    metrics: [accuracy, agreement]      # optional: a subset of METRICS (default all)
+
+A parameter path is a device profile key (devices/SCHEMA.md) or a placement setting
+(`PLACEMENT`). Every point's profile is built and validated when the spec is read, so a value
+out of the schema's range is refused before any work, with the profile's own one-line message.
+See docs/SWEEPS.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+from aocsim.errors import InputError, ProfileError
+
+TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
+# Placement settings a sweep can vary (how a model is put on the device, not the device itself).
+PLACEMENT = {
+    "placement.tile_size": "channels per tile side (implicit SSMs and tiled DEQs), an integer >= 1",
+    "placement.partial_sums": "how a tile row's partial products are added: 'analog' or 'digital'",
+    "placement.mode": "implicit SSMs: 'sequential' or 'simultaneous'",
+}
+METRICS = {
+    "accuracy": "device accuracy (fraction; per sample, or per token for sequence models)",
+    "exact_accuracy": "accuracy of the exact path (the same at every chip and seed)",
+    "agreement": "fraction of device predictions equal to the exact ones",
+    "iterations": "mean device iterations per sample (per token)",
+    "converged": "fraction of device solves that met the tolerance",
+    "fixed_point_error": "median ||z_device - z_exact|| / ||z_exact||",
+    "residual": "median device residual at the end of each solve (the Dataset's units)",
+    "time_per_inference_s": "mean hardware time per sample (per token), s",
+    "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/energy.py)",
+}
+SAMPLING = ("latin_hypercube", "uniform")
+DATA_KEYS = {"samples", "sequences", "length_factor"}
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept dimension: its name and, per parameter path, the value at each coordinate."""
+
+    dim: str
+    values: dict[str, tuple[Any, ...]]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.values.values())))
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration: a model and parameter values; `index` places it in the Dataset."""
+
+    model: str
+    settings: dict[str, Any]
+    index: tuple[int, ...]  # model, then one index per axis
+    key: str  # a hash of the resolved configuration (`point_key`)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    models: tuple[str, ...]
+    device: str
+    data: dict[str, int]
+    axes: tuple[Axis, ...]
+    seeds: tuple[int, ...]
+    chips: tuple[int, ...]
+    root_seed: int
+    metrics: tuple[str, ...]
+    source: dict[str, Any] = field(repr=False)
+
+    def points(self) -> list[Point]:
+        """Every (model, coordinates) of the grid, in a fixed order."""
+        out = []
+        for mi, model in enumerate(self.models):
+            for index in itertools.product(*(range(len(a)) for a in self.axes)):
+                settings = {p: a.values[p][i] for a, i in zip(self.axes, index) for p in a.values}
+                out.append(Point(model, settings, (mi, *index), point_key(self, model, settings)))
+        return out
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.models), *(len(a) for a in self.axes))
+
+    def text(self) -> str:
+        """The spec as canonical JSON (provenance, and the check that a resumed sweep is the same one)."""
+        return json.dumps(self.source, sort_keys=True, default=str)
+
+
+def point_key(spec: SweepSpec, model: str, settings: Mapping[str, Any]) -> str:
+    """16 hex digits of SHA-256 over what decides a point's results: model, device, data, its
+    settings, seeds, chips and root seed (so a point is found again after a crash, and changes
+    when anything that decides its numbers changes)."""
+    what = {"model": model, "device": spec.device, "data": spec.data, "settings": dict(sorted(settings.items())),
+            "seeds": list(spec.seeds), "chips": list(spec.chips), "root_seed": spec.root_seed}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def noise_seed(root_seed: int, key: str, seed: int) -> int:
+    """The noise seed of seed index `seed` at the point with key `key`: 60 bits of SHA-256."""
+    return int(hashlib.sha256(f"{root_seed}:{key}:{seed}".encode()).hexdigest()[:15], 16)
+
+
+# -- reading and checking ---------------------------------------------------------------------------
+
+def load_spec(source: str | Path | Mapping[str, Any]) -> SweepSpec:
+    """Read a spec from a YAML file (or a mapping) and check all of it; one-line `InputError`s."""
+    if isinstance(source, Mapping):
+        raw, where = dict(source), "spec"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise InputError(f"spec = {str(path)!r}: no such file; expected a sweep spec (YAML)")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise InputError(f"spec {path}: not valid YAML{at}; expected a mapping of {', '.join(TOP_KEYS)}") from None
+        where = str(path)
+    return parse_spec(raw, where=where)
+
+
+def parse_spec(raw: Any, *, where: str = "spec") -> SweepSpec:
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: a {type(raw).__name__}; expected a mapping with keys {', '.join(TOP_KEYS)}")
+    unknown = [k for k in raw if k not in TOP_KEYS]
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}; expected keys among {', '.join(TOP_KEYS)}")
+    for required in ("model", "device"):
+        if required not in raw:
+            raise InputError(f"{where}: missing key {required!r}")
+    models = _models(raw["model"])
+    device = raw["device"]
+    if not isinstance(device, str) or not device:
+        raise InputError(f"device = {device!r}; expected a profile name or a profile file path")
+    data = _data(raw.get("data", {}))
+    axes = [Axis(path, {path: _values(f"axes.{path}", v)}) for path, v in _mapping("axes", raw.get("axes", {})).items()]
+    if raw.get("zip"):
+        axes.append(_zipped(_mapping("zip", raw["zip"])))
+    if raw.get("random"):
+        axes.append(_drawn(_mapping("random", raw["random"])))
+    paths = [p for a in axes for p in a.values]
+    repeated = sorted({p for p in paths if paths.count(p) > 1})
+    if repeated:
+        raise InputError(f"parameter {repeated[0]!r} is swept twice; expected each path under one of axes, zip, random")
+    spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
+                     _ids("chips", raw.get("chips", 1)), _int("root_seed", raw.get("root_seed", 0)),
+                     _metrics(raw.get("metrics")), source=raw)
+    check_points(spec)
+    return spec
+
+
+def _mapping(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"{name} = {_short(value)}; expected a mapping")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _int(name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{name} = {_short(value)}; expected an integer >= {minimum}")
+    return value
+
+
+def _models(value: Any) -> tuple[str, ...]:
+    models = [value] if isinstance(value, str) else value
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
+        raise InputError(f"model = {_short(value)}; expected a model name or folder, or a non-empty list of them")
+    if len(set(models)) != len(models):
+        raise InputError(f"model = {_short(value)}; expected distinct models")
+    return tuple(models)
+
+
+def _data(value: Any) -> dict[str, int]:
+    data = _mapping("data", value)
+    unknown = [k for k in data if k not in DATA_KEYS]
+    if unknown:
+        raise InputError(f"data.{unknown[0]} is not a data setting; expected {', '.join(sorted(DATA_KEYS))}")
+    return {k: _int(f"data.{k}", v, minimum=1) for k, v in data.items()}
+
+
+def _ids(name: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise InputError(f"{name} = {value!r}; expected a count >= 1 or a list of distinct integers >= 0")
+        return tuple(range(value))
+    ok = isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                   for v in value)
+    if not ok or len(set(value)) != len(value):
+        raise InputError(f"{name} = {_short(value)}; expected a count >= 1 or a list of distinct integers >= 0")
+    return tuple(value)
+
+
+def _metrics(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return tuple(METRICS)
+    if not isinstance(value, list) or not value:
+        raise InputError(f"metrics = {_short(value)}; expected a list among {', '.join(METRICS)}")
+    for m in value:
+        if m not in METRICS:
+            raise InputError(f"metrics: unknown metric {m!r}; expected among {', '.join(METRICS)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _values(name: str, value: Any) -> tuple[Any, ...]:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{name} = {_short(value)}; expected a non-empty list of values")
+    if any(isinstance(v, (dict, list)) for v in value):
+        raise InputError(f"{name} = {_short(value)}; expected a list of numbers, strings or booleans")
+    if len({json.dumps(v) for v in value}) != len(value):
+        raise InputError(f"{name} = {_short(value)}; expected distinct values")
+    return tuple(value)
+
+
+def _zipped(zipped: dict[str, Any]) -> Axis:
+    values = {path: _values(f"zip.{path}", v) for path, v in zipped.items()}
+    lengths = {len(v) for v in values.values()}
+    if len(lengths) != 1:
+        raise InputError(f"zip: lists of lengths {sorted(lengths)}; expected lists of one length (varied together)")
+    return Axis("zip", values)
+
+
+def _drawn(random: dict[str, Any]) -> Axis:
+    """Points drawn in a box: Latin hypercube (one point per stratum of every parameter) or uniform."""
+    unknown = [k for k in random if k not in ("method", "points", "seed", "ranges")]
+    if unknown:
+        raise InputError(f"random.{unknown[0]} is not a setting; expected method, points, seed, ranges")
+    method = random.get("method", "latin_hypercube")
+    if method not in SAMPLING:
+        raise InputError(f"random.method = {method!r}; expected one of {', '.join(SAMPLING)}")
+    n = _int("random.points", random.get("points"), minimum=1)
+    rng = np.random.default_rng(_int("random.seed", random.get("seed", 0)))
+    ranges = _mapping("random.ranges", random.get("ranges"))
+    if not ranges:
+        raise InputError("random.ranges is empty; expected {path: {low, high, scale}} for at least one parameter")
+    values = {}
+    for path, box in ranges.items():
+        box = _mapping(f"random.ranges.{path}", box)
+        low, high, scale = box.get("low"), box.get("high"), box.get("scale", "linear")
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high))
+        if not ok or low >= high or scale not in ("linear", "log") or (scale == "log" and low <= 0):
+            raise InputError(f"random.ranges.{path} = {_short(box)}; expected {{low, high, scale}} with finite "
+                             "low < high, scale linear or log (log: low > 0)")
+        if method == "latin_hypercube":
+            u = (rng.permutation(n) + rng.random(n)) / n
+        else:
+            u = rng.random(n)
+        a, b = (math.log(low), math.log(high)) if scale == "log" else (low, high)
+        drawn = a + u * (b - a)
+        values[path] = tuple(float(v) for v in (np.exp(drawn) if scale == "log" else drawn))
+    return Axis("draw", values)
+
+
+def check_points(spec: SweepSpec) -> None:
+    """Every parameter path known, and every point's profile valid (schema ranges and relations)."""
+    from aocsim.hardware.profile import load_device
+    from aocsim.hardware.profile_checks import suggest
+    from aocsim.hardware.schema import BY_KEY
+
+    for axis in spec.axes:
+        for path, values in axis.values.items():
+            if path in PLACEMENT:
+                _check_placement(path, values)
+            elif path not in BY_KEY or path in ("name", "description", "channels") or path.startswith("provenance."):
+                hint = suggest(path) if not path.startswith("placement.") else ""
+                raise InputError(f"unknown parameter {path!r}{hint}; expected a device profile key (devices/SCHEMA.md) "
+                                 f"or one of {', '.join(PLACEMENT)}")
+    try:
+        base = load_device(spec.device)
+    except (ProfileError, InputError) as exc:
+        raise InputError(f"device = {spec.device!r}: {exc}") from None
+    seen: set[str] = set()
+    for point in spec.points():
+        device_settings = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
+        marker = json.dumps(device_settings, sort_keys=True, default=str)
+        if marker in seen:
+            continue
+        seen.add(marker)
+        try:
+            base.with_overrides(device_settings)
+        except ProfileError as exc:
+            raise InputError(f"at {_describe(device_settings)}: {exc}") from None
+
+
+def _check_placement(path: str, values: tuple[Any, ...]) -> None:
+    for v in values:
+        if path == "placement.tile_size":
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+        elif path == "placement.partial_sums":
+            ok = v in ("analog", "digital")
+        else:
+            ok = v in ("sequential", "simultaneous")
+        if not ok:
+            raise InputError(f"{path} = {v!r}; expected {PLACEMENT[path]}")
+
+
+def _describe(settings: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} = {v!r}" for k, v in settings.items()) or "the base profile"

@@ -1,0 +1,143 @@
+"""A sweep's folder: one NetCDF file per finished point, written atomically, and the assembled results.
+
+    DIR/spec.json          the spec as canonical JSON (a resumed sweep must be the same one)
+    DIR/points/KEY.nc      one point's metrics over chip x seed, written to a temporary name and
+                           renamed when complete, so a killed sweep leaves whole files or none
+    DIR/results.nc         every point in one Dataset (`assemble`), written the same way
+
+Only these files are ever removed (`--overwrite`); anything else in DIR is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from aocsim.errors import InputError
+from aocsim.experiments.sweep.spec import METRICS, PLACEMENT, SweepSpec, noise_seed
+from aocsim.io.outputs import _check_parent, _usable
+
+SPEC_FILE, POINTS, RESULTS = "spec.json", "points", "results.nc"
+
+
+class SweepStore:
+    """The files of one sweep in `root`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.points = self.root / POINTS
+
+    @property
+    def results(self) -> Path:
+        return self.root / RESULTS
+
+    def done(self) -> set[str]:
+        """Keys of the finished points (whole files only; temporaries are not counted)."""
+        if not self.points.is_dir():
+            return set()
+        return {p.stem for p in self.points.glob("*.nc")}
+
+    def write_point(self, key: str, ds: xr.Dataset) -> None:
+        _atomic_netcdf(ds, self.points / f"{key}.nc")
+
+    def read_point(self, key: str) -> xr.Dataset:
+        with xr.open_dataset(self.points / f"{key}.nc", engine="h5netcdf") as ds:
+            return ds.load()
+
+    def saved_spec(self) -> str | None:
+        path = self.root / SPEC_FILE
+        return path.read_text() if path.is_file() else None
+
+    def prepare(self, spec: SweepSpec, *, resume: bool, overwrite: bool) -> None:
+        """Make `root` ready for `spec`: new, resumed (the same spec) or overwritten (our files only)."""
+        if resume and overwrite:
+            raise InputError("--resume and --overwrite together; expected one of them")
+        root = _usable(self.root, "--out")
+        if root.exists() and not root.is_dir():
+            raise InputError(f"--out {root} is a file; expected a folder for the sweep")
+        _check_parent(root / SPEC_FILE, "--out")  # the folder, or its nearest existing ancestor, is writable
+        saved = self.saved_spec()
+        ours = saved is not None or self.results.exists() or self.points.exists()
+        if root.exists() and any(root.iterdir()) and not ours:
+            raise InputError(f"--out {root} holds files that are not a sweep's; expected a new or empty folder, "
+                             "or a sweep folder")
+        if ours and not (resume or overwrite):
+            raise InputError(f"--out {root} holds a sweep; pass --resume to finish it or --overwrite to start again")
+        if ours and resume and saved is not None and saved != spec.text():
+            raise InputError(f"--out {root} holds a sweep of a different spec; expected the same spec with --resume, "
+                             "or --overwrite")
+        if ours and overwrite:
+            for p in self.points.glob("*.nc*") if self.points.is_dir() else ():
+                p.unlink()
+            for p in (self.results, root / SPEC_FILE):
+                if p.exists():
+                    p.unlink()
+        self.points.mkdir(parents=True, exist_ok=True)
+        for stale in self.points.glob(".*.tmp"):  # a write the last run did not finish
+            stale.unlink()
+        (root / SPEC_FILE).write_text(spec.text())
+
+
+def _atomic_netcdf(ds: xr.Dataset, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    ds.to_netcdf(tmp, engine="h5netcdf")
+    os.replace(tmp, path)
+
+
+def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str]) -> xr.Dataset:
+    """Every point's metrics in one Dataset [model, axes..., chip, seed] with coordinates and provenance."""
+    points = spec.points()
+    dims = ("model", *(a.dim for a in spec.axes), "chip", "seed")
+    shape = (*spec.shape, len(spec.chips), len(spec.seeds))
+    data = {m: np.full(shape, np.nan) for m in spec.metrics}
+    seeds = np.zeros((*spec.shape, len(spec.seeds)), dtype=np.int64)
+    attrs: dict[str, dict[str, str]] = {}
+    for point in points:
+        ds = store.read_point(point.key)
+        for m in spec.metrics:
+            data[m][point.index] = ds[m].transpose("chip", "seed").values
+            attrs.setdefault(m, {k: str(v) for k, v in ds[m].attrs.items()})
+        seeds[point.index] = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
+    coords: dict[str, tuple[str, list] | list] = {"model": list(spec.models), "chip": list(spec.chips),
+                                                  "seed": list(spec.seeds)}
+    for axis in spec.axes:
+        for path, values in axis.values.items():
+            coords[path] = (axis.dim, list(values))
+    out = xr.Dataset({m: (dims, v) for m, v in data.items()}, coords=coords)
+    out["noise_seed"] = (("model", *(a.dim for a in spec.axes), "seed"), seeds)
+    out["noise_seed"].attrs["description"] = ("the compare seed of each point and seed index: 60 bits of "
+                                              "SHA-256(root_seed, point key, seed index)")
+    for m in spec.metrics:
+        out[m].attrs.update(attrs.get(m, {}))
+        out[m].attrs["description"] = METRICS[m]
+    for path in (p for a in spec.axes for p in a.values):
+        out[path].attrs["description"] = PLACEMENT.get(path, "device profile key (devices/SCHEMA.md)")
+    out["chip"].attrs["description"] = "variation.chip_seed: the same simulated chips at every point"
+    out["seed"].attrs["description"] = "noise seed index (see noise_seed)"
+    out.attrs.update({"spec": spec.text(), "root_seed": spec.root_seed, "device": spec.device, **provenance})
+    return out
+
+
+def write_results(ds: xr.Dataset, store: SweepStore) -> Path:
+    _atomic_netcdf(ds, store.results)
+    return store.results
+
+
+def status(root: str | Path) -> dict[str, object]:
+    """What is done in a sweep folder: points done and total, and whether results.nc is written."""
+    from aocsim.experiments.sweep.spec import parse_spec
+
+    store = SweepStore(root)
+    saved = store.saved_spec()
+    if saved is None:
+        raise InputError(f"DIR = {str(root)!r} holds no sweep ({SPEC_FILE} missing); expected a folder "
+                         "written by aocsim sweep")
+    spec = parse_spec(json.loads(saved), where=str(store.root / SPEC_FILE))
+    keys = [p.key for p in spec.points()]
+    finished = store.done() & set(keys)
+    return {"done": len(finished), "total": len(keys), "results": store.results.is_file(),
+            "missing": [k for k in keys if k not in finished]}
