@@ -551,5 +551,7 @@ def _print_compare(s: dict[str, Any]) -> None:
     click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean)")
 
 
+from aocsim import cli_sweep  # noqa: E402,F401  (registers `aocsim sweep` and `aocsim plot`)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

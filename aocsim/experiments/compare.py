@@ -21,8 +21,10 @@ from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, compile_deq, resolve_
 from aocsim.execute.deq_tiled import DEVICE_TOL as TILED_TOL
 from aocsim.execute.deq_tiled import MAX_ITER as TILED_MAX_ITER
 from aocsim.execute.deq_tiled import TiledDEQ, check_placement, placement
-from aocsim.experiments.results import comparison_dataset, residual_traces
+from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, residual_traces
 from aocsim.hardware import keys
+from aocsim.hardware.energy import Activity, energy_j
+from aocsim.hardware.tiles import PARTIAL_SUMS
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
 from aocsim.nn.deq import DEQ
@@ -77,8 +79,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             targets: torch.Tensor | None = None, *, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,),
             stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
-            on_tiles: tuple[str, ...] | None = None, tiling: bool = True, progress: bool = False,
-            workers: int = 1) -> xr.Dataset:
+            on_tiles: tuple[str, ...] | None = None, tiling: bool = True, tile_size: int | None = None,
+            partial_sums: str = "analog", progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
@@ -105,6 +107,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         atol, rtol: the device tolerance, device volts (stop="tolerance").
         fit_inputs: inputs whose exact fixed points the fit matches (default: the task's training set).
         tiling: let a DEQ larger than the device run as a tiled hybrid (False: a one-line error).
+        tile_size, partial_sums: the tiles of a model on tiles (`TiledMatrix`; default the device's
+            channels, analog partial sums); a DEQ that runs natively has none.
         progress: a progress bar over the chip x seed runs (`aocsim.progress`).
         workers: cores for the device runs (`aocsim.parallel.run_parts`: a DEQ's chips, a sequence
             model's chip x seed runs); the results do not depend on it (draws are keyed by chip and seed).
@@ -122,12 +126,16 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     """
     m = _model(model)
     workers = integer(workers, "workers", minimum=1)
+    tile_size = None if tile_size is None else integer(tile_size, "tile_size", minimum=1)
+    if partial_sums not in PARTIAL_SUMS:
+        raise InputError(f"partial_sums = {partial_sums!r}; expected one of {list(PARTIAL_SUMS)}")
     if isinstance(m, ImplicitSSM):
         from aocsim.experiments.compare_sequences import DEVICE_TOL, compare_sequences
 
         return compare_sequences(m, resolve_profile(device), inputs, targets, seeds=_ids("seeds", seeds),
                                  chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
                                  max_iter=max_iter, resolve=resolve_profile, progress=progress, workers=workers,
+                                 tile_size=tile_size, partial_sums=partial_sums,
                                  **({} if on_tiles is None else {"on_tiles": on_tiles}))
     if on_tiles is not None:
         raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively, or with beta W on "
@@ -137,6 +145,9 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     base = resolve_profile(device)
     tiled = check_placement(m, base, tiling=tiling)
+    if not tiled and (tile_size is not None or partial_sums != "analog"):
+        raise InputError(f"tile_size = {tile_size!r}, partial_sums = {partial_sums!r}: DEQ with state_size "
+                         f"{m.config.state_size} runs natively on {base.name} (no tiles); expected the defaults")
     if tiled and (stop != "tolerance" or not fit):
         raise InputError(f"stop = {stop!r}, fit = {fit!r}: a DEQ on tiles (state_size {m.config.state_size} > "
                          f"{base.channels} channels) iterates digitally with calibrated tiles; expected "
@@ -153,7 +164,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     out = {name: np.zeros(shape, dtype=dt) for name, dt in
            (("prediction", np.int64), ("iterations", np.int64), ("status", np.int64), ("residual", np.float64),
             ("hardware_time_s", np.float64))}
-    fpe = np.zeros(shape[1:], dtype=np.float64)
+    device_only = {name: np.zeros(shape[1:], dtype=np.float64) for name in DEVICE_ONLY}
     out["prediction"][0] = exact.logits.argmax(1).numpy()
     out["iterations"][0] = exact.solve.iterations.numpy()
     out["status"][0] = exact.solve.status.numpy()
@@ -161,16 +172,17 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     out["hardware_time_s"][0] = np.nan
     traces: dict[tuple[int, int], np.ndarray] = {}
     parts = [(m, resolve_profile(base, chip), tiled, seed_ids, x, exact.z, stop, fit, fit_inputs, max_iter, atol,
-              rtol, traced) for chip in chip_ids]
+              rtol, traced, tile_size, partial_sums) for chip in chip_ids]
     runs = bar(run_parts(chip_runs, parts, workers), desc="compare chips", total=len(parts), enabled=progress)
     for ci, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
         for si, run in enumerate(per_seed):
             if traced:
                 traces[ci, si] = run.pop("trace")
-            fpe[ci, si] = run.pop("fixed_point_error")
+            for name in DEVICE_ONLY:
+                device_only[name][ci, si] = run.pop(name)
             for name, values in run.items():
                 out[name][1, ci, si] = values
-    ds = _dataset(out, fpe, y, m, base, seed_ids, chip_ids, stop, fit)
+    ds = _dataset(out, device_only, y, m, base, seed_ids, chip_ids, stop, fit)
     if traced:
         ds["residual_trace"] = residual_traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids),
                                                "model state units (||f(z) - z||_2), NaN after the sample stopped")
@@ -180,7 +192,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
 
 def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: torch.Tensor,
               exact_z: torch.Tensor, stop: str, fit: bool, fit_inputs: torch.Tensor | None, max_iter: int,
-              atol: float, rtol: float, traced: bool) -> list[dict[str, np.ndarray]]:
+              atol: float, rtol: float, traced: bool, tile_size: int | None = None,
+              partial_sums: str = "analog") -> list[dict[str, np.ndarray]]:
     """One chip, every seed: what `compare` records per sample (a dict of arrays per seed).
 
     Natively the model is compiled once for the chip and loaded onto the SLM per seed; tiled, each
@@ -193,7 +206,9 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
     for seed in seeds:
         key = keys.as_key(seed)
         if compiled is None:
-            run = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs).run(
+            tiles = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs, tile_size=tile_size,
+                             partial_sums=partial_sums)
+            run = tiles.run(
                 x, generator=key.fold(1), samples=samples, max_iter=max_iter, atol=atol, rtol=rtol, trace=traced)
             gain = 1.0  # the state is in model units
         else:
@@ -206,15 +221,27 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
                "status": r.status.numpy(), "residual": (gain * r.abs_residual).numpy(),
                "hardware_time_s": run.hardware_time_s.numpy(),
                "fixed_point_error": ((run.z - exact_z).norm(dim=1) / exact_z.norm(dim=1)).numpy()}
+        if compiled is None:  # beta W on tiles every iteration; the injection and tanh digital
+            dac, adc = tiles.feedback.tiles.conversions(tiles.feedback.partial_sums)
+            its = r.iterations.double().numpy()
+            one["dac_conversions"], one["adc_conversions"] = its * dac, its * adc
+            channels = tiles.feedback.tiles.channels
+        else:  # the input through the DAC once, the state through the ADC (K samples when read out)
+            channels = m.config.state_size
+            k = int(profile.values["readout.samples"]) if stop == "readout" else 1
+            one["dac_conversions"] = np.full(x.shape[0], float(channels))
+            one["adc_conversions"] = np.full(x.shape[0], float(channels * k))
+        one["energy_j"] = np.asarray(energy_j(profile, Activity(one["hardware_time_s"], one["dac_conversions"],
+                                                                one["adc_conversions"], channels=channels))["total"])
         if traced:
             one["trace"] = (gain * r.trace).numpy()
         out.append(one)
     return out
 
 
-def _dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None, model: DEQ,
+def _dataset(out: dict[str, np.ndarray], device_only: dict[str, np.ndarray], targets: torch.Tensor | None, model: DEQ,
              profile: DeviceProfile, seeds: list[int], chips: list[int], stop: str, fit: bool) -> xr.Dataset:
-    return comparison_dataset(out, fpe, targets, ("path", "chip", "seed", "sample"),
+    return comparison_dataset(out, device_only, targets, ("path", "chip", "seed", "sample"),
                               {"sample": np.arange(out["prediction"].shape[-1])}, model=model, profile=profile,
                               seeds=seeds, chips=chips, residual_units="model state units (||f(z) - z||_2)",
                               in_memory="<in-memory DEQ>", stop=stop, fit=int(fit),

@@ -17,8 +17,9 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.execute.ssm import MAP_KINDS, calibration_inputs, check_on_tiles, linear_maps, place_ssm, placement
-from aocsim.experiments.results import comparison_dataset, hold_last, residual_traces
+from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, hold_last, residual_traces
 from aocsim.hardware import keys
+from aocsim.hardware.energy import Activity, energy_j
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
 from aocsim.parallel import run_parts
@@ -76,27 +77,43 @@ def _per_token(run: Any, tolerance: float) -> dict[str, np.ndarray]:
 
 def device_run(model: ImplicitSSM, profile: DeviceProfile, calibration: Any, seed: int, x: torch.Tensor,
                exact_z: torch.Tensor, mode: str, tol: float, cap: int, tile_size: int | None,
-               kinds: tuple[str, ...]) -> dict[str, np.ndarray]:
+               kinds: tuple[str, ...], partial_sums: str = "analog") -> dict[str, np.ndarray]:
     """One chip and seed: the model placed (weight loads and calibration keyed by the seed) and run on
     every sequence; what `compare_sequences` records, as arrays [B, L] (the trace per iteration).
     A module-level function so that `aocsim.parallel.run_parts` can run it in another process."""
     key = keys.as_key(seed)
-    placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size, on_tiles=kinds)
+    placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size, on_tiles=kinds,
+                       partial_sums=partial_sums)
     run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
     out = _per_token(run, tol)
+    iterations = run.iterations.double().numpy()
     inject, per_iteration = tile_passes(placed.maps)
-    passes = inject + run.iterations.double() * per_iteration
-    out["hardware_time_s"] = (passes * float(profile.values["loop.round_trip_s"])).numpy()
+    out["hardware_time_s"] = (inject + iterations * per_iteration) * float(profile.values["loop.round_trip_s"])
+    (dac0, adc0), (dac, adc) = conversions(placed.maps)
+    out["dac_conversions"], out["adc_conversions"] = dac0 + iterations * dac, adc0 + iterations * adc
+    channels = next((layer.tiles.channels for layer in placed.maps.values()), profile.channels or ANY_SIZE_TILE)
+    out["energy_j"] = np.asarray(energy_j(profile, Activity(out["hardware_time_s"], out["dac_conversions"],
+                                                            out["adc_conversions"], channels=channels))["total"])
     out["fixed_point_error"] = ((run.z - exact_z).norm(dim=-1) / exact_z.norm(dim=-1)).double().numpy()
     out["trace"] = median_over_positions(run.trace)
     return out
+
+
+def conversions(placed_maps: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(DAC, ADC) conversions per token: the injection's once, then the projections' per iteration."""
+    def of(layer: Any) -> tuple[int, int]:
+        return layer.tiles.conversions(layer.partial_sums)
+
+    once = of(placed_maps["inject"]) if "inject" in placed_maps else (0, 0)
+    each = [of(layer) for name, layer in placed_maps.items() if name != "inject"]
+    return once, (sum(d for d, _ in each), sum(a for _, a in each))
 
 
 def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targets: Any = None, *,
                       seeds: list[int], chips: list[int], mode: str = "sequential", tol: float = DEVICE_TOL,
                       max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
                       tile_size: int | None = None, on_tiles: tuple[str, ...] = MAP_KINDS, resolve: Any,
-                      progress: bool = False, workers: int = 1) -> xr.Dataset:
+                      partial_sums: str = "analog", progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
 
     Args:
@@ -112,6 +129,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         tile_size: as in `TiledMatrix` (default: the device's channels; `ANY_SIZE_TILE` where it has
             any size).
         on_tiles: which linear maps run on tiles (`place_ssm`; default all).
+        partial_sums: "analog" or "digital" (`TiledMatrix`).
         workers: cores for the chip x seed runs (`aocsim.parallel.run_parts`); the results do not
             depend on it (every run's draws are keyed by its chip and seed).
     """
@@ -146,27 +164,29 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
     out = {name: np.zeros(shape, dtype=dt) for name, dt in
            (("prediction", np.int64), ("iterations", np.int64), ("status", np.int64), ("residual", np.float64),
             ("hardware_time_s", np.float64))}
-    fpe = np.zeros(shape[1:], dtype=np.float64)
+    device_only = {name: np.zeros(shape[1:], dtype=np.float64) for name in DEVICE_ONLY}
     traces: dict[tuple[int, int], np.ndarray] = {}
 
     exact_run = _per_token(exact, exact_tol)
     for name, values in exact_run.items():
         out[name][0] = values
     out["hardware_time_s"][0] = np.nan
-    parts = [(model, resolve(base, chips[ci]), calibration, seeds[si], x, exact.z, mode, tol, cap, tile_size, kinds)
-             for ci in range(len(chips)) for si in range(len(seeds))]
+    parts = [(model, resolve(base, chips[ci]), calibration, seeds[si], x, exact.z, mode, tol, cap, tile_size, kinds,
+              partial_sums) for ci in range(len(chips)) for si in range(len(seeds))]
     runs = bar(run_parts(device_run, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
     for i, run in runs:  # in order of completion: each run is keyed by its chip and seed alone
         ci, si = divmod(i, len(seeds))
         traces[ci, si] = run.pop("trace")
-        fpe[ci, si] = run.pop("fixed_point_error")
+        for name in DEVICE_ONLY:
+            device_only[name][ci, si] = run.pop(name)
         for name, values in run.items():
             out[name][1, ci, si] = values
-    ds = comparison_dataset(out, fpe, y, ("path", "chip", "seed", "sample", "position"),
+    ds = comparison_dataset(out, device_only, y, ("path", "chip", "seed", "sample", "position"),
                             {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
                             seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",
                             in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
-                            placement=placement(kinds), tile_size=tile_size or base.channels,
+                            placement=placement(kinds), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
+                            partial_sums=partial_sums,
                             maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
     ds["residual_trace"] = residual_traces(
         median_over_positions(exact.trace), traces, len(chips), len(seeds),

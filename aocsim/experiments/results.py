@@ -26,16 +26,20 @@ def model_checksum(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def comparison_dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: torch.Tensor | None,
+DEVICE_ONLY = ("fixed_point_error", "dac_conversions", "adc_conversions", "energy_j")
+
+
+def comparison_dataset(out: dict[str, np.ndarray], device_only: dict[str, np.ndarray], targets: torch.Tensor | None,
                        dims: tuple[str, ...], coords: dict[str, Any], *, model: torch.nn.Module,
                        profile: DeviceProfile, seeds: list[int], chips: list[int], residual_units: str,
                        in_memory: str, **settings: Any) -> xr.Dataset:
-    """`out` (name -> [path, chip, seed, ...]) and the fixed-point errors [chip, seed, ...] as a Dataset with
-    agreement, correct (when targets are given), units, status names and provenance (+ `settings`)."""
+    """`out` (name -> [path, chip, seed, ...]) and the device path's `DEVICE_ONLY` figures (name -> [chip,
+    seed, ...]) as a Dataset with agreement, correct (when targets are given), units, status names and
+    provenance (+ `settings`)."""
     pred = out["prediction"]
     data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
     data["agreement"] = (dims[1:], pred[1] == pred[0])
-    data["fixed_point_error"] = (dims[1:], fpe)
+    data.update({name: (dims[1:], device_only[name]) for name in DEVICE_ONLY})
     if targets is not None:
         data["correct"] = (dims, pred == targets.numpy())
     ds = xr.Dataset(data, coords={"path": ["exact", "device"], "chip": chips, "seed": seeds, **coords})
@@ -43,6 +47,11 @@ def comparison_dataset(out: dict[str, np.ndarray], fpe: np.ndarray, targets: tor
     ds["residual"].attrs["units"] = residual_units
     ds["hardware_time_s"].attrs["units"] = "s"
     ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
+    for name, what in (("dac_conversions", "injection DAC"), ("adc_conversions", "readout ADC")):
+        ds[name].attrs["description"] = f"{what} conversions per {dims[-1]} on the device path (engine counts)"
+    ds["energy_j"].attrs.update(units="J", description=(
+        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.energy: static powers "
+        "x time + converter energies x conversions; docs/PHYSICS.md, section 6)"))
     card = getattr(model, "card", {}) or {}
     ds.attrs.update({
         "aocsim_version": __version__, "model": str(card.get("name", in_memory)), "model_sha256": model_checksum(model),

@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
+from aocsim.solve.result import SolveStatus
 from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
 from aocsim.experiments.sweep.store import SweepStore, assemble, write_results
 
@@ -79,12 +80,12 @@ def run_point(spec: SweepSpec, point: Point, threads: int) -> xr.Dataset:
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
         seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
         ds = compare(model, profile, x, y, seeds=seeds, chips=list(spec.chips), **placement)
-        return point_metrics(ds, profile, spec.metrics).assign_coords(seed=list(spec.seeds))
+        return point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
     finally:
         torch.set_num_threads(before)
 
 
-def point_metrics(ds: xr.Dataset, profile: Any, metrics: tuple[str, ...]) -> xr.Dataset:
+def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
     """Per chip and seed: the metrics of a `compare` Dataset (means over samples and positions)."""
     per_run = [d for d in ("sample", "position") if d in ds.dims]
     device = ds.sel(path="device")
@@ -98,8 +99,8 @@ def point_metrics(ds: xr.Dataset, profile: Any, metrics: tuple[str, ...]) -> xr.
             out[m] = ds.agreement.mean(per_run)
         elif m == "iterations":
             out[m] = device.iterations.mean(per_run)
-        elif m == "converged":
-            out[m] = (device.status == 1).mean(per_run)
+        elif m == "converged":  # met the tolerance, or settled at the noise floor
+            out[m] = device.status.isin([SolveStatus.CONVERGED.value, SolveStatus.NOISE_FLOOR.value]).mean(per_run)
         elif m == "fixed_point_error":
             out[m] = ds.fixed_point_error.median(per_run)
         elif m == "residual":
@@ -109,22 +110,10 @@ def point_metrics(ds: xr.Dataset, profile: Any, metrics: tuple[str, ...]) -> xr.
             out[m] = device.hardware_time_s.mean(per_run)
             out[m].attrs["units"] = "s"
         elif m == "energy_per_inference_j":
-            out[m] = energy_per_inference(ds, profile).mean(per_run)
+            out[m] = ds.energy_j.mean(per_run)
             out[m].attrs["units"] = "J"
     result = xr.Dataset({k: v.astype(np.float64).drop_vars("path", errors="ignore") for k, v in out.items()})
     return result.transpose("chip", "seed")
-
-
-def energy_per_inference(ds: xr.Dataset, profile: Any) -> xr.DataArray:
-    """Energy per sample (per token) of the device path: `aocsim.hardware.energy` applied to the run's
-    hardware time and the converter counts the engine reports."""
-    from aocsim.hardware.energy import Activity, energy_j
-
-    device = ds.sel(path="device")
-    activity = Activity(time_s=device.hardware_time_s.values, dac_conversions=ds.dac_conversions.values,
-                        adc_conversions=ds.adc_conversions.values, digital_ops=ds.digital_ops.values)
-    return xr.DataArray(np.asarray(energy_j(profile, activity)["total"], dtype=np.float64),
-                        dims=ds.fixed_point_error.dims, coords=ds.fixed_point_error.coords)
 
 
 def _job(spec: SweepSpec, point: Point, threads: int) -> tuple[str, xr.Dataset]:

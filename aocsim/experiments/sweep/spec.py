@@ -53,7 +53,7 @@ METRICS = {
     "exact_accuracy": "accuracy of the exact path (the same at every chip and seed)",
     "agreement": "fraction of device predictions equal to the exact ones",
     "iterations": "mean device iterations per sample (per token)",
-    "converged": "fraction of device solves that met the tolerance",
+    "converged": "fraction of device solves that met the tolerance or settled at the noise floor",
     "fixed_point_error": "median ||z_device - z_exact|| / ||z_exact||",
     "residual": "median device residual at the end of each solve (the Dataset's units)",
     "time_per_inference_s": "mean hardware time per sample (per token), s",
