@@ -135,7 +135,7 @@ def connect(scheduler: str) -> Any:
         raise InputError("--scheduler needs Dask distributed; install it with pip install 'aocsim[distributed]'") \
             from None
     try:
-        return Client(scheduler, timeout="10s", set_as_default=False)
+        return Client(scheduler, timeout="5s", set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise InputError(f"--scheduler {scheduler}: cannot reach it ({type(exc).__name__}); expected a running "
                          "Dask scheduler at tcp://HOST:PORT") from None
@@ -147,7 +147,7 @@ def _dask(client: Any, spec: SweepSpec, todo: list[Point]) -> Iterator[tuple[str
     # A Dask worker runs one task per thread it has: one torch thread per task is its share of the cores.
     futures = [client.submit(_job, spec, p, 1, key=f"aocsim-point-{p.key}", pure=False) for p in todo]
     try:
-        for future in as_completed(futures):
+        for future in as_completed(futures, loop=client.loop):
             yield future.result()
     finally:
         for f in futures:

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from aocsim.errors import InputError, ProfileError
+from aocsim.errors import AocsimError, InputError, ProfileError
 
 TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
 # Placement settings a sweep can vary (how a model is put on the device, not the device itself).
@@ -300,7 +300,7 @@ def check_points(spec: SweepSpec) -> None:
                                  f"or one of {', '.join(PLACEMENT)}")
     try:
         base = load_device(spec.device)
-    except (ProfileError, InputError) as exc:
+    except AocsimError as exc:
         raise InputError(f"device = {spec.device!r}: {exc}") from None
     seen: set[str] = set()
     for point in spec.points():

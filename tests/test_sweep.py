@@ -1,0 +1,188 @@
+"""Sweeps (aocsim/experiments/sweep): spec checks, resume after SIGKILL, the same Dataset on any
+number of workers or a Dask cluster, expected trends, Pareto fronts, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from click.testing import CliRunner
+
+from aocsim.cli import main
+from aocsim.errors import InputError
+from aocsim.experiments.sweep import load_spec, parse_spec, status, sweep
+from aocsim.experiments.sweep.plots import pareto_front, plot_pareto, plot_sweep
+from aocsim.experiments.sweep.spec import noise_seed
+
+SMALL = {"model": "digits-deq48", "device": "aoc48", "data": {"samples": 24},
+         "axes": {"slm.bits": [4, 9], "readout.adc_bits": [8, 12]}, "seeds": 2, "chips": 1,
+         "metrics": ["accuracy", "agreement", "iterations", "fixed_point_error", "energy_per_inference_j"]}
+
+
+def _write(tmp_path: Path, spec: dict, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> xr.Dataset:
+    """SMALL run uninterrupted on one worker."""
+    return sweep(parse_spec(SMALL), tmp_path_factory.mktemp("one") / "sweep", workers=1)
+
+
+def test_two_workers_and_a_dask_cluster_give_the_same_dataset(reference: xr.Dataset, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    xr.testing.assert_identical(reference, sweep(parse_spec(SMALL), tmp_path / "two", workers=2))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        on_dask = sweep(parse_spec(SMALL), tmp_path / "dask", scheduler=cluster.scheduler_address)
+    xr.testing.assert_identical(reference, on_dask)
+    # each point's noise streams come from the root seed and its key: distinct per point and seed
+    seeds = reference.noise_seed.values.ravel()
+    assert len(set(seeds.tolist())) == seeds.size
+
+
+def test_a_sweep_killed_mid_run_and_resumed_gives_the_uninterrupted_dataset(reference: xr.Dataset,
+                                                                            tmp_path: Path) -> None:
+    spec, out = _write(tmp_path, SMALL), tmp_path / "killed"
+    command = [sys.executable, "-m", "aocsim", "--threads", "1", "sweep", str(spec), "--out", str(out),
+               "--workers", "1"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(list((out / "points").glob("*.nc"))) < 1 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written = len(list((out / "points").glob("*.nc")))
+    assert 1 <= written < 4, written  # killed after some points and before the end
+    assert not (out / "results.nc").exists()
+    assert status(out)["done"] == written
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.nc")}
+    refused = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(out)])
+    assert refused.exit_code == 1 and "pass --resume" in refused.output  # nothing lost
+    resumed = CliRunner().invoke(main, ["--threads", "1", "sweep", str(spec), "--out", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    with xr.open_dataset(out / "results.nc", engine="h5netcdf") as ds:
+        xr.testing.assert_identical(reference, ds.load())
+    assert status(out) == {"done": 4, "total": 4, "results": True, "missing": []}
+    # the finished points were kept, not run again
+    assert {name: (out / "points" / name).stat().st_mtime_ns for name in before} == before
+
+
+def test_expected_trends_agreement_with_slm_bits_residual_with_noise(tmp_path: Path) -> None:
+    spec = {**SMALL, "data": {"samples": 90}, "axes": {"noise.multiplier": [1, 64], "slm.bits": [2, 9]},
+            "metrics": ["agreement", "residual", "fixed_point_error"]}
+    ds = sweep(parse_spec(spec), tmp_path / "trend", workers=2)
+    runs = ds.sizes["chip"] * ds.sizes["seed"]
+    agree = ds.agreement.sel(model="digits-deq48").mean(("chip", "seed"))
+    band = 2 * ds.agreement.std(("chip", "seed")).max() + 1 / (90 * runs)  # one image of slack
+    assert bool((agree.sel({"slm.bits": 9}) >= agree.sel({"slm.bits": 2}) - band).all())
+    assert float(agree.sel({"slm.bits": 9}).min()) > float(agree.sel({"slm.bits": 2}).min())
+    residual = ds.residual.mean(("chip", "seed"))
+    assert bool((residual.sel({"noise.multiplier": 64}) > 10 * residual.sel({"noise.multiplier": 1})).all())
+    error = ds.fixed_point_error.mean(("chip", "seed"))
+    assert bool((error.sel({"slm.bits": 9}) < error.sel({"slm.bits": 2})).all())
+
+
+def test_the_results_carry_units_provenance_and_draw(reference: xr.Dataset, tmp_path: Path) -> None:
+    assert reference.energy_per_inference_j.attrs["units"] == "J"
+    assert float(reference.energy_per_inference_j.min()) > 0
+    assert reference.attrs["device"] == "aoc48" and "digits-deq48" in reference.attrs["model_sha256"]
+    assert parse_spec(yaml.safe_load(yaml.safe_dump(SMALL))).text() == reference.attrs["spec"]
+    assert plot_sweep(reference, tmp_path / "grid.png").stat().st_size > 0
+    assert plot_pareto(reference, tmp_path / "front.png").stat().st_size > 0
+    out = CliRunner().invoke(main, ["plot", str(tmp_path / "none.nc")])
+    assert out.exit_code == 2  # click: no such file
+
+
+def test_pareto_front_is_what_nothing_beats() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        cost, acc = rng.integers(0, 6, 12).astype(float), rng.integers(0, 6, 12).astype(float)
+        front = set(pareto_front(cost, acc).tolist())
+        for i in range(12):
+            beaten = any((cost[j] <= cost[i] and acc[j] >= acc[i]) and (cost[j] < cost[i] or acc[j] > acc[i])
+                         for j in range(12))
+            if beaten:
+                assert i not in front
+        # exactly one point per distinct non-dominated (cost, accuracy) pair
+        kept = {(cost[i], acc[i]) for i in front}
+        assert len(kept) == len(front)
+        for i in range(12):
+            if not any((cost[j] <= cost[i] and acc[j] >= acc[i]) and (cost[j] < cost[i] or acc[j] > acc[i])
+                       for j in range(12)):
+                assert (cost[i], acc[i]) in kept
+
+
+def test_zip_and_latin_hypercube_axes() -> None:
+    spec = parse_spec({**SMALL, "axes": {}, "zip": {"noise.multiplier": [1, 2, 4], "readout.adc_bits": [12, 10, 8]},
+                       "random": {"points": 8, "seed": 1, "ranges": {"noise.rin.rin_db_per_hz":
+                                                                      {"low": -150, "high": -130}}}})
+    assert spec.shape == (1, 3, 8) and len(spec.points()) == 24
+    drawn = np.asarray(spec.axes[1].values["noise.rin.rin_db_per_hz"])
+    # Latin hypercube: one draw in each eighth of the range
+    assert sorted(np.floor((drawn + 150) / 20 * 8).astype(int).tolist()) == list(range(8))
+    keys = {p.key for p in spec.points()}
+    assert len(keys) == 24
+    assert noise_seed(0, "a", 0) != noise_seed(1, "a", 0) != noise_seed(0, "b", 0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"axes": {"slm.bitz": [4]}}, "unknown parameter 'slm.bitz' (did you mean 'slm.bits'?)"),
+    ({"axes": {"placement.tile": [4]}}, "unknown parameter 'placement.tile'"),
+    ({"axes": {"slm.bits": [0, 9]}}, "slm.bits = 0"),
+    ({"axes": {"noise.power_per_unit_w": [-1.0]}}, "noise.power_per_unit_w = -1.0"),
+    ({"axes": {"slm.bits": []}}, "axes.slm.bits = []; expected a non-empty list"),
+    ({"axes": {"placement.partial_sums": ["both"]}}, "placement.partial_sums = 'both'"),
+    ({"zip": {"slm.bits": [4, 5], "readout.adc_bits": [8]}}, "zip: lists of lengths [1, 2]"),
+    ({"random": {"points": 4, "ranges": {"noise.multiplier": {"low": 2, "high": 1}}}},
+     "random.ranges.noise.multiplier"),
+    ({"seeds": 0}, "seeds = 0; expected a count >= 1"),
+    ({"metrics": ["speed"]}, "metrics: unknown metric 'speed'"),
+    ({"modle": "x"}, "unknown key 'modle'"),
+    ({"data": {"images": 3}}, "data.images is not a data setting"),
+    ({"device": "aoc99"}, "device = 'aoc99'"),
+])
+def test_bad_specs_are_one_line_errors(change: dict, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec({**SMALL, **change})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_errors_lose_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [digits-deq48\n")
+    out = CliRunner().invoke(main, ["sweep", str(bad), "--out", str(tmp_path / "o")])
+    assert out.exit_code == 1 and "not valid YAML at line" in out.output
+    spec = _write(tmp_path, SMALL)
+    out = CliRunner().invoke(main, ["sweep", str(spec), "--out", "/proc/aocsim-sweep"])
+    assert out.exit_code == 1 and "cannot write in /proc" in out.output
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    for flags in ([], ["--overwrite"], ["--resume"]):
+        out = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(mine), *flags])
+        assert out.exit_code == 1 and "not a sweep's" in out.output
+    assert (mine / "notes.txt").read_text() == "keep me"
+    start = time.monotonic()
+    out = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "d"), "--scheduler",
+                                    "tcp://127.0.0.1:9"])
+    assert out.exit_code == 1 and "cannot reach it" in out.output and time.monotonic() - start < 30
+    assert not (tmp_path / "d").exists()
+    other = _write(tmp_path, {**SMALL, "seeds": 1}, "other.yaml")
+    done = tmp_path / "done"
+    (done / "points").mkdir(parents=True)
+    (done / "spec.json").write_text(load_spec(spec).text())
+    out = CliRunner().invoke(main, ["sweep", str(other), "--out", str(done), "--resume"])
+    assert out.exit_code == 1 and "a different spec" in out.output
+    out = CliRunner().invoke(main, ["sweep", "status", str(tmp_path / "mine")])
+    assert out.exit_code == 1 and "holds no sweep" in out.output
