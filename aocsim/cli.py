@@ -407,6 +407,24 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
     click.echo(format_loop_bench(rows))
 
 
+@bench.command("sweep")
+@click.option("--points", default=16, show_default=True, type=click.IntRange(min=2), help="Points of the sweep.")
+@click.option("--workers", "workers", multiple=True, type=click.IntRange(min=1), default=(1, 2), show_default=True,
+              help="Local worker counts to time (repeatable); the first is the yardstick.")
+@_friendly
+def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
+    """Throughput of a CPU-bound sweep (digits-deq48 on aoc48) on 1, 2, ... local workers, one torch
+    thread each, as ratios to the first, timed in this run."""
+    from aocsim.experiments.bench import bench_sweep, format_sweep_bench
+    from aocsim.threads import load_average, usable_cores
+
+    busy = load_average()
+    rows = bench_sweep(tuple(workers), points=points)
+    click.echo(f"digits-deq48 on aoc48, {points} points (450 images, 1 chip, 1 seed each), 1 torch thread per "
+               f"worker, {usable_cores()} cores ({busy or 0:.1f} busy with other work at the start)")
+    click.echo(format_sweep_bench(rows))
+
+
 def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     """KEY=VALUE pairs, each VALUE read the way profile files are (so 5e7 is a number)."""
     import yaml
@@ -549,9 +567,13 @@ def _print_compare(s: dict[str, Any]) -> None:
     click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
     click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
     click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean)")
+    click.echo(f"  energy             {1e6 * s['energy_j']:.2f} uJ per {unit} (mean; docs/PHYSICS.md section 6)")
 
 
-from aocsim import cli_sweep  # noqa: E402,F401  (registers `aocsim sweep` and `aocsim plot`)
+from aocsim.cli_sweep import plot_cmd, sweep_cmd  # noqa: E402  (they use the helpers above)
+
+main.add_command(sweep_cmd)
+main.add_command(plot_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from aocsim.cli import _compute, _friendly, _Path, main
+from aocsim.cli import _compute, _friendly, _Path
 
 
 class _SweepGroup(click.Group):
@@ -19,7 +19,7 @@ class _SweepGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@main.group("sweep", cls=_SweepGroup)
+@click.group("sweep", cls=_SweepGroup)
 def sweep_cmd() -> None:
     """Noise-sensitivity and co-design sweeps: `aocsim sweep SPEC --out DIR`, `aocsim sweep status DIR`.
 
@@ -75,7 +75,7 @@ def status_cmd(folder: Path) -> None:
                + ("written" if s["results"] else "not written yet (aocsim sweep SPEC --out DIR --resume)"))
 
 
-@main.command("plot")
+@click.command("plot")
 @click.argument("results", type=_Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--metric", default="accuracy", show_default=True, help="The variable to draw.")
 @click.option("--pareto", type=click.Choice(["energy", "time"]), default=None,

@@ -112,5 +112,22 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     assert ds.attrs["maps_on_tiles"] == "blocks.0.out_proj" and ds.attrs["placement"].startswith("hybrid: out_proj")
     it = ds.iterations.sel(path="device")
     assert np.allclose(ds.hardware_time_s.sel(path="device"), 2 * it * 20e-9)  # out_proj: 1 x 2 tiles
+    # converters per token: the whole input into the tile row, one ADC per output (analog partial
+    # sums) or one per output and tile column (digital)
+    d_model, d_inner = load_model(MODEL).blocks[0].out_proj.weight.shape
+    dac_per_pass = np.unique(ds.dac_conversions / it)
+    assert dac_per_pass.size == 1 and d_inner <= dac_per_pass[0] <= d_inner + 4  # (+ the tiles' offset inputs)
+    assert np.array_equal(ds.adc_conversions, it * d_model)
+    digital = compare(MODEL, "aoc48", tokens[:2, :16], targets[:2, :16], on_tiles=("out_proj",),
+                      partial_sums="digital")
+    it = digital.iterations.sel(path="device")
+    assert np.array_equal(digital.adc_conversions, it * 2 * d_model) and digital.attrs["partial_sums"] == "digital"
+    # energy: the profile's static power over the hardware time plus the converters' energy
+    from aocsim.hardware.energy import Activity, energy_j
+    from aocsim.hardware.profile import load_device
+
+    expected = energy_j(load_device("aoc48"), Activity(digital.hardware_time_s.sel(path="device").values,
+                                                       digital.dac_conversions.values, digital.adc_conversions.values))
+    assert np.allclose(digital.energy_j, expected["total"], rtol=1e-12)
     with pytest.raises(InputError, match="on_tiles = .* applies to implicit SSMs"):
         compare("digits-deq48", "aoc48-twin", torch.zeros(1, 64, dtype=torch.float64), on_tiles=("inject",))

@@ -104,3 +104,45 @@ def format_loop_bench(rows: list[LoopBenchRow]) -> str:
         lines.append(f"{r.setting:24s} {r.batch:6d} {r.folded_per_s:15.3e} {r.per_stage_per_s:17.3e} "
                      f"{r.ratio:6.2f}x {diff:>11s}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SweepBenchRow:
+    """Points per second of one sweep run on `workers` local processes (one torch thread each)."""
+
+    workers: int
+    points: int
+    seconds: float
+
+    @property
+    def points_per_s(self) -> float:
+        return self.points / self.seconds
+
+
+def bench_sweep(workers: tuple[int, ...] = (1, 2), *, points: int = 16, samples: int = 450) -> list[SweepBenchRow]:
+    """The same CPU-bound sweep (digits-deq48 on aoc48, `points` values of noise.multiplier, one chip
+    and seed each) on 1, 2, ... local workers, in this run, one after another; each worker runs
+    torch on one thread, so the ratio of throughputs is the scaling over processes. The yardstick
+    is the first entry of `workers`; its spawned start-up is part of every timing, as for users."""
+    import tempfile
+
+    from aocsim.experiments.sweep import parse_spec, sweep
+
+    spec = parse_spec({"model": "digits-deq48", "device": "aoc48", "data": {"samples": samples},
+                       "axes": {"noise.multiplier": [1.0 + i / points for i in range(points)]},
+                       "metrics": ["accuracy"]})
+    rows = []
+    for w in workers:
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.perf_counter()
+            sweep(spec, folder, workers=w, threads=1)
+            rows.append(SweepBenchRow(w, points, time.perf_counter() - start))
+    return rows
+
+
+def format_sweep_bench(rows: list[SweepBenchRow]) -> str:
+    base = rows[0].points_per_s
+    lines = [f"{'workers':>8} {'points':>7} {'seconds':>8} {'points/s':>9} {'vs ' + str(rows[0].workers):>7}"]
+    lines += [f"{r.workers:>8} {r.points:>7} {r.seconds:>8.1f} {r.points_per_s:>9.3f} {r.points_per_s / base:>6.2f}x"
+              for r in rows]
+    return "\n".join(lines)

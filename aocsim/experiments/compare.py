@@ -252,7 +252,7 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
     """The headline figures of a `compare` Dataset (spreads over chips x seeds, one value per run).
 
     Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
-    mean iterations per path, device status counts, mean hardware time per sample (s) and the number
+    mean iterations per path, device status counts, mean hardware time and energy per sample (s, J) and the number
     of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`).
     """
     runs = ds.sizes["chip"] * ds.sizes["seed"]
@@ -265,6 +265,7 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "agreement": (float(agree.mean()), float(agree.std()), float(agree.min())),
         "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
         "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
+        "energy_j": float(ds.energy_j.mean()),
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None,
     }
