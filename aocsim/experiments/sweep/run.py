@@ -206,6 +206,8 @@ def check_models(spec: SweepSpec) -> None:
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
             if path == "placement.mode" and not sequence:
                 raise InputError(f"{path} is swept but model {name!r} is a DEQ; expected it only for implicit SSMs")
+            if path == "placement.stop" and sequence:
+                raise InputError(f"{path} is swept but model {name!r} is an implicit SSM; expected it only for DEQs")
 
 
 def provenance(spec: SweepSpec) -> dict[str, str]:

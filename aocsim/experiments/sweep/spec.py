@@ -47,6 +47,8 @@ PLACEMENT = {
     "placement.tile_size": "channels per tile side (implicit SSMs and tiled DEQs), an integer >= 1",
     "placement.partial_sums": "how a tile row's partial products are added: 'analog' or 'digital'",
     "placement.mode": "implicit SSMs: 'sequential' or 'simultaneous'",
+    "placement.stop": "DEQs run natively: 'tolerance' (the loop's state at its fixed point) or 'readout' "
+                      "(the ADC's average after the settle window: where readout.adc_bits matters)",
 }
 METRICS = {
     "accuracy": "device accuracy (fraction; per sample, or per token for sequence models)",
@@ -321,6 +323,8 @@ def _check_placement(path: str, values: tuple[Any, ...]) -> None:
             ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
         elif path == "placement.partial_sums":
             ok = v in ("analog", "digital")
+        elif path == "placement.stop":
+            ok = v in ("tolerance", "readout")
         else:
             ok = v in ("sequential", "simultaneous")
         if not ok:
