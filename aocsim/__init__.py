@@ -6,6 +6,7 @@ Public entry points:
     load_device             device profiles (ideal, aoc16/48-twin, aoc16/48)
     OpticalLoop, loop_step  one iteration of the virtual AOC
     DEQ, DEQConfig          deep equilibrium cells (aocsim.nn)
+    compare, sweep          a model on a virtual AOC next to its exact path; sweeps of them (docs/SWEEPS.md)
 
 The torch-based names are imported on first use (module `__getattr__`), so
 that `import aocsim` and `aocsim --help` do not pay torch's start-up time.
@@ -26,6 +27,7 @@ _LAZY = {
     "OpticalLoop": "aocsim.hardware.loop", "loop_step": "aocsim.hardware.loop",
     "DeviceProfile": "aocsim.hardware.profile", "load_device": "aocsim.hardware.profile",
     "load_model": "aocsim.io.model_files", "compare": "aocsim.experiments.compare",
+    "sweep": "aocsim.experiments.sweep",
     "DEQ": "aocsim.nn.deq", "DEQConfig": "aocsim.nn.deq",
     **{name: "aocsim.solve" for name in ("Anderson", "Implicit", "Phantom", "Picard", "SolveResult",
                                           "SolveStatus", "Unrolled", "equilibrium", "solve")},
@@ -35,7 +37,7 @@ __all__ = [
     "__version__", "AocsimError", "Anderson", "DEQ", "DEQConfig", "DeviceProfile", "Implicit", "InputError",
     "OpticalLoop", "load_device", "loop_step",
     "ModelFileError", "Phantom", "Picard", "SolveResult", "SolveStatus", "UnknownNameError",
-    "Unrolled", "compare", "equilibrium", "load_model", "solve",
+    "Unrolled", "compare", "equilibrium", "load_model", "solve", "sweep",
 ]
 
 

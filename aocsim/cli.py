@@ -472,10 +472,12 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               help="Sequence models: token by token (the RNN) or all tokens at once.")
 @click.option("--on-tiles", default="inject,in_proj,out_proj", show_default=True,
               help="Sequence models: which linear maps run on optical tiles (comma-separated); the rest digital.")
+@click.option("--elementwise", type=click.Choice(["digital", "analog"]), default="digital", show_default=True,
+              help="Sequence models: SiLU and softplus exact, or on modelled analog circuits (docs/DEVICE_RUNS.md).")
 @_friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
                 tiling: bool, out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
-                mode: str, on_tiles: str) -> None:
+                mode: str, on_tiles: str, elementwise: str) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
     DEQ digits models run natively on the test images (larger ones with beta W on optical tiles,
@@ -539,7 +541,8 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
                 g = group(model.card["data"]["group"])
                 tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
                                                 identity_prob=1 / g.order, generator=2024)
-                results[name] = compare(model, device, tokens, targets, mode=mode, on_tiles=kinds, **options)
+                results[name] = compare(model, device, tokens, targets, mode=mode, on_tiles=kinds,
+                                        elementwise=elementwise, **options)
     tmp = out.with_name(f".{out.name}.tmp")
     for i, (name, ds) in enumerate(results.items()):
         group_name = None if len(results) == 1 else name

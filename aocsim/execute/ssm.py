@@ -5,7 +5,8 @@ The model (aocsim/nn/implicit_ssm.py) iterates z = f(z) per token; inside f, eve
 device (`place_ssm`), each of them becomes a `DeviceLinear`: the matrix programmed onto a grid of
 optical tiles (aocsim/hardware/tiles.py), each call a tile pass with its own noise. Everything else
 stays digital in float64: RMSNorm, SiLU, softplus, exp, the causal conv and the selective scan,
-the scan state between tokens, and the head. The model's own code runs unchanged (its modules are
+the scan state between tokens, and the head; with `elementwise="analog"` the SiLU and softplus
+run on modelled analog circuits instead (aocsim/execute/elementwise.py). The model's own code runs unchanged (its modules are
 swapped), so both execution modes (simultaneous, sequential) run on the device.
 
 Placement, per chip and weight load (what a real machine does after programming):
@@ -42,6 +43,7 @@ import torch
 from torch import nn
 
 from aocsim.errors import InputError
+from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
@@ -53,11 +55,14 @@ from aocsim.nn.implicit_ssm import ImplicitSSM
 HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC's half range
 CALIBRATION_ROWS = 2048  # inputs per map for the fit (subsampled from the exact path's)
 MAP_KINDS = ("inject", "in_proj", "out_proj")  # the linear maps inside f that can go onto tiles
+ELEMENTWISE = ("digital", "analog")  # how SiLU and softplus run (aocsim/execute/elementwise.py)
 
 
-def placement(on_tiles: tuple[str, ...]) -> str:
+def placement(on_tiles: tuple[str, ...], elementwise: str = "digital") -> str:
     """The placement in words (a Dataset attribute)."""
     tiles = ", ".join(on_tiles) if on_tiles else "nothing"
+    if elementwise == "analog":
+        return f"hybrid: {tiles} on optical tiles; SiLU and softplus analog; other linear maps, norms, conv, scan, head digital"
     return f"hybrid: {tiles} on optical tiles; other linear maps, norms, conv, scan, head digital"
 
 
@@ -73,6 +78,12 @@ def check_on_tiles(on_tiles: object) -> tuple[str, ...]:
         raise InputError(f"on_tiles = {on_tiles!r}: unknown placement{' ' + repr(unknown[0]) if unknown else ''}; "
                          f"expected a non-empty subset of {list(MAP_KINDS)}")
     return tuple(k for k in MAP_KINDS if k in chosen)
+
+
+def check_elementwise(elementwise: object) -> str:
+    if elementwise not in ELEMENTWISE:
+        raise InputError(f"elementwise = {elementwise!r}: unknown placement; expected one of {list(ELEMENTWISE)}")
+    return str(elementwise)
 
 
 def plain_copy(model: ImplicitSSM) -> ImplicitSSM:
@@ -211,10 +222,13 @@ class MapReport:
 class PlacedSSM:
     """An `ImplicitSSM` whose linear maps run on a device (module docstring). Call it like the model."""
 
-    def __init__(self, model: ImplicitSSM, maps: dict[str, DeviceLinear]) -> None:
+    def __init__(self, model: ImplicitSSM, maps: dict[str, DeviceLinear],
+                 functions: dict[str, AnalogElementwise] | None = None) -> None:
         self.model = model
         self.maps = maps
-        self.index = {name: i for i, name in enumerate(linear_maps(model))}  # stable noise streams
+        self.functions = functions or {}  # analog elementwise functions by block ("blocks.i.elementwise")
+        names = [*linear_maps(model), *(f"blocks.{i}.elementwise" for i in range(len(model.blocks)))]
+        self.index = {name: i for i, name in enumerate(names)}  # stable noise streams
 
     def reset(self, generator: keys.Seed) -> None:
         """Give every map a fresh call count under key.fold(m): a run reproducible from its seed."""
@@ -222,7 +236,7 @@ class PlacedSSM:
         if key is None:
             raise InputError("generator = None; a device run draws noise on every tile pass, so expected a "
                              "seed, torch.Generator or Key")
-        for name, layer in self.maps.items():
+        for name, layer in [*self.maps.items(), *self.functions.items()]:
             layer.reset(key.fold(self.index[name]))
 
     def report(self) -> list[MapReport]:
@@ -247,14 +261,15 @@ class PlacedSSM:
                 or tuple(sequences.shape) != (b,) or bool((sequences < 0).any())):
             raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{b}] of ids >= 0")
         context = TokenKeys(sequences.long(), length)
-        for layer in self.maps.values():
+        parts = [*self.maps.values(), *self.functions.values()]
+        for layer in parts:
             layer.token_keys = context
         self.model.pass_hook = context.announce
         try:
             return self.model(tokens, **options)
         finally:
             self.model.pass_hook = None
-            for layer in self.maps.values():
+            for layer in parts:
                 layer.token_keys = None
 
 
@@ -270,7 +285,8 @@ def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
 @torch.no_grad()
 def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = CALIBRATION_ROWS,
                        tau: float = 0.8, max_iter: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
-    """What each linear map sees on the exact path (simultaneous mode) for `tokens`, `rows` per map.
+    """What each linear map sees on the exact path (simultaneous mode) for `tokens`, `rows` per map,
+    and per block ("blocks.i.elementwise") the largest |x| and |f(x)| at each elementwise site [3, 2].
 
     The rows are drawn without replacement from every call of the solve (iterates on the way to
     the fixed point included: the device sees those too), by a generator seeded with `seed`.
@@ -278,23 +294,27 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
     seen: dict[str, list[torch.Tensor]] = {name: [] for name in linear_maps(model)}
     hooks = [module.register_forward_pre_hook(lambda _m, args, name=name: seen[name].append(
         args[0].reshape(-1, args[0].shape[-1]).clone())) for name, module in linear_maps(model).items()]
+    peaks = recorders(model)  # and the elementwise functions' ranges (analog placement)
     try:
         model(tokens, mode="simultaneous", tau=tau, tol=1e-6, max_iter=max_iter)
     finally:
         for h in hooks:
             h.remove()
+        restore(model)
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for name, chunks in seen.items():
         every = torch.cat(chunks)
         pick = torch.randperm(every.shape[0], generator=gen)[:rows]
         out[name] = every[pick]
+    for i, recorder in enumerate(peaks):
+        out[f"blocks.{i}.elementwise"] = recorder.peak
     return out
 
 
 def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], *,
               generator: keys.Seed, tile_size: int | None = None, partial_sums: str = "analog",
-              on_tiles: tuple[str, ...] = MAP_KINDS) -> PlacedSSM:
+              on_tiles: tuple[str, ...] = MAP_KINDS, elementwise: str = "digital") -> PlacedSSM:
     """Place `model` on `device` (one chip, one weight load keyed by `generator`).
 
     Args:
@@ -305,8 +325,10 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
         tile_size, partial_sums: as in `TiledMatrix`.
         on_tiles: which kinds of linear map go onto tiles (`MAP_KINDS`, the default: all); the others
             stay digital. Each map keeps its noise stream whatever the choice.
+        elementwise: "digital" (exact SiLU and softplus) or "analog" (aocsim/execute/elementwise.py).
     """
     kinds = check_on_tiles(on_tiles)
+    check_elementwise(elementwise)
     if not isinstance(model, ImplicitSSM):
         raise InputError(f"model is a {type(model).__name__}; expected an ImplicitSSM")
     key = keys.as_key(generator)
@@ -330,4 +352,12 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
         parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
                                                               name.split(".")[2])
         setattr(parent, attr, layer)
-    return PlacedSSM(placed, layers)
+    functions: dict[str, AnalogElementwise] = {}
+    if elementwise == "analog":
+        for i, block in enumerate(placed.blocks):
+            name = f"blocks.{i}.elementwise"
+            if not isinstance(calibration, dict) or name not in calibration:
+                raise InputError(f"calibration has no {name!r}; expected calibration_inputs(model, tokens)")
+            block.elementwise = functions[name] = AnalogElementwise(
+                device, i, scales_of(calibration[name]), site_channels(placed.config), placed.head.weight.dtype)
+    return PlacedSSM(placed, layers, functions)

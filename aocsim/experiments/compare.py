@@ -21,6 +21,7 @@ from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, compile_deq, resolve_
 from aocsim.execute.deq_tiled import DEVICE_TOL as TILED_TOL
 from aocsim.execute.deq_tiled import MAX_ITER as TILED_MAX_ITER
 from aocsim.execute.deq_tiled import TiledDEQ, check_placement, placement
+from aocsim.execute.ssm import check_elementwise
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.energy import Activity, energy_j
@@ -80,7 +81,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
             on_tiles: tuple[str, ...] | None = None, tiling: bool = True, tile_size: int | None = None,
-            partial_sums: str = "analog", progress: bool = False, workers: int = 1) -> xr.Dataset:
+            partial_sums: str = "analog", elementwise: str = "digital", progress: bool = False,
+            workers: int = 1) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
@@ -109,6 +111,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         tiling: let a DEQ larger than the device run as a tiled hybrid (False: a one-line error).
         tile_size, partial_sums: the tiles of a model on tiles (`TiledMatrix`; default the device's
             channels, analog partial sums); a DEQ that runs natively has none.
+        elementwise: an implicit SSM's SiLU and softplus, "digital" (exact) or "analog" (modelled
+            circuits: aocsim/execute/elementwise.py).
         progress: a progress bar over the chip x seed runs (`aocsim.progress`).
         workers: cores for the device runs (`aocsim.parallel.run_parts`: a DEQ's chips, a sequence
             model's chip x seed runs); the results do not depend on it (draws are keyed by chip and seed).
@@ -125,6 +129,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         >>> float(ds.agreement.mean())
     """
     m = _model(model)
+    check_elementwise(elementwise)
     workers = integer(workers, "workers", minimum=1)
     tile_size = None if tile_size is None else integer(tile_size, "tile_size", minimum=1)
     if partial_sums not in PARTIAL_SUMS:
@@ -135,8 +140,11 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
         return compare_sequences(m, resolve_profile(device), inputs, targets, seeds=_ids("seeds", seeds),
                                  chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
                                  max_iter=max_iter, resolve=resolve_profile, progress=progress, workers=workers,
-                                 tile_size=tile_size, partial_sums=partial_sums,
+                                 tile_size=tile_size, partial_sums=partial_sums, elementwise=elementwise,
                                  **({} if on_tiles is None else {"on_tiles": on_tiles}))
+    if elementwise != "digital":
+        raise InputError(f"elementwise = {elementwise!r} applies to implicit SSMs (their SiLU and softplus); a DEQ's "
+                         "nonlinearity is the loop's own (native) or digital (tiled)")
     if on_tiles is not None:
         raise InputError(f"on_tiles = {on_tiles!r} applies to implicit SSMs; a DEQ runs natively, or with beta W on "
                          "tiles when it outgrows the device")

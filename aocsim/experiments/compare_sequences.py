@@ -16,7 +16,8 @@ import torch
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.execute.ssm import MAP_KINDS, calibration_inputs, check_on_tiles, linear_maps, place_ssm, placement
+from aocsim.execute.ssm import (MAP_KINDS, calibration_inputs, check_elementwise, check_on_tiles, linear_maps,
+                                place_ssm, placement)
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, hold_last, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.energy import Activity, energy_j
@@ -77,19 +78,22 @@ def _per_token(run: Any, tolerance: float) -> dict[str, np.ndarray]:
 
 def device_run(model: ImplicitSSM, profile: DeviceProfile, calibration: Any, seed: int, x: torch.Tensor,
                exact_z: torch.Tensor, mode: str, tol: float, cap: int, tile_size: int | None,
-               kinds: tuple[str, ...], partial_sums: str = "analog") -> dict[str, np.ndarray]:
+               kinds: tuple[str, ...], partial_sums: str = "analog", elementwise: str = "digital"
+               ) -> dict[str, np.ndarray]:
     """One chip and seed: the model placed (weight loads and calibration keyed by the seed) and run on
     every sequence; what `compare_sequences` records, as arrays [B, L] (the trace per iteration).
     A module-level function so that `aocsim.parallel.run_parts` can run it in another process."""
     key = keys.as_key(seed)
     placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size, on_tiles=kinds,
-                       partial_sums=partial_sums)
+                       partial_sums=partial_sums, elementwise=elementwise)
     run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
     out = _per_token(run, tol)
     iterations = run.iterations.double().numpy()
     inject, per_iteration = tile_passes(placed.maps)
     out["hardware_time_s"] = (inject + iterations * per_iteration) * float(profile.values["loop.round_trip_s"])
     (dac0, adc0), (dac, adc) = conversions(placed.maps)
+    for functions in placed.functions.values():  # analog SiLU / softplus: each evaluation converted
+        dac, adc = dac + functions.conversions()[0], adc + functions.conversions()[1]
     out["dac_conversions"], out["adc_conversions"] = dac0 + iterations * dac, adc0 + iterations * adc
     channels = next((layer.tiles.channels for layer in placed.maps.values()), profile.channels or ANY_SIZE_TILE)
     out["energy_j"] = np.asarray(energy_j(profile, Activity(out["hardware_time_s"], out["dac_conversions"],
@@ -113,7 +117,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                       seeds: list[int], chips: list[int], mode: str = "sequential", tol: float = DEVICE_TOL,
                       max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
                       tile_size: int | None = None, on_tiles: tuple[str, ...] = MAP_KINDS, resolve: Any,
-                      partial_sums: str = "analog", progress: bool = False, workers: int = 1) -> xr.Dataset:
+                      partial_sums: str = "analog", elementwise: str = "digital", progress: bool = False,
+                      workers: int = 1) -> xr.Dataset:
     """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
 
     Args:
@@ -130,6 +135,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
             any size).
         on_tiles: which linear maps run on tiles (`place_ssm`; default all).
         partial_sums: "analog" or "digital" (`TiledMatrix`).
+        elementwise: SiLU and softplus "digital" (exact) or "analog" (aocsim/execute/elementwise.py).
         workers: cores for the chip x seed runs (`aocsim.parallel.run_parts`); the results do not
             depend on it (every run's draws are keyed by its chip and seed).
     """
@@ -141,6 +147,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
         raise InputError(f"tol = {tol!r}; expected a relative residual in (0, 1)")
     kinds = check_on_tiles(on_tiles)
+    check_elementwise(elementwise)
     x, y = _tokens(model, tokens, targets)
     b, length = x.shape
     cap = max_iter if max_iter is not None else (30 if mode == "sequential" else 3 * length + 20)
@@ -172,7 +179,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         out[name][0] = values
     out["hardware_time_s"][0] = np.nan
     parts = [(model, resolve(base, chips[ci]), calibration, seeds[si], x, exact.z, mode, tol, cap, tile_size, kinds,
-              partial_sums) for ci in range(len(chips)) for si in range(len(seeds))]
+              partial_sums, elementwise) for ci in range(len(chips)) for si in range(len(seeds))]
     runs = bar(run_parts(device_run, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
     for i, run in runs:  # in order of completion: each run is keyed by its chip and seed alone
         ci, si = divmod(i, len(seeds))
@@ -185,8 +192,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                             {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
                             seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",
                             in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
-                            placement=placement(kinds), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
-                            partial_sums=partial_sums,
+                            placement=placement(kinds, elementwise), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
+                            partial_sums=partial_sums, elementwise=elementwise,
                             maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
     ds["residual_trace"] = residual_traces(
         median_over_positions(exact.trace), traces, len(chips), len(seeds),

@@ -101,6 +101,22 @@ class TokenCache:
     ssm: torch.Tensor  # [B, H, P, N]
 
 
+class Elementwise:
+    """The elementwise functions of a block, by site ("conv": SiLU after the causal conv, "dt":
+    softplus of the step size, "gate": SiLU of the gate). This one is exact (torch's functions)."""
+
+    SITES = ("conv", "dt", "gate")
+
+    def silu(self, x: torch.Tensor, site: str) -> torch.Tensor:
+        return F.silu(x)
+
+    def softplus(self, x: torch.Tensor, site: str) -> torch.Tensor:
+        return F.softplus(x)
+
+
+DIGITAL = Elementwise()
+
+
 class Mamba2Block(nn.Module):
     """One block: returns the residual update o(z, u) (see the module docstring)."""
 
@@ -118,6 +134,9 @@ class Mamba2Block(nn.Module):
         self.D = nn.Parameter(torch.ones(cfg.n_heads))
         self.out_norm = RMSNorm(cfg.d_inner)
         self.out_proj = _linear(cfg.d_inner, cfg.d_model, cfg.weight_norm)
+        # How SiLU and softplus are computed: exactly here; a placement may swap in analog circuits
+        # (aocsim/execute/elementwise.py). A plain attribute: no weights, not in the state dict.
+        self.elementwise: Elementwise = DIGITAL
 
     def _split(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = self.cfg
@@ -127,10 +146,10 @@ class Mamba2Block(nn.Module):
         c = self.cfg
         x = xbc[..., : c.d_inner].unflatten(-1, (c.n_heads, c.head_dim))
         bm, cm = xbc[..., c.d_inner: c.d_inner + c.d_state], xbc[..., c.d_inner + c.d_state:]
-        return x, F.softplus(delta + self.dt_bias), -torch.exp(self.A_log), bm, cm
+        return x, self.elementwise.softplus(delta + self.dt_bias, "dt"), -torch.exp(self.A_log), bm, cm
 
     def _out(self, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.out_norm(y.flatten(-2) * F.silu(g)))
+        return self.out_proj(self.out_norm(y.flatten(-2) * self.elementwise.silu(g, "gate")))
 
     def forward(self, z: torch.Tensor, u: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
         """Whole sequence: z [B, L, d_model], u [B, L, d_in_proj] -> o [B, L, d_model]."""
@@ -154,7 +173,7 @@ class Mamba2Block(nn.Module):
             full = torch.cat([cache.conv, xbc], dim=1)
             conv = F.conv1d(full.transpose(1, 2), weight, self.conv_bias, groups=self.cfg.conv_dim)
             window, state = full[:, -(k - 1):], cache.ssm
-        x, dt, A, bm, cm = self._ssm_inputs(F.silu(conv.transpose(1, 2)), delta)
+        x, dt, A, bm, cm = self._ssm_inputs(self.elementwise.silu(conv.transpose(1, 2), "conv"), delta)
         y, state = chunked_scan(x, dt, A, bm, cm, self.D, state, chunk=chunk)
         return self._out(y, g), TokenCache(window, state)
 
@@ -168,7 +187,7 @@ class Mamba2Block(nn.Module):
         g, xbc, delta = self._split(self.in_proj(self.norm(z)) + u)
         window = torch.cat([cache.conv, xbc[:, None]], dim=1)  # [B, K, conv_dim], oldest first
         conv = (window * self.conv_weight.T[None]).sum(1) + self.conv_bias
-        x, dt, A, bm, cm = self._ssm_inputs(F.silu(conv), delta)
+        x, dt, A, bm, cm = self._ssm_inputs(self.elementwise.silu(conv, "conv"), delta)
         y, state = scan_step(x, dt, A, bm, cm, self.D, cache.ssm)
         return self._out(y, g), TokenCache(window[:, 1:], state)
 

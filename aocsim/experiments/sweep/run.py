@@ -204,7 +204,7 @@ def check_models(spec: SweepSpec) -> None:
         point_inputs(model, spec.data)
         sequence = model.card.get("task") == "state_tracking"
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
-            if path == "placement.mode" and not sequence:
+            if path in ("placement.mode", "placement.elementwise") and not sequence:
                 raise InputError(f"{path} is swept but model {name!r} is a DEQ; expected it only for implicit SSMs")
             if path == "placement.stop" and sequence:
                 raise InputError(f"{path} is swept but model {name!r} is an implicit SSM; expected it only for DEQs")

@@ -47,6 +47,7 @@ PLACEMENT = {
     "placement.tile_size": "channels per tile side (implicit SSMs and tiled DEQs), an integer >= 1",
     "placement.partial_sums": "how a tile row's partial products are added: 'analog' or 'digital'",
     "placement.mode": "implicit SSMs: 'sequential' or 'simultaneous'",
+    "placement.elementwise": "implicit SSMs: SiLU and softplus 'digital' (exact) or 'analog' (modelled circuits)",
     "placement.stop": "DEQs run natively: 'tolerance' (the loop's state at its fixed point) or 'readout' "
                       "(the ADC's average after the settle window: where readout.adc_bits matters)",
 }
@@ -325,6 +326,8 @@ def _check_placement(path: str, values: tuple[Any, ...]) -> None:
             ok = v in ("analog", "digital")
         elif path == "placement.stop":
             ok = v in ("tolerance", "readout")
+        elif path == "placement.elementwise":
+            ok = v in ("digital", "analog")
         else:
             ok = v in ("sequential", "simultaneous")
         if not ok:

@@ -1,0 +1,143 @@
+"""An implicit SSM's SiLU and softplus as analog circuits (`place_ssm(..., elementwise="analog")`).
+
+By default a placed model computes its elementwise functions digitally and exactly. Placed with
+`elementwise="analog"`, each block's three sites (SiLU after the causal conv, softplus of the step
+size, SiLU of the gate; `Elementwise.SITES`) run on analog function circuits, modelled as
+
+    y = ADC( (1 + g_c) f(x) + o_c + n )
+
+per channel c: g_c a static relative gain error (std `elementwise.gain_std`) and o_c a static
+offset (std `elementwise.offset_std` x full scale), both drawn once per chip from its
+`variation.chip_seed`; n the noise of one evaluation (std `elementwise.noise_std` x full scale),
+keyed like the tiles' noise by sequence, position and visit; the ADC is the readout converter
+(`readout.adc_bits`) over [-full scale, full scale]. The full scale of a site is the largest |f(x)|
+it sees on the exact path for the calibration sequences, over HEADROOM (as for the tiles' nodes),
+so values beyond it clip. The input comes in through a DAC of `injection.dac_bits` over the same
+kind of range. RMSNorm, exp(A), the conv and the scan stay digital. On `ideal` (no errors, no
+converters) the analog functions are exact. Figures in the profiles are assumptions
+(devices/SCHEMA.md, "elementwise"); results in docs/DEVICE_RUNS.md.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from aocsim.hardware import components as C
+from aocsim.hardware import keys
+from aocsim.hardware.counter_rng import normal_pair
+from aocsim.hardware.profile import DeviceProfile
+from aocsim.nn.implicit_ssm import Elementwise
+
+HEADROOM = 0.8  # the largest calibration output, as a fraction of a site's full scale
+ELEMENTWISE = 7  # stream purpose under a chip's key (keys.CHIP ... keys.DARK are 1-6)
+
+
+class AnalogElementwise(Elementwise):
+    """One block's SiLU and softplus on analog circuits of one chip (module docstring).
+
+    Args:
+        device: the chip's profile.
+        block: the block's index (its own static draws).
+        scales: per site, the largest |x| and |f(x)| of the calibration (full scales: over HEADROOM).
+        channels: channel count per site.
+    """
+
+    def __init__(self, device: DeviceProfile, block: int, scales: dict[str, tuple[float, float]],
+                 channels: dict[str, int], dtype: torch.dtype) -> None:
+        v = device.values
+        self.input_scale = {site: max(s[0], 1e-12) / HEADROOM for site, s in scales.items()}
+        self.scale = {site: max(s[1], 1e-12) / HEADROOM for site, s in scales.items()}
+        self.noise_std = float(v["elementwise.noise_std"])
+        self.dac_bits, self.adc_bits = v["injection.dac_bits"], v["readout.adc_bits"]
+        chip = keys.Key(keys._mix(v["variation.chip_seed"])).fold(ELEMENTWISE, block)
+        self.gain, self.offset = {}, {}
+        for i, site in enumerate(self.SITES):
+            n = channels[site]
+            self.gain[site] = 1.0 + float(v["elementwise.gain_std"]) * keys.normals(
+                chip.fold(i, 0), (n,), dtype=dtype, device="cpu")
+            self.offset[site] = float(v["elementwise.offset_std"]) * self.scale[site] * keys.normals(
+                chip.fold(i, 1), (n,), dtype=dtype, device="cpu")
+        self.run_key: keys.Key | None = None
+        self.calls = 0
+        self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.ssm.TokenKeys)
+
+    def reset(self, generator: keys.Seed) -> None:
+        self.run_key, self.calls = keys.as_key(generator), 0
+
+    def conversions(self) -> tuple[int, int]:
+        """(DAC, ADC) conversions of one evaluation of every site for one token."""
+        n = sum(len(g) for g in self.gain.values())
+        return n, n
+
+    def _analog(self, f, x: torch.Tensor, site: str) -> torch.Tensor:
+        full = self.scale[site]
+        span = self.input_scale[site]
+        x = C.quantize_range(x, -span, span, self.dac_bits)
+        y = f(x) * self.gain[site].to(x) + self.offset[site].to(x)
+        if self.noise_std > 0:
+            if self.run_key is None:
+                raise RuntimeError("AnalogElementwise used before reset(generator): no noise key")
+            index = self.SITES.index(site)
+            rows = self.token_keys
+            flat = x.reshape(-1, x.shape[-1])
+            if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
+                samples, visit = rows.samples(tuple(x.shape[:-1])), rows.visit
+            else:
+                samples, visit = torch.arange(flat.shape[0]), self.calls
+            key = self.run_key.fold(index, visit).tensor(x.device)
+            draw, _ = normal_pair(key, keys.sample_counters(samples.to(x.device), x.shape[-1]), x.dtype)
+            y = y + (self.noise_std * full) * draw.reshape(x.shape)
+        self.calls += 1
+        return C.quantize_range(y, -full, full, self.adc_bits)
+
+    def silu(self, x: torch.Tensor, site: str) -> torch.Tensor:
+        return self._analog(F.silu, x, site)
+
+    def softplus(self, x: torch.Tensor, site: str) -> torch.Tensor:
+        return self._analog(F.softplus, x, site)
+
+
+class _Recorder(Elementwise):
+    """Exact functions that remember the largest |x| and |f(x)| per site (the calibration of the full scales)."""
+
+    def __init__(self) -> None:
+        self.peak = torch.zeros(len(self.SITES), 2, dtype=torch.float64)
+
+    def _note(self, x: torch.Tensor, y: torch.Tensor, site: str) -> torch.Tensor:
+        i = self.SITES.index(site)
+        self.peak[i, 0] = max(float(self.peak[i, 0]), float(x.detach().abs().max()))
+        self.peak[i, 1] = max(float(self.peak[i, 1]), float(y.detach().abs().max()))
+        return y
+
+    def silu(self, x: torch.Tensor, site: str) -> torch.Tensor:
+        return self._note(x, F.silu(x), site)
+
+    def softplus(self, x: torch.Tensor, site: str) -> torch.Tensor:
+        return self._note(x, F.softplus(x), site)
+
+
+def site_channels(config) -> dict[str, int]:
+    """Channels of each site of a block: the conv's outputs, the heads, the inner width."""
+    return {"conv": config.conv_dim, "dt": config.n_heads, "gate": config.d_inner}
+
+
+def scales_of(peaks: torch.Tensor) -> dict[str, tuple[float, float]]:
+    """A recorder's peaks [site, (input, output)] as a dict by site."""
+    return {site: (float(peaks[i, 0]), float(peaks[i, 1])) for i, site in enumerate(Elementwise.SITES)}
+
+
+def recorders(model) -> list[_Recorder]:
+    """Put a recorder into every block of `model` (remove with `restore`)."""
+    out = []
+    for block in model.blocks:
+        block.elementwise = _Recorder()
+        out.append(block.elementwise)
+    return out
+
+
+def restore(model) -> None:
+    from aocsim.nn.implicit_ssm import DIGITAL
+
+    for block in model.blocks:
+        block.elementwise = DIGITAL
