@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
-
-from functools import partial
 
 from aocsim.errors import InputError, UnknownNameError
 from aocsim.io.outputs import check_output_dir, check_writable_folder
@@ -50,6 +50,11 @@ for _prefix, _base, _depths in (("parity", _PARITY, (1, 2, 4)), ("a5", _long_bud
     for _layers in _depths:
         _name = f"{_prefix}-explicit{_layers}"
         STATE_TRACKING[_name] = _st.StateTrackingRecipe(name=_name, implicit=False, n_layers=_layers, **_base)
+
+# Hardware-aware parity (docs/DEVICE_RUNS.md, "Hardware-aware training"): the same recipe, trained
+# with 6-bit weights and 10 % noise on every call of the maps inside f (twice aoc48's tile noise).
+STATE_TRACKING["parity-implicit-hw"] = replace(STATE_TRACKING["parity-implicit"], name="parity-implicit-hw",
+                                               hw_weight_bits=6, hw_noise=0.1)
 
 RECIPES: dict[str, Callable[..., Path]] = {
     "digits-deq48": _digits.run_recipe,

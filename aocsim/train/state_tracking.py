@@ -82,6 +82,10 @@ class StateTrackingRecipe:
     # Jacobian Regularization", ICML 2021). It keeps f contractive around its equilibria, so the
     # fixed point is unique and both execution modes reach the same one; 0 switches it off.
     jac_reg: float = 0.0
+    # Hardware-aware training (aocsim/train/hardware_aware.py): weight bits of the maps inside f
+    # (None: full precision) and the noise of each of their calls, relative to its largest output.
+    hw_weight_bits: int | None = None
+    hw_noise: float = 0.0
     seed: int = 0
     # Recipe revision, so that the cards of models trained before a recipe changed stay apart in
     # the seed table (1: the first committed recipes; 2: the A5 recipes of issue 11).
@@ -106,6 +110,8 @@ class StateTrackingRecipe:
 
         checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "train_length": self.train_length >= 1,
                   "lr": self.lr > 0, "tau": 0 < self.tau <= 1, "jac_reg": self.jac_reg >= 0,
+                  "hw_weight_bits": self.hw_weight_bits is None or 2 <= self.hw_weight_bits <= 24,
+                  "hw_noise": 0 <= self.hw_noise < 1,
                   "tied_fraction": 0 <= self.tied_fraction <= 1, "eval_tol": self.eval_tol >= 0,
                   "identity_prob": 0 <= self.identity_prob <= 1, "identity_prob_final": prob(self.identity_prob_final),
                   "train_length_start": self.train_length_start is None
@@ -118,6 +124,8 @@ class StateTrackingRecipe:
                   "eval_identity_prob": prob(self.eval_identity_prob)}
         expected = {"steps": "an integer >= 1", "batch_size": "an integer >= 1", "train_length": "an integer >= 1",
                     "lr": "> 0", "tau": "in (0, 1]", "jac_reg": ">= 0 (0 switches the penalty off)",
+                    "hw_weight_bits": "an integer in [2, 24], or None (full precision)",
+                    "hw_noise": "in [0, 1) (0: no noise)",
                     "tied_fraction": "in [0, 1]", "eval_tol": ">= 0", "identity_prob": "a probability in [0, 1]",
                     "identity_prob_final": "a probability in [0, 1], or None (no schedule)",
                     "train_length_start": f"an integer in [1, train_length = {self.train_length}], or None",
@@ -211,6 +219,12 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
         run_dir.mkdir(parents=True, exist_ok=True)
     log_file = (run_dir / "metrics.jsonl").open("w") if run_dir else None
     start, history = time.perf_counter(), []
+    hooks = []
+    if r.hw_weight_bits is not None or r.hw_noise > 0:  # the device's errors in every training step
+        from aocsim.train.hardware_aware import attach
+
+        hooks = attach(model, weight_bits=r.hw_weight_bits, noise=r.hw_noise,
+                       generator=torch.Generator().manual_seed(r.seed + 2))
     bar = tqdm(range(r.steps), desc=r.name, disable=not progress)
     for step in bar:
         model.train()
@@ -240,6 +254,8 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
             write_checkpoint(model, run_dir / f"checkpoint-{step + 1}.h5", step + 1, history[-1])
     if log_file:
         log_file.close()
+    for handle in hooks:  # the trained model is evaluated and saved plainly
+        handle.remove()
     model.eval()
     return model, {"history": history[:: max(1, len(history) // 20)], "train_seconds":
                    round(time.perf_counter() - start, 1)}

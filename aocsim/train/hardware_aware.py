@@ -1,0 +1,50 @@
+"""Hardware-aware training of an implicit SSM: the device's effects on its linear maps, in training.
+
+The model is trained as it will run on a device as a hybrid (docs/DEVICE_RUNS.md, section 2): every
+linear map inside its fixed-point function (the injection, each block's input and output
+projections) is a tile product there, with limited weight precision and noise on every pass. With
+`attach`, each call of those maps in training computes
+
+    y = x Q(W)^T + b + n,    n ~ N(0, (noise max|y|)^2) per element,
+
+Q quantising W to signed `weight_bits` over max |W| (the SLM's grid) with a straight-through
+gradient (the gradient of the full-precision map), and n drawn from a seeded generator (the
+training run stays reproducible). It is a model of the device's errors, not the calibrated pipeline
+itself: the tile programs and calibration of a placement absorb static gains; what they cannot
+absorb is quantisation and noise, which is what training sees here. aoc48's tile passes add about
+5-10 % noise relative to the signal (docs/DEVICE_RUNS.md, section 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from aocsim.nn.implicit_ssm import ImplicitSSM
+
+
+def quantize_weight(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    """Signed `bits` over max |W|, levels -L..L with L = 2^(bits - 1) - 1 (no gradient: see `attach`)."""
+    levels = 2 ** (bits - 1) - 1
+    m = weight.detach().abs().max().clamp_min(1e-30)
+    return torch.round(weight.detach() / m * levels) * (m / levels)
+
+
+def attach(model: ImplicitSSM, *, weight_bits: int | None, noise: float, generator: torch.Generator) -> list[Any]:
+    """Forward hooks on the maps inside f that add quantisation and noise (module docstring); returns
+    the handles (call `.remove()` on each to train or evaluate plainly again)."""
+    maps = [model.inject, *(m for block in model.blocks for m in (block.in_proj, block.out_proj))]
+
+    def hook(module: torch.nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+        y = output
+        if weight_bits is not None:  # straight-through: the value of Q(W), the gradient of W
+            w = module.weight
+            y = y + F.linear(args[0], quantize_weight(w, weight_bits) - w.detach())
+        if noise > 0:
+            scale = noise * y.detach().abs().amax()
+            y = y + scale * torch.randn(y.shape, generator=generator, dtype=y.dtype).to(y.device)
+        return y
+
+    return [m.register_forward_hook(hook) for m in maps]
