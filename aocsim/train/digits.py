@@ -48,7 +48,7 @@ class DigitsDEQRecipe:
     max_iter: int = 100
 
 
-def _project(model: DEQ, cap: float) -> None:
+def project_contraction(model: DEQ, cap: float) -> None:
     """Rescale W so that |alpha| + ||beta W||_2 <= cap (keeps the map contractive)."""
     with torch.no_grad():
         budget = cap - abs(model.config.alpha)
@@ -64,7 +64,7 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
     config = DEQConfig(recipe.state_size, digits.N_FEATURES, digits.N_CLASSES, alpha=recipe.alpha,
                        split=recipe.split)
     model = DEQ(config, beta=recipe.beta_init, generator=gen)
-    _project(model, recipe.lipschitz_cap)
+    project_contraction(model, recipe.lipschitz_cap)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     n = len(data.y_train)
     steps = recipe.epochs * math.ceil(n / recipe.batch_size)
@@ -84,7 +84,7 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
             loss.backward()
             opt.step()
             sched.step()
-            _project(model, recipe.lipschitz_cap)
+            project_contraction(model, recipe.lipschitz_cap)
             total += loss.item() * len(idx)
         history.append({"epoch": epoch + 1, "train_loss": round(total / n, 5)})
         log.info("epoch %d loss %.4f", epoch + 1, total / n)
