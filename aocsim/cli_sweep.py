@@ -24,8 +24,9 @@ def sweep_cmd() -> None:
     """Noise-sensitivity and co-design sweeps: `aocsim sweep SPEC --out DIR`, `aocsim sweep status DIR`.
 
     SPEC is a YAML file: model(s), device, data, axes (dotted device profile keys such as slm.bits,
-    noise.power_per_unit_w (W), readout.adc_bits, or placement.tile_size / partial_sums / mode),
-    optional zip and random blocks, seeds, chips, root_seed, metrics (docs/SWEEPS.md).
+    noise.power_per_unit_w (W), readout.adc_bits, or placement.tile_size / partial_sums / mode /
+    stop / elementwise), optional zip and random blocks, seeds, chips, root_seed, metrics
+    (docs/SWEEPS.md). Each worker process runs torch on one thread.
     """
 
 
@@ -34,7 +35,8 @@ def sweep_cmd() -> None:
 @click.option("--out", type=_Path(file_okay=False, path_type=Path), required=True,
               help="The sweep's folder: points/ (one file per finished point) and results.nc.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
-              help="Local processes [default: the CPU cores other work leaves free (--threads)].")
+              help="Local processes, one torch thread each [default: the CPU cores other work leaves free, "
+                   "or --threads].")
 @click.option("--scheduler", default=None, help="A Dask scheduler, tcp://HOST:PORT (instead of local processes).")
 @click.option("--resume", is_flag=True, help="Finish the sweep in --out: run only the points not written yet.")
 @click.option("--overwrite", is_flag=True, help="Start the sweep in --out again (removes only its own files).")
@@ -77,14 +79,14 @@ def status_cmd(folder: Path) -> None:
 
 @click.command("plot")
 @click.argument("results", type=_Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--metric", default="accuracy", show_default=True, help="The variable to draw.")
+@click.option("--metric", default=None, help="The variable to draw [default: accuracy, else the first metric].")
 @click.option("--pareto", type=click.Choice(["energy", "time"]), default=None,
               help="Instead: the Pareto front of accuracy against energy or time per inference.")
 @click.option("--out", "out_path", type=_Path(dir_okay=False, path_type=Path), default=None,
               help="The figure (.png/.svg/.pdf) [default: RESULTS with .png, or -pareto.png].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing figure.")
 @_friendly
-def plot_cmd(results: Path, metric: str, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
+def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
     """Draw a sweep's RESULTS (results.nc): a line with a band (one axis), a heat map (two), or a
     Pareto front; the mean over chips and seeds, the band their spread."""
     from aocsim.experiments.sweep.plots import open_results, plot_pareto, plot_sweep

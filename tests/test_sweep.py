@@ -4,6 +4,7 @@ number of workers or a Dask cluster, expected trends, Pareto fronts, one-line er
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from aocsim.errors import InputError
 from aocsim.experiments.sweep import load_spec, parse_spec, status, sweep
 from aocsim.experiments.sweep.plots import pareto_front, plot_pareto, plot_sweep
 from aocsim.experiments.sweep.spec import noise_seed
+from aocsim.experiments.sweep.store import SweepStore
 
 SMALL = {"model": "digits-deq48", "device": "aoc48", "data": {"samples": 24},
          "axes": {"slm.bits": [4, 9], "readout.adc_bits": [8, 12]}, "seeds": 2, "chips": 1,
@@ -151,6 +153,10 @@ def test_zip_and_latin_hypercube_axes() -> None:
     ({"modle": "x"}, "unknown key 'modle'"),
     ({"data": {"images": 3}}, "data.images is not a data setting"),
     ({"device": "aoc99"}, "device = 'aoc99'"),
+    ({"axes": {"variation.chip_seed": [0, 1]}}, "variation.chip_seed is swept; expected the chips under chips:"),
+    ({"axes": {"slm.bits": [4, 4.0]}}, "slm.bits = [4, 4.0]; expected distinct values"),
+    ({"axes": {"readout.adc_bits": [8, None]}}, "(no null"),
+    ({"zip": {}}, "zip = {}; expected a non-empty mapping"),
 ])
 def test_bad_specs_are_one_line_errors(change: dict, message: str) -> None:
     with pytest.raises(InputError) as err:
@@ -180,9 +186,42 @@ def test_cli_errors_lose_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "d").exists()
     other = _write(tmp_path, {**SMALL, "seeds": 1}, "other.yaml")
     done = tmp_path / "done"
-    (done / "points").mkdir(parents=True)
-    (done / "spec.json").write_text(load_spec(spec).text())
+    SweepStore(done).prepare(load_spec(spec), "device and model checksums then", resume=False, overwrite=False)
     out = CliRunner().invoke(main, ["sweep", str(other), "--out", str(done), "--resume"])
     assert out.exit_code == 1 and "a different spec" in out.output
+    out = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(done), "--resume"])
+    assert out.exit_code == 1 and "the device profile or a model changed" in out.output
+    # a folder of the user's that merely looks like one (results.nc, points/) is not a sweep's
+    look = tmp_path / "look"
+    (look / "points").mkdir(parents=True)
+    (look / "results.nc").write_text("mine")
+    (look / "points" / "0123456789abcdef.nc").write_text("mine too")
+    for flags in ([], ["--overwrite"], ["--resume"]):
+        out = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(look), *flags])
+        assert out.exit_code == 1 and "not a sweep's" in out.output
+    assert (look / "results.nc").read_text() == "mine"
+    assert (look / "points" / "0123456789abcdef.nc").read_text() == "mine too"
     out = CliRunner().invoke(main, ["sweep", "status", str(tmp_path / "mine")])
     assert out.exit_code == 1 and "holds no sweep" in out.output
+
+
+def test_settings_a_model_cannot_take_are_refused_before_any_work(tmp_path: Path) -> None:
+    for change, message in (({"axes": {"placement.tile_size": [16, 48]}}, "runs natively on aoc48 (no tiles)"),
+                            ({"data": {"samples": 5000}}, "data.samples = 5000"),
+                            ({"axes": {"placement.mode": ["sequential"]}}, "is a DEQ")):
+        with pytest.raises(InputError, match=re.escape(message)):
+            sweep(parse_spec({**SMALL, **change}), tmp_path / "never")
+        assert not (tmp_path / "never").exists()
+
+
+def test_specs_read_floats_as_profiles_do(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("model: digits-deq48\ndevice: aoc48\naxes:\n  noise.power_per_unit_w: [1e-5, 3e-4]\n")
+    assert load_spec(path).axes[0].values["noise.power_per_unit_w"] == (1e-5, 3e-4)
+
+
+def test_a_setting_axis_draws_as_named_positions(tmp_path: Path) -> None:
+    ds = xr.Dataset({"accuracy": (("model", "placement.partial_sums", "chip", "seed"), np.ones((1, 2, 1, 2)))},
+                    coords={"model": ["m"], "placement.partial_sums": ["analog", "digital"], "chip": [0],
+                            "seed": [0, 1]})
+    assert plot_sweep(ds, tmp_path / "cat.png").stat().st_size > 0

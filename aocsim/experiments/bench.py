@@ -135,7 +135,7 @@ def bench_sweep(workers: tuple[int, ...] = (1, 2), *, points: int = 16, samples:
     for w in workers:
         with tempfile.TemporaryDirectory() as folder:
             start = time.perf_counter()
-            sweep(spec, folder, workers=w, threads=1)
+            sweep(spec, folder, workers=w)
             rows.append(SweepBenchRow(w, points, time.perf_counter() - start))
     return rows
 

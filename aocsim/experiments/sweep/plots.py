@@ -41,16 +41,19 @@ def _coordinate(ds: xr.Dataset, dim: str) -> tuple[str, np.ndarray]:
     return names[0], np.asarray(ds.coords[names[0]].values)
 
 
-def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str = "accuracy") -> Path:
+def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -> Path:
     """One axis: the metric per model against it, a band of +-1 std over chips x seeds; two or more: a
-    heat map over the first two (mean over chips, seeds and any further axes) per model."""
+    heat map over the first two (mean over chips, seeds and any further axes) per model. `metric`
+    defaults to accuracy, or the first metric of the results when they have none."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if metric not in ds.data_vars or not set(RUN_DIMS) <= set(ds[metric].dims):
-        names = [v for v in ds.data_vars if set(RUN_DIMS) <= set(ds[v].dims)]
+    names = [v for v in ds.data_vars if set(RUN_DIMS) <= set(ds[v].dims)]
+    if metric is None:
+        metric = "accuracy" if "accuracy" in names else names[0]
+    if metric not in names:
         raise InputError(f"metric = {metric!r} is not in the results; expected one of {', '.join(names)}")
     da, axes = ds[metric], _axes(ds)
     units = da.attrs.get("units", "")
@@ -75,12 +78,19 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str = "accuracy") ->
             mean, std = one.mean(RUN_DIMS), one.std(RUN_DIMS)
             if axes:
                 xname, xs = _coordinate(ds, axes[0])
-                order = np.argsort(xs)
-                m, s = mean.values[order], std.values[order]
-                ax.plot(xs[order], m, marker="o", label=str(model))
-                ax.fill_between(xs[order], m - s, m + s, alpha=0.25)
+                numeric = xs.dtype.kind in "iuf"
+                if numeric:
+                    order = np.argsort(xs)
+                    xs = xs[order]
+                else:  # settings such as analog / digital: one position each, named
+                    order = np.arange(len(xs))
+                    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+                    xs = np.arange(len(xs))
+                m, s = mean.transpose(axes[0]).values[order], std.transpose(axes[0]).values[order]
+                ax.plot(xs, m, marker="o", label=str(model))
+                ax.fill_between(xs, m - s, m + s, alpha=0.25)
                 ax.set_xlabel(xname)
-                if np.all(xs > 0) and xs.max() / xs.min() > 50:
+                if numeric and np.all(xs > 0) and xs.max() / xs.min() > 50:
                     ax.set_xscale("log")
             else:
                 ax.errorbar([str(model)], [float(mean)], yerr=[float(std)], fmt="o")
@@ -106,6 +116,20 @@ def pareto_front(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
     return np.asarray(front, dtype=int)
 
 
+def _labels(ds: xr.Dataset, da: xr.DataArray) -> list[str]:
+    """Each configuration's settings, short ("16, analog"), in the order of da.values.ravel()."""
+    dims = [d for d in da.dims]
+    out = []
+    for index in np.ndindex(*da.shape):
+        parts = []
+        for dim, i in zip(dims, index):
+            name, values = _coordinate(ds, dim)
+            value = values[i]
+            parts.append(f"{value:.3g}" if isinstance(value, (float, np.floating)) else str(value))
+        out.append(", ".join(parts))
+    return out
+
+
 def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Path:
     """Every configuration (mean over chips x seeds) as accuracy against energy or time per inference,
     the Pareto front drawn through the ones nothing beats."""
@@ -120,15 +144,20 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
     for needed in (variable, "accuracy"):
         if needed not in ds:
             raise InputError(f"the results have no {needed!r}; expected a sweep whose metrics include it")
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for model in ds.model.values:
-        c = ds[variable].sel(model=model).mean(RUN_DIMS).values.ravel()
+        cost_mean = ds[variable].sel(model=model).mean(RUN_DIMS)
+        c = cost_mean.values.ravel()
         a = ds.accuracy.sel(model=model).mean(RUN_DIMS).values.ravel()
-        keep = np.isfinite(c) & np.isfinite(a)
-        c, a = c[keep], a[keep]
+        labels = _labels(ds, cost_mean)
+        keep = np.flatnonzero(np.isfinite(c) & np.isfinite(a))
+        c, a, labels = c[keep], a[keep], [labels[i] for i in keep]
         ax.scatter(c, a, s=14, alpha=0.5, label=f"{model}: configurations")
         front = pareto_front(c, a)
-        ax.step(c[front], a[front], where="post", label=f"{model}: Pareto front")
+        ax.step(c[front], a[front], where="post", marker="o", label=f"{model}: Pareto front")
+        if len(c) <= 30:  # few enough to name
+            for x, y, text in zip(c, a, labels):
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("accuracy (mean over chips x seeds)")

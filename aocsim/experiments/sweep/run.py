@@ -63,20 +63,21 @@ def point_inputs(model: Any, data: dict[str, int]) -> tuple[Any, Any]:
                      "state-tracking implicit SSMs")
 
 
-def run_point(spec: SweepSpec, point: Point, threads: int) -> xr.Dataset:
-    """One point: `aocsim.compare` with the point's profile and placement, reduced to metrics."""
+def run_point(spec: SweepSpec, base: Any, point: Point) -> xr.Dataset:
+    """One point: `aocsim.compare` with the point's profile (`base` with its settings) and placement,
+    reduced to metrics; torch on one thread, as on every worker, so that a point's numbers do not
+    depend on where it runs."""
     import torch
 
     from aocsim.experiments.compare import compare
-    from aocsim.hardware.profile import load_device
 
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
     try:
         model = _model(point.model)
         x, y = point_inputs(model, spec.data)
         device = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
-        profile = load_device(spec.device, overrides=device)
+        profile = base.with_overrides(device)
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
         seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
         ds = compare(model, profile, x, y, seeds=seeds, chips=list(spec.chips), **placement)
@@ -116,14 +117,14 @@ def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
     return result.transpose("chip", "seed")
 
 
-def _job(spec: SweepSpec, point: Point, threads: int) -> tuple[str, xr.Dataset]:
-    return point.key, run_point(spec, point, threads)
+def _job(spec: SweepSpec, base: Any, point: Point) -> tuple[str, xr.Dataset]:
+    return point.key, run_point(spec, base, point)
 
 
-def _local(spec: SweepSpec, todo: list[Point], workers: int, threads: int) -> Iterator[tuple[str, xr.Dataset]]:
+def _local(spec: SweepSpec, base: Any, todo: list[Point], workers: int) -> Iterator[tuple[str, xr.Dataset]]:
     from aocsim.parallel import run_parts
 
-    for _, result in run_parts(_job, [(spec, p, threads) for p in todo], workers):
+    for _, result in run_parts(_job, [(spec, base, p) for p in todo], workers):
         yield result
 
 
@@ -141,11 +142,11 @@ def connect(scheduler: str) -> Any:
                          "Dask scheduler at tcp://HOST:PORT") from None
 
 
-def _dask(client: Any, spec: SweepSpec, todo: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
+def _dask(client: Any, spec: SweepSpec, base: Any, todo: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
     from distributed import as_completed
 
-    # A Dask worker runs one task per thread it has: one torch thread per task is its share of the cores.
-    futures = [client.submit(_job, spec, p, 1, key=f"aocsim-point-{p.key}", pure=False) for p in todo]
+    # A Dask worker runs one task per thread it has; each task runs torch on one thread (run_point).
+    futures = [client.submit(_job, spec, base, p, key=f"aocsim-point-{p.key}", pure=False) for p in todo]
     try:
         for future in as_completed(futures, loop=client.loop):
             yield future.result()
@@ -155,8 +156,7 @@ def _dask(client: Any, spec: SweepSpec, todo: list[Point]) -> Iterator[tuple[str
 
 
 def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, scheduler: str | Any | None = None,
-          resume: bool = False, overwrite: bool = False, threads: int | None = None,
-          progress: bool = False) -> xr.Dataset:
+          resume: bool = False, overwrite: bool = False, progress: bool = False) -> xr.Dataset:
     """Run every unfinished point of `spec` and write `out/results.nc`; returns the Dataset.
 
     Args:
@@ -164,60 +164,79 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
         out: the sweep's folder (created; see `store`).
         workers: local processes (this one and `workers - 1` spawned), ignored with `scheduler`.
         scheduler: a Dask scheduler address (tcp://HOST:PORT) or a `distributed.Client`.
-        resume: finish a sweep in `out` (the same spec); overwrite: start it again.
-        threads: torch threads per worker (default: this machine's cores shared among the workers;
-            Dask workers run one thread per task).
+        resume: finish a sweep in `out` (the same spec, device profile and models); overwrite: start
+            it again (removing only the sweep's own files).
         progress: a progress bar with ETA over the points.
+
+    Every point runs torch on one thread (the many small operations of a solve scale over processes,
+    not threads; and a point's numbers then never depend on where it ran).
     """
     from aocsim._checks import integer
+    from aocsim.hardware.profile import load_device
     from aocsim.progress import bar
-    from aocsim.threads import usable_cores
 
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     workers = integer(workers, "workers", minimum=1)
-    threads = max(1, usable_cores() // workers) if threads is None else integer(threads, "threads", minimum=1)
-    check_models(spec)
+    base = load_device(spec.device)  # read once: every point uses this profile
+    check_models(spec, base)
     store = SweepStore(out)
     client = None
     if scheduler is not None:  # before touching the folder: an unreachable scheduler loses nothing
         client = connect(scheduler) if isinstance(scheduler, str) else scheduler
-    store.prepare(spec, resume=resume, overwrite=overwrite)
+    info = provenance(spec, base)
+    store.prepare(spec, fingerprint(info), resume=resume, overwrite=overwrite)
     done = store.done()
     todo = [p for p in spec.points() if p.key not in done]
     log.info("sweep: %d of %d points to run", len(todo), len(todo) + len(done))
     try:
-        results = _dask(client, spec, todo) if client is not None else _local(spec, todo, workers, threads)
+        results = _dask(client, spec, base, todo) if client is not None else _local(spec, base, todo, workers)
         for key, ds in bar(results, desc="sweep points", total=len(todo), enabled=progress):
             store.write_point(key, ds)
     finally:
         if client is not None and isinstance(scheduler, str):
             client.close()
-    ds = assemble(spec, store, provenance(spec))
+    ds = assemble(spec, store, info)
     write_results(ds, store)
     return ds
 
 
-def check_models(spec: SweepSpec) -> None:
-    """Every model loads, has inputs for the spec's data, and takes the swept placement settings."""
+def check_models(spec: SweepSpec, base: Any) -> None:
+    """Every model loads, has inputs for the spec's data, and takes the swept placement settings on
+    `base` (a DEQ that runs natively has no tiles; one on tiles no ADC readout window)."""
+    from aocsim.execute.deq_tiled import check_placement
+
     for name in spec.models:
         model = _model(name)
-        point_inputs(model, spec.data)
+        x, _ = point_inputs(model, spec.data)
+        if spec.data.get("samples", 0) > x.shape[0]:
+            raise InputError(f"data.samples = {spec.data['samples']}: model {name!r} has {x.shape[0]} test images; "
+                             f"expected at most {x.shape[0]}")
         sequence = model.card.get("task") == "state_tracking"
+        tiled = not sequence and check_placement(model, base, tiling=True)
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
+            if path in ("placement.tile_size", "placement.partial_sums") and not (sequence or tiled):
+                raise InputError(f"{path} is swept but model {name!r} runs natively on {base.name} (no tiles); "
+                                 "expected it only for models on tiles")
+            if path == "placement.stop" and tiled:
+                raise InputError(f"{path} is swept but model {name!r} runs on tiles on {base.name}; expected it "
+                                 "only for DEQs that run natively")
             if path in ("placement.mode", "placement.elementwise") and not sequence:
                 raise InputError(f"{path} is swept but model {name!r} is a DEQ; expected it only for implicit SSMs")
             if path == "placement.stop" and sequence:
                 raise InputError(f"{path} is swept but model {name!r} is an implicit SSM; expected it only for DEQs")
 
 
-def provenance(spec: SweepSpec) -> dict[str, str]:
+def fingerprint(info: dict[str, str]) -> str:
+    """What a resumed sweep must find unchanged: the device profile's and models' checksums."""
+    return f"{info['device_sha256']}; {info['model_sha256']}"
+
+
+def provenance(spec: SweepSpec, base: Any) -> dict[str, str]:
     import hashlib
 
     from aocsim._version import __version__
     from aocsim.experiments.results import model_checksum
-    from aocsim.hardware.profile import load_device
 
-    base = load_device(spec.device)
     return {"aocsim_version": __version__,
             "device_sha256": hashlib.sha256(base.to_json().encode()).hexdigest(),
             "model_sha256": ", ".join(f"{m}: {model_checksum(_model(m))}" for m in spec.models)}

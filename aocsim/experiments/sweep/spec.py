@@ -40,6 +40,7 @@ import numpy as np
 import yaml
 
 from aocsim.errors import AocsimError, InputError, ProfileError
+from aocsim.hardware.profile import _Loader
 
 TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
 # Placement settings a sweep can vary (how a model is put on the device, not the device itself).
@@ -142,7 +143,7 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         if not path.is_file():
             raise InputError(f"spec = {str(path)!r}: no such file; expected a sweep spec (YAML)")
         try:
-            raw = yaml.safe_load(path.read_text())
+            raw = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader: 1e-5 is a number)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -151,7 +152,8 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     return parse_spec(raw, where=where)
 
 
-def parse_spec(raw: Any, *, where: str = "spec") -> SweepSpec:
+def parse_spec(raw: Any, *, where: str = "spec", check: bool = True) -> SweepSpec:
+    """A spec from its mapping; `check` builds and validates every point's profile (`check_points`)."""
     if not isinstance(raw, dict):
         raise InputError(f"{where}: a {type(raw).__name__}; expected a mapping with keys {', '.join(TOP_KEYS)}")
     unknown = [k for k in raw if k not in TOP_KEYS]
@@ -166,10 +168,13 @@ def parse_spec(raw: Any, *, where: str = "spec") -> SweepSpec:
         raise InputError(f"device = {device!r}; expected a profile name or a profile file path")
     data = _data(raw.get("data", {}))
     axes = [Axis(path, {path: _values(f"axes.{path}", v)}) for path, v in _mapping("axes", raw.get("axes", {})).items()]
-    if raw.get("zip"):
-        axes.append(_zipped(_mapping("zip", raw["zip"])))
-    if raw.get("random"):
-        axes.append(_drawn(_mapping("random", raw["random"])))
+    for block in ("zip", "random"):
+        if block in raw and not (isinstance(raw[block], dict) and raw[block]):
+            raise InputError(f"{block} = {_short(raw[block])}; expected a non-empty mapping (or no {block} key)")
+    if "zip" in raw:
+        axes.append(_zipped(raw["zip"]))
+    if "random" in raw:
+        axes.append(_drawn(raw["random"]))
     paths = [p for a in axes for p in a.values]
     repeated = sorted({p for p in paths if paths.count(p) > 1})
     if repeated:
@@ -177,7 +182,8 @@ def parse_spec(raw: Any, *, where: str = "spec") -> SweepSpec:
     spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
                      _ids("chips", raw.get("chips", 1)), _int("root_seed", raw.get("root_seed", 0)),
                      _metrics(raw.get("metrics")), source=raw)
-    check_points(spec)
+    if check:
+        check_points(spec)
     return spec
 
 
@@ -241,9 +247,12 @@ def _metrics(value: Any) -> tuple[str, ...]:
 def _values(name: str, value: Any) -> tuple[Any, ...]:
     if not isinstance(value, list) or not value:
         raise InputError(f"{name} = {_short(value)}; expected a non-empty list of values")
-    if any(isinstance(v, (dict, list)) for v in value):
-        raise InputError(f"{name} = {_short(value)}; expected a list of numbers, strings or booleans")
-    if len({json.dumps(v) for v in value}) != len(value):
+    if any(v is None or isinstance(v, (dict, list)) for v in value):
+        raise InputError(f"{name} = {_short(value)}; expected a list of numbers, strings or booleans (no null: "
+                         "a coordinate must be a value)")
+    distinct = {(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else json.dumps(v))
+                for v in value}  # 4 and 4.0 are one setting
+    if len(distinct) != len(value):
         raise InputError(f"{name} = {_short(value)}; expected distinct values")
     return tuple(value)
 
@@ -297,6 +306,9 @@ def check_points(spec: SweepSpec) -> None:
         for path, values in axis.values.items():
             if path in PLACEMENT:
                 _check_placement(path, values)
+            elif path == "variation.chip_seed":
+                raise InputError("variation.chip_seed is swept; expected the chips under chips: (every point runs "
+                                 "those chips, so an axis of them would have no effect)")
             elif path not in BY_KEY or path in ("name", "description", "channels") or path.startswith("provenance."):
                 hint = suggest(path) if not path.startswith("placement.") else ""
                 raise InputError(f"unknown parameter {path!r}{hint}; expected a device profile key (devices/SCHEMA.md) "

@@ -1,17 +1,20 @@
 """A sweep's folder: one NetCDF file per finished point, written atomically, and the assembled results.
 
-    DIR/spec.json          the spec as canonical JSON (a resumed sweep must be the same one)
+    DIR/spec.json          the spec as canonical JSON and the checksums of the device profile and models
+                           (a resumed sweep must be the same one, on the same files)
     DIR/points/KEY.nc      one point's metrics over chip x seed, written to a temporary name and
                            renamed when complete, so a killed sweep leaves whole files or none
     DIR/results.nc         every point in one Dataset (`assemble`), written the same way
 
-Only these files are ever removed (`--overwrite`); anything else in DIR is left alone.
+Only these files are ever removed (`--overwrite`), and only in a folder that holds our spec.json;
+a folder with other files and no spec.json is refused.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ from aocsim.experiments.sweep.spec import METRICS, PLACEMENT, SweepSpec, noise_s
 from aocsim.io.outputs import _check_parent, _usable
 
 SPEC_FILE, POINTS, RESULTS = "spec.json", "points", "results.nc"
+POINT_FILE = re.compile(r"[0-9a-f]{16}\.nc")  # points/KEY.nc
 
 
 class SweepStore:
@@ -48,12 +52,21 @@ class SweepStore:
         with xr.open_dataset(self.points / f"{key}.nc", engine="h5netcdf") as ds:
             return ds.load()
 
-    def saved_spec(self) -> str | None:
+    def saved_spec(self) -> dict[str, str] | None:
+        """What `prepare` wrote: the spec (canonical JSON) and the fingerprint of the device and models."""
         path = self.root / SPEC_FILE
-        return path.read_text() if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return saved if isinstance(saved, dict) and {"spec", "fingerprint"} <= set(saved) else None
 
-    def prepare(self, spec: SweepSpec, *, resume: bool, overwrite: bool) -> None:
-        """Make `root` ready for `spec`: new, resumed (the same spec) or overwritten (our files only)."""
+    def prepare(self, spec: SweepSpec, fingerprint: str, *, resume: bool, overwrite: bool) -> None:
+        """Make `root` ready for `spec`: new, resumed (the same spec, device and models) or overwritten
+        (our files only). A folder is a sweep's when it holds our spec.json; any other non-empty folder
+        is refused whatever the flags, so nothing the user keeps there is touched."""
         if resume and overwrite:
             raise InputError("--resume and --overwrite together; expected one of them")
         root = _usable(self.root, "--out")
@@ -61,25 +74,32 @@ class SweepStore:
             raise InputError(f"--out {root} is a file; expected a folder for the sweep")
         _check_parent(root / SPEC_FILE, "--out")  # the folder, or its nearest existing ancestor, is writable
         saved = self.saved_spec()
-        ours = saved is not None or self.results.exists() or self.points.exists()
-        if root.exists() and any(root.iterdir()) and not ours:
+        if root.exists() and any(root.iterdir()) and saved is None:
             raise InputError(f"--out {root} holds files that are not a sweep's; expected a new or empty folder, "
                              "or a sweep folder")
-        if ours and not (resume or overwrite):
+        if saved is not None and not (resume or overwrite):
             raise InputError(f"--out {root} holds a sweep; pass --resume to finish it or --overwrite to start again")
-        if ours and resume and saved is not None and saved != spec.text():
+        if saved is not None and resume and saved["spec"] != spec.text():
             raise InputError(f"--out {root} holds a sweep of a different spec; expected the same spec with --resume, "
                              "or --overwrite")
-        if ours and overwrite:
-            for p in self.points.glob("*.nc*") if self.points.is_dir() else ():
-                p.unlink()
-            for p in (self.results, root / SPEC_FILE):
-                if p.exists():
+        if saved is not None and resume and saved["fingerprint"] != fingerprint:
+            raise InputError(f"--out {root}: the device profile or a model changed since the sweep started "
+                             "(checksums differ); expected the same files with --resume, or --overwrite")
+        if saved is not None and overwrite:
+            for p in self.points.glob("*.nc") if self.points.is_dir() else ():
+                if POINT_FILE.fullmatch(p.name):  # only the files a sweep writes
                     p.unlink()
-        self.points.mkdir(parents=True, exist_ok=True)
-        for stale in self.points.glob(".*.tmp"):  # a write the last run did not finish
+            if self.results.exists():
+                self.results.unlink()
+        root.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"spec": spec.text(), "fingerprint": fingerprint})
+        if saved is None or json.dumps(saved) != text:  # first, so that the folder is ours from now on
+            tmp = root / f".{SPEC_FILE}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, root / SPEC_FILE)
+        self.points.mkdir(exist_ok=True)
+        for stale in [*self.points.glob(".*.nc.tmp"), *root.glob(f".{RESULTS}.tmp")]:  # writes a run left
             stale.unlink()
-        (root / SPEC_FILE).write_text(spec.text())
 
 
 def _atomic_netcdf(ds: xr.Dataset, path: Path) -> None:
@@ -134,9 +154,9 @@ def status(root: str | Path) -> dict[str, object]:
     store = SweepStore(root)
     saved = store.saved_spec()
     if saved is None:
-        raise InputError(f"DIR = {str(root)!r} holds no sweep ({SPEC_FILE} missing); expected a folder "
-                         "written by aocsim sweep")
-    spec = parse_spec(json.loads(saved), where=str(store.root / SPEC_FILE))
+        raise InputError(f"DIR = {str(root)!r} holds no sweep ({SPEC_FILE} missing or not a sweep's); expected a "
+                         "folder written by aocsim sweep")
+    spec = parse_spec(json.loads(saved["spec"]), where=str(store.root / SPEC_FILE), check=False)
     keys = [p.key for p in spec.points()]
     finished = store.done() & set(keys)
     return {"done": len(finished), "total": len(keys), "results": store.results.is_file(),
