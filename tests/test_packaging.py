@@ -1,4 +1,4 @@
-"""A plain (non-editable) install must carry devices/ and models/."""
+"""A plain (non-editable) install must carry every module, devices/ and models/."""
 
 from __future__ import annotations
 
@@ -26,3 +26,6 @@ def test_wheel_contains_bundled_models_and_profiles(tmp_path: Path) -> None:
     for profile in (ROOT / "devices").glob("*.yaml"):
         assert f"aocsim/_devices/{profile.name}" in names
     assert "aocsim/tasks/data/digits.npz" in names
+    # every module of the source tree is in the wheel (pyproject.toml lists the packages by hand)
+    for module in (ROOT / "aocsim").rglob("*.py"):
+        assert module.relative_to(ROOT).as_posix() in names, module
