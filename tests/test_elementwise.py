@@ -18,10 +18,11 @@ QUIET = {"injection.dac_bits": None, "readout.adc_bits": None, "elementwise.gain
          "elementwise.offset_std": 0.0, "elementwise.noise_std": 0.0}
 
 
-def _functions(overrides: dict, channels: int = 4000, chip: int = 0) -> AnalogElementwise:
+def _functions(overrides: dict, channels: int = 4000, chip: int = 0, calibrate: bool = False) -> AnalogElementwise:
     device = load_device("aoc48", overrides={**QUIET, "variation.chip_seed": chip, **overrides})
-    scales = {site: (4.0, 2.0) for site in ("conv", "dt", "gate")}  # full scales 5 and 2.5
-    return AnalogElementwise(device, 0, scales, dict.fromkeys(scales, channels), torch.float64)
+    scales = {site: (-4.0, 4.0, 2.0) for site in ("conv", "dt", "gate")}  # DAC over +-5, ADC over +-2.5
+    return AnalogElementwise(device, 0, scales, dict.fromkeys(scales, channels), torch.float64,
+                             calibrate=calibrate)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,20 @@ def test_static_errors_are_drawn_per_chip_with_the_profile_std() -> None:
     again, other = _functions({"elementwise.offset_std": 0.01}), _functions({"elementwise.offset_std": 0.01}, chip=1)
     assert torch.equal(again.silu(torch.zeros_like(x), "conv"), offset)
     assert not torch.equal(other.silu(torch.zeros_like(x), "conv"), offset)
+
+
+def test_calibration_removes_the_static_errors() -> None:
+    errors = {"elementwise.gain_std": 0.05, "elementwise.offset_std": 0.02}
+    raw, fitted = _functions(errors, channels=500), _functions(errors, channels=500, calibrate=True)
+    x = torch.linspace(-4, 4, 101, dtype=torch.float64)[:, None].expand(101, 500)
+    exact = F.silu(x)
+    assert float((raw.silu(x, "gate") - exact).abs().max()) > 0.1  # 5 % of 2.5 and more
+    assert float((fitted.silu(x, "gate") - exact).abs().max()) < 1e-9  # no noise, no converters: exact
+    noisy = _functions({**errors, "elementwise.noise_std": 0.01}, channels=500, calibrate=True)
+    noisy.reset(1)
+    static = (noisy.silu(x.repeat(8, 1), "gate") - exact.repeat(8, 1)).reshape(8, 101, 500).mean(0)
+    # what is left after averaging the noise: the fit's error, about noise / sqrt(256 readings)
+    assert float(static.abs().mean()) < 0.01 * 2.5 * 0.5
 
 
 def test_the_adc_clips_at_full_scale_and_quantises() -> None:

@@ -10,10 +10,13 @@ per channel c: g_c a static relative gain error (std `elementwise.gain_std`) and
 offset (std `elementwise.offset_std` x full scale), both drawn once per chip from its
 `variation.chip_seed`; n the noise of one evaluation (std `elementwise.noise_std` x full scale),
 keyed like the tiles' noise by sequence, position and visit; the ADC is the readout converter
-(`readout.adc_bits`) over [-full scale, full scale]. The full scale of a site is the largest |f(x)|
+(`readout.adc_bits`) over [-full scale, full scale]. As the tiles are, each circuit is calibrated
+when the model is placed: a sweep of its input range, read with noise, fits g and o per channel
+by least squares, and every reading is corrected digitally to (y - o) / g; what remains is the
+fit's error, quantisation and noise. The full scale of a site is the largest |f(x)|
 it sees on the exact path for the calibration sequences, over HEADROOM (as for the tiles' nodes),
-so values beyond it clip. The input comes in through a DAC of `injection.dac_bits` over the same
-kind of range. RMSNorm, exp(A), the conv and the scan stay digital. On `ideal` (no errors, no
+so values beyond it clip. The input comes in through a DAC of `injection.dac_bits` over the range
+of inputs the site saw, widened the same way. RMSNorm, exp(A), the conv and the scan stay digital. On `ideal` (no errors, no
 converters) the analog functions are exact. Figures in the profiles are assumptions
 (devices/SCHEMA.md, "elementwise"); results in docs/DEVICE_RUNS.md.
 """
@@ -31,6 +34,7 @@ from aocsim.nn.implicit_ssm import Elementwise
 
 HEADROOM = 0.8  # the largest calibration output, as a fraction of a site's full scale
 ELEMENTWISE = 7  # stream purpose under a chip's key (keys.CHIP ... keys.DARK are 1-6)
+PROBES, REPEATS = 64, 4  # the calibration sweep of each circuit: input points, readings of each
 
 
 class AnalogElementwise(Elementwise):
@@ -39,15 +43,23 @@ class AnalogElementwise(Elementwise):
     Args:
         device: the chip's profile.
         block: the block's index (its own static draws).
-        scales: per site, the largest |x| and |f(x)| of the calibration (full scales: over HEADROOM).
+        scales: per site, the smallest and largest x and the largest |f(x)| of the calibration inputs
+            (the DAC's and ADC's ranges: widened by 1 / HEADROOM).
         channels: channel count per site.
+        generator: key of the calibration sweep's noise.
+        calibrate: fit and apply the per-channel correction (False: the raw circuit).
     """
 
-    def __init__(self, device: DeviceProfile, block: int, scales: dict[str, tuple[float, float]],
-                 channels: dict[str, int], dtype: torch.dtype) -> None:
+    def __init__(self, device: DeviceProfile, block: int, scales: dict[str, tuple[float, float, float]],
+                 channels: dict[str, int], dtype: torch.dtype, *, generator: keys.Seed = 0,
+                 calibrate: bool = True) -> None:
         v = device.values
-        self.input_scale = {site: max(s[0], 1e-12) / HEADROOM for site, s in scales.items()}
-        self.scale = {site: max(s[1], 1e-12) / HEADROOM for site, s in scales.items()}
+        # the DAC's range: the inputs seen in calibration, widened by 1 / HEADROOM about their middle
+        self.input_range = {site: ((lo + hi) / 2 - max(hi - lo, 1e-12) / (2 * HEADROOM),
+                                   (lo + hi) / 2 + max(hi - lo, 1e-12) / (2 * HEADROOM))
+                            for site, (lo, hi, _) in scales.items()}
+        self.seen = {site: (lo, hi) for site, (lo, hi, _) in scales.items()}
+        self.scale = {site: max(peak, 1e-12) / HEADROOM for site, (_, _, peak) in scales.items()}
         self.noise_std = float(v["elementwise.noise_std"])
         self.dac_bits, self.adc_bits = v["injection.dac_bits"], v["readout.adc_bits"]
         chip = keys.Key(keys._mix(v["variation.chip_seed"])).fold(ELEMENTWISE, block)
@@ -58,9 +70,32 @@ class AnalogElementwise(Elementwise):
                 chip.fold(i, 0), (n,), dtype=dtype, device="cpu")
             self.offset[site] = float(v["elementwise.offset_std"]) * self.scale[site] * keys.normals(
                 chip.fold(i, 1), (n,), dtype=dtype, device="cpu")
+        self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.ssm.TokenKeys)
+        # Per-channel correction y -> (y - o) / g, fitted on a probe sweep of each circuit (calibrate).
+        self.fitted_gain = {site: torch.ones_like(g) for site, g in self.gain.items()}
+        self.fitted_offset = {site: torch.zeros_like(o) for site, o in self.offset.items()}
+        if calibrate:
+            self._calibrate(keys.as_key(generator) or keys.Key(0), dtype)
         self.run_key: keys.Key | None = None
         self.calls = 0
-        self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.ssm.TokenKeys)
+
+    def _calibrate(self, key: keys.Key, dtype: torch.dtype) -> None:
+        """Sweep each channel's input over the range it saw (PROBES points, REPEATS readings each, with the
+        circuit's noise) and fit its reading as g f(x) + o by least squares: what a machine's
+        calibration of its function circuits would do. The correction removes the static errors;
+        quantisation and noise remain."""
+        self.run_key, self.calls = key, 0
+        for site in self.SITES:
+            (lo, hi), (dlo, dhi), n = self.seen[site], self.input_range[site], len(self.gain[site])
+            x = torch.linspace(lo, hi, PROBES, dtype=dtype)[:, None].expand(PROBES, n).repeat(REPEATS, 1)
+            f = FUNCTIONS[site]
+            reading = self._circuit(f, x, site)
+            target = f(C.quantize_range(x, dlo, dhi, self.dac_bits))
+            tc, rc = target - target.mean(0), reading - reading.mean(0)
+            var = (tc * tc).sum(0)
+            g = torch.where(var > 0, (tc * rc).sum(0) / var.clamp_min(1e-300), torch.ones_like(var))
+            self.fitted_gain[site] = torch.where(g.abs() > 1e-12, g, torch.ones_like(g))
+            self.fitted_offset[site] = reading.mean(0) - self.fitted_gain[site] * target.mean(0)
 
     def reset(self, generator: keys.Seed) -> None:
         self.run_key, self.calls = keys.as_key(generator), 0
@@ -70,10 +105,11 @@ class AnalogElementwise(Elementwise):
         n = sum(len(g) for g in self.gain.values())
         return n, n
 
-    def _analog(self, f, x: torch.Tensor, site: str) -> torch.Tensor:
+    def _circuit(self, f, x: torch.Tensor, site: str) -> torch.Tensor:
+        """The ADC's reading of the circuit: ADC((1 + g) f(DAC(x)) + o + n)."""
         full = self.scale[site]
-        span = self.input_scale[site]
-        x = C.quantize_range(x, -span, span, self.dac_bits)
+        low, high = self.input_range[site]
+        x = C.quantize_range(x, low, high, self.dac_bits)
         y = f(x) * self.gain[site].to(x) + self.offset[site].to(x)
         if self.noise_std > 0:
             if self.run_key is None:
@@ -91,6 +127,11 @@ class AnalogElementwise(Elementwise):
         self.calls += 1
         return C.quantize_range(y, -full, full, self.adc_bits)
 
+    def _analog(self, f, x: torch.Tensor, site: str) -> torch.Tensor:
+        """The circuit's reading, corrected digitally with the calibration's gain and offset."""
+        reading = self._circuit(f, x, site)
+        return (reading - self.fitted_offset[site].to(x)) / self.fitted_gain[site].to(x)
+
     def silu(self, x: torch.Tensor, site: str) -> torch.Tensor:
         return self._analog(F.silu, x, site)
 
@@ -98,16 +139,22 @@ class AnalogElementwise(Elementwise):
         return self._analog(F.softplus, x, site)
 
 
+FUNCTIONS = {"conv": F.silu, "dt": F.softplus, "gate": F.silu}  # what each site computes
+
+
 class _Recorder(Elementwise):
     """Exact functions that remember the largest |x| and |f(x)| per site (the calibration of the full scales)."""
 
     def __init__(self) -> None:
-        self.peak = torch.zeros(len(self.SITES), 2, dtype=torch.float64)
+        self.peak = torch.tensor([[float("inf"), -float("inf"), 0.0]] * len(self.SITES),
+                                 dtype=torch.float64)  # min x, max x, max |f(x)| per site
 
     def _note(self, x: torch.Tensor, y: torch.Tensor, site: str) -> torch.Tensor:
         i = self.SITES.index(site)
-        self.peak[i, 0] = max(float(self.peak[i, 0]), float(x.detach().abs().max()))
-        self.peak[i, 1] = max(float(self.peak[i, 1]), float(y.detach().abs().max()))
+        x, y = x.detach(), y.detach()
+        self.peak[i, 0] = min(float(self.peak[i, 0]), float(x.min()))
+        self.peak[i, 1] = max(float(self.peak[i, 1]), float(x.max()))
+        self.peak[i, 2] = max(float(self.peak[i, 2]), float(y.abs().max()))
         return y
 
     def silu(self, x: torch.Tensor, site: str) -> torch.Tensor:
@@ -122,9 +169,10 @@ def site_channels(config) -> dict[str, int]:
     return {"conv": config.conv_dim, "dt": config.n_heads, "gate": config.d_inner}
 
 
-def scales_of(peaks: torch.Tensor) -> dict[str, tuple[float, float]]:
-    """A recorder's peaks [site, (input, output)] as a dict by site."""
-    return {site: (float(peaks[i, 0]), float(peaks[i, 1])) for i, site in enumerate(Elementwise.SITES)}
+def scales_of(peaks: torch.Tensor) -> dict[str, tuple[float, float, float]]:
+    """A recorder's peaks [site, (min x, max x, max |f(x)|)] as a dict by site."""
+    return {site: (float(peaks[i, 0]), float(peaks[i, 1]), float(peaks[i, 2]))
+            for i, site in enumerate(Elementwise.SITES)}
 
 
 def recorders(model) -> list[_Recorder]:

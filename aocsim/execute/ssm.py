@@ -286,7 +286,8 @@ def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
 def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = CALIBRATION_ROWS,
                        tau: float = 0.8, max_iter: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
     """What each linear map sees on the exact path (simultaneous mode) for `tokens`, `rows` per map,
-    and per block ("blocks.i.elementwise") the largest |x| and |f(x)| at each elementwise site [3, 2].
+    and per block ("blocks.i.elementwise") the smallest and largest x and the largest |f(x)| at each
+    elementwise site [3, 3].
 
     The rows are drawn without replacement from every call of the solve (iterates on the way to
     the fixed point included: the device sees those too), by a generator seeded with `seed`.
@@ -359,5 +360,6 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
             if not isinstance(calibration, dict) or name not in calibration:
                 raise InputError(f"calibration has no {name!r}; expected calibration_inputs(model, tokens)")
             block.elementwise = functions[name] = AnalogElementwise(
-                device, i, scales_of(calibration[name]), site_channels(placed.config), placed.head.weight.dtype)
+                device, i, scales_of(calibration[name]), site_channels(placed.config), placed.head.weight.dtype,
+                generator=key.fold(len(linear_maps(placed)) + i))
     return PlacedSSM(placed, layers, functions)
