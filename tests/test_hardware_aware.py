@@ -79,3 +79,26 @@ def test_a_hardware_aware_run_is_reproducible_and_differs_from_the_plain_one() -
 def test_bad_hardware_settings_are_one_line_errors(change: dict, message: str) -> None:
     with pytest.raises(InputError, match=message.replace("[", r"\[").replace(")", r"\)")):
         dataclasses.replace(STATE_TRACKING["parity-implicit"], **change)
+
+
+def test_hardware_aware_digits_quantises_beta_w_and_reproduces() -> None:
+    from aocsim.nn.deq import DEQ, DEQConfig
+    from aocsim.tasks.digits import load_split
+    from aocsim.train.digits import DigitsDEQRecipe, train_digits_deq
+    from aocsim.train.hardware_aware import deq_logits
+
+    model = DEQ(DEQConfig(48, 64, 10, alpha=0.5), generator=torch.Generator().manual_seed(0))
+    x = load_split().x_train[:32]
+    opts = {"solver": "anderson", "atol": 1e-12, "rtol": 0.0, "max_iter": 200}
+    plain = model(x, **opts).logits
+    same = deq_logits(model, x, weight_bits=None, noise=0.0, generator=torch.Generator(), **opts)
+    assert torch.allclose(same, plain, atol=1e-10)  # no errors: the model itself
+    coarse = deq_logits(model, x, weight_bits=3, noise=0.0, generator=torch.Generator(), **opts)
+    assert not torch.allclose(coarse, plain, atol=1e-6)
+    coarse.sum().backward()  # straight-through: W still gets a gradient
+    assert model.weight.grad is not None and float(model.weight.grad.abs().sum()) > 0
+    short = DigitsDEQRecipe(epochs=1, hw_weight_bits=9, hw_noise=0.15, name="digits-deq48-hw")
+    a, b = train_digits_deq(short, progress=False)[0], train_digits_deq(short, progress=False)[0]
+    c = train_digits_deq(DigitsDEQRecipe(epochs=1), progress=False)[0]
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))

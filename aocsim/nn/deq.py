@@ -156,9 +156,11 @@ class DEQ(nn.Module):
         x = self._check_input(x)
         return x @ (self.inject_weight * self.inject_mask).T + self.inject_bias
 
-    def step(self, z: torch.Tensor, injection: torch.Tensor) -> torch.Tensor:
-        """One exact loop iteration: alpha z + beta W tanh(z) + injection."""
-        return self.config.alpha * z + torch.tanh(z) @ self.operator().T + injection
+    def step(self, z: torch.Tensor, injection: torch.Tensor, operator: torch.Tensor | None = None) -> torch.Tensor:
+        """One exact loop iteration: alpha z + beta W tanh(z) + injection (`operator`: beta W as given,
+        e.g. quantised in hardware-aware training; default `self.operator()`)."""
+        op = self.operator() if operator is None else operator
+        return self.config.alpha * z + torch.tanh(z) @ op.T + injection
 
     def readout(self, z: torch.Tensor) -> torch.Tensor:
         """V z + c, [B, output_size] (V restricted to the readout variables when split)."""

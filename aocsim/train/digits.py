@@ -19,12 +19,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from aocsim.errors import InputError
 from aocsim.experiments.evaluate import evaluate_deq
 from aocsim.io.model_files import save_model, software_versions
 from aocsim.nn.deq import DEQ, DEQConfig
 from aocsim.progress import bar
 from aocsim.solve.backward import Implicit
 from aocsim.tasks import digits
+from aocsim.train.hardware_aware import deq_logits
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,11 @@ class DigitsDEQRecipe:
     solver: str = "anderson"
     atol: float = 1e-9
     max_iter: int = 100
+    # Hardware-aware training (aocsim/train/hardware_aware.py, `deq_logits`): SLM bits of beta W
+    # (None: full precision) and the static error on the loop's input, relative to max |U x + b|.
+    hw_weight_bits: int | None = None
+    hw_noise: float = 0.0
+    name: str = "digits-deq48"
 
 
 def project_contraction(model: DEQ, cap: float) -> None:
@@ -71,15 +78,21 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     solve_opts = {"solver": recipe.solver, "atol": recipe.atol, "rtol": 0.0, "max_iter": recipe.max_iter}
     history = []
+    hardware_aware = recipe.hw_weight_bits is not None or recipe.hw_noise > 0
+    noise_gen = torch.Generator().manual_seed(recipe.seed + 2)  # drawn from only when hardware_aware
     start = time.perf_counter()
-    epochs = bar(range(recipe.epochs), desc="digits-deq48 epochs", enabled=progress)
+    epochs = bar(range(recipe.epochs), desc=f"{recipe.name} epochs", enabled=progress)
     for epoch in epochs:
         model.train()
         order = torch.randperm(n, generator=gen)
         total = 0.0
         for idx in order.split(recipe.batch_size):
-            out = model(data.x_train[idx], backward=Implicit(), **solve_opts)
-            loss = F.cross_entropy(out.logits, data.y_train[idx])
+            if hardware_aware:
+                logits = deq_logits(model, data.x_train[idx], weight_bits=recipe.hw_weight_bits,
+                                    noise=recipe.hw_noise, generator=noise_gen, **solve_opts)
+            else:
+                logits = model(data.x_train[idx], backward=Implicit(), **solve_opts).logits
+            loss = F.cross_entropy(logits, data.y_train[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -97,7 +110,7 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
         "train_seconds": round(time.perf_counter() - start, 1),
     }
     card = {
-        "name": "digits-deq48",
+        "name": recipe.name,
         "kind": "deq",
         "task": "digits",
         "description": "DEQ classifier z* = alpha z* + beta W tanh(z*) + U x + b, logits = V z* + c, "
@@ -119,5 +132,8 @@ def train_digits_deq(recipe: DigitsDEQRecipe, *, progress: bool = True) -> tuple
 def run_recipe(out_dir: Path, *, overwrite: bool = False, progress: bool = True, **overrides: Any) -> Path:
     """Train with the default recipe (plus overrides) and write the model directory."""
     recipe = DigitsDEQRecipe(**overrides)
+    if recipe.hw_weight_bits is not None and not 2 <= recipe.hw_weight_bits <= 24 or not 0 <= recipe.hw_noise < 1:
+        raise InputError(f"recipe {recipe.name!r}: hw_weight_bits = {recipe.hw_weight_bits!r}, hw_noise = "
+                         f"{recipe.hw_noise!r}; expected bits in [2, 24] or None and noise in [0, 1)")
     model, card = train_digits_deq(recipe, progress=progress)
     return save_model(model, out_dir, card, overwrite=overwrite)

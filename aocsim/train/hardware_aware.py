@@ -1,4 +1,4 @@
-"""Hardware-aware training of an implicit SSM: the device's effects on its linear maps, in training.
+"""Hardware-aware training: the device's errors in the training forward pass (implicit SSMs, DEQs).
 
 The model is trained as it will run on a device as a hybrid (docs/DEVICE_RUNS.md, section 2): every
 linear map inside its fixed-point function (the injection, each block's input and output
@@ -22,7 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.solve.backward import Implicit, equilibrium
 
 
 def quantize_weight(weight: torch.Tensor, bits: int) -> torch.Tensor:
@@ -48,3 +50,19 @@ def attach(model: ImplicitSSM, *, weight_bits: int | None, noise: float, generat
         return y
 
     return [m.register_forward_hook(hook) for m in maps]
+
+
+def deq_logits(model: DEQ, x: torch.Tensor, *, weight_bits: int | None, noise: float, generator: torch.Generator,
+               **solve_options: Any) -> torch.Tensor:
+    """A DEQ's logits with the loop's errors in training: beta W quantised to `weight_bits` over its
+    largest entry (straight-through), and per sample a static error on the loop's input of std
+    `noise` x max |U x + b| (what the device's offsets, gains and noise leave at the fixed point);
+    the fixed point solved exactly, the gradient implicit."""
+    u = model.injection(x)
+    if noise > 0:
+        u = u + noise * u.detach().abs().amax() * torch.randn(u.shape, generator=generator, dtype=u.dtype).to(u.device)
+    op = model.operator()
+    if weight_bits is not None:
+        op = op + (quantize_weight(op, weight_bits) - op.detach())
+    z, _ = equilibrium(lambda z: model.step(z, u, op), torch.zeros_like(u), backward=Implicit(), **solve_options)
+    return model.readout(z)

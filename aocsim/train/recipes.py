@@ -58,6 +58,9 @@ STATE_TRACKING["parity-implicit-hw"] = replace(STATE_TRACKING["parity-implicit"]
 
 RECIPES: dict[str, Callable[..., Path]] = {
     "digits-deq48": _digits.run_recipe,
+    # Hardware-aware digits (docs/DEVICE_RUNS.md, section 5): the same recipe with beta W on the SLM's
+    # 9 bits (straight-through) and a static error of 15 % of max |U x + b| on the loop's input.
+    "digits-deq48-hw": partial(_digits.run_recipe, hw_weight_bits=9, hw_noise=0.15, name="digits-deq48-hw"),
     **{name: partial(_st.run_recipe, recipe) for name, recipe in STATE_TRACKING.items()},
 }
 
