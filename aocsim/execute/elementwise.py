@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from aocsim.execute.fit import affine_fit
 from aocsim.hardware import components as C
 from aocsim.hardware import keys
 from aocsim.hardware.counter_rng import normal_pair
@@ -91,11 +92,7 @@ class AnalogElementwise(Elementwise):
             f = FUNCTIONS[site]
             reading = self._circuit(f, x, site)
             target = f(C.quantize_range(x, dlo, dhi, self.dac_bits))
-            tc, rc = target - target.mean(0), reading - reading.mean(0)
-            var = (tc * tc).sum(0)
-            g = torch.where(var > 0, (tc * rc).sum(0) / var.clamp_min(1e-300), torch.ones_like(var))
-            self.fitted_gain[site] = torch.where(g.abs() > 1e-12, g, torch.ones_like(g))
-            self.fitted_offset[site] = reading.mean(0) - self.fitted_gain[site] * target.mean(0)
+            self.fitted_gain[site], self.fitted_offset[site] = affine_fit(target, reading)
 
     def reset(self, generator: keys.Seed) -> None:
         self.run_key, self.calls = keys.as_key(generator), 0

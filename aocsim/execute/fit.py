@@ -114,3 +114,13 @@ def fit_program(profile: DeviceProfile, start: Program, *, alpha: float, operato
     if not after <= before:  # a failed line search must not make the mapping worse
         return start
     return Program(w.detach(), float(g.detach()), c.detach())
+
+
+def affine_fit(target: torch.Tensor, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column j, (g_j, o_j) minimising ||node_j - g_j target_j - o_j||^2."""
+    tm, nm = target.mean(0), node.mean(0)
+    tc, nc = target - tm, node - nm
+    var = (tc * tc).sum(0)
+    gain = torch.where(var > 0, (tc * nc).sum(0) / var.clamp_min(1e-300), torch.ones_like(var))
+    gain = torch.where(gain.abs() > 1e-12, gain, torch.ones_like(gain))  # a dead output: report raw
+    return gain, nm - gain * tm

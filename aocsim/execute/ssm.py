@@ -44,6 +44,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
+from aocsim.execute.fit import affine_fit
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
@@ -157,7 +158,7 @@ class DeviceLinear(nn.Module):
         self.tiles = TiledMatrix(device, kappa * program.weight, tile_size=size, generator=key.fold(1),
                                  input_range=self.input_range)  # the final load: its own draws
         node, _ = self._nodes(inputs, key.fold(2))
-        self.gain, self.offset = _affine_fit(target, node)
+        self.gain, self.offset = affine_fit(target, node)
         self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
         self.run_key, self.calls = key.fold(3), 0
         self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
@@ -193,16 +194,6 @@ class DeviceLinear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
-
-
-def _affine_fit(target: torch.Tensor, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per column j, (g_j, o_j) minimising ||node_j - g_j target_j - o_j||^2."""
-    tm, nm = target.mean(0), node.mean(0)
-    tc, nc = target - tm, node - nm
-    var = (tc * tc).sum(0)
-    gain = torch.where(var > 0, (tc * nc).sum(0) / var.clamp_min(1e-300), torch.ones_like(var))
-    gain = torch.where(gain.abs() > 1e-12, gain, torch.ones_like(gain))  # a dead output: report raw
-    return gain, nm - gain * tm
 
 
 @dataclass(frozen=True)

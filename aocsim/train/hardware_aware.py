@@ -22,16 +22,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from aocsim.hardware import components as C
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.solve.backward import Implicit, equilibrium
 
 
 def quantize_weight(weight: torch.Tensor, bits: int) -> torch.Tensor:
-    """Signed `bits` over max |W|, levels -L..L with L = 2^(bits - 1) - 1 (no gradient: see `attach`)."""
-    levels = 2 ** (bits - 1) - 1
+    """W on the SLM's grid: signed `bits` over max |W| (`components.quantize_signed`, the SLM's own
+    quantiser), straight-through."""
     m = weight.detach().abs().max().clamp_min(1e-30)
-    return torch.round(weight.detach() / m * levels) * (m / levels)
+    return m * C.quantize_signed(weight / m, bits)
 
 
 def attach(model: ImplicitSSM, *, weight_bits: int | None, noise: float, generator: torch.Generator) -> list[Any]:
@@ -43,7 +44,7 @@ def attach(model: ImplicitSSM, *, weight_bits: int | None, noise: float, generat
         y = output
         if weight_bits is not None:  # straight-through: the value of Q(W), the gradient of W
             w = module.weight
-            y = y + F.linear(args[0], quantize_weight(w, weight_bits) - w.detach())
+            y = y + F.linear(args[0], (quantize_weight(w, weight_bits) - w).detach())
         if noise > 0:
             scale = noise * y.detach().abs().amax()
             y = y + scale * torch.randn(y.shape, generator=generator, dtype=y.dtype).to(y.device)
@@ -63,6 +64,6 @@ def deq_logits(model: DEQ, x: torch.Tensor, *, weight_bits: int | None, noise: f
         u = u + noise * u.detach().abs().amax() * torch.randn(u.shape, generator=generator, dtype=u.dtype).to(u.device)
     op = model.operator()
     if weight_bits is not None:
-        op = op + (quantize_weight(op, weight_bits) - op.detach())
+        op = quantize_weight(op, weight_bits)  # straight-through
     z, _ = equilibrium(lambda z: model.step(z, u, op), torch.zeros_like(u), backward=Implicit(), **solve_options)
     return model.readout(z)
