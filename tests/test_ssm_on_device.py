@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,3 +126,52 @@ def test_bad_placements_are_one_line_errors(parity) -> None:
     w = linear_maps(plain_copy(model))["inject"].weight.detach()
     with pytest.raises(InputError, match="generator = None"):
         DeviceLinear(load_device("aoc48"), w, None, cal["inject"], generator=None)
+
+
+def test_averaging_passes_divides_the_noise_by_sqrt_k_and_multiplies_the_cost() -> None:
+    """A product averaged over K tile passes (each its own draws) has the single pass's mean and 1 / sqrt(K)
+    its noise std: 400 rows of one input, each an independent draw, on aoc48, K = 1 and K = 4."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(40, 30, generator=gen, dtype=torch.float64) * 0.1
+    cal = torch.randn(256, 30, generator=gen, dtype=torch.float64)
+    x = cal[:1].expand(400, 30).clone()
+    runs = {}
+    for k in (1, 4):
+        layer = DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, averaging=k)
+        layer.reset(7)
+        y = layer(x)
+        runs[k] = (y.mean(0), y.std(0), layer)
+    ratio = float(runs[4][1].mean() / runs[1][1].mean())
+    assert 0.45 < ratio < 0.55, ratio  # 1 / sqrt(4), std of the estimate about 1 % here
+    # the same mean: the averaged passes are unbiased (4 sigma of the K = 1 mean's error)
+    assert bool(((runs[4][0] - runs[1][0]).abs() <= 4 * runs[1][1] / 400 ** 0.5 + 1e-12).all())
+    one, four = runs[1][2], runs[4][2]
+    assert four.passes_per_call == 4 * one.passes_per_call
+    assert four.conversions() == tuple(4 * c for c in one.conversions())
+    with pytest.raises(InputError, match="averaging = 0; expected an integer >= 1"):
+        DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, averaging=0)
+
+
+def test_averaged_runs_count_their_passes_in_time_and_energy(parity) -> None:
+    """compare: with K passes per product every tile pass is counted K times (hardware time and
+    conversions), and the Dataset says so."""
+    from aocsim import compare
+
+    model, tokens, targets, _ = parity
+    ds = {k: compare(model, "aoc48", tokens[:2], targets[:2], averaging=k) for k in (1, 2)}
+    rt = float(load_device("aoc48").values["loop.round_trip_s"])
+    one = ds[1].sel(path="device")
+    # one pass each: passes = a (the injection's tiles) + b (the projections' tiles) x iterations
+    b, a = np.polyfit(one.iterations.values.ravel(), one.hardware_time_s.values.ravel() / rt, 1)
+    assert a >= 1 and b >= 2 and np.isclose(a, round(a)) and np.isclose(b, round(b))
+    for k, d in ds.items():
+        dev = d.sel(path="device")
+        assert np.allclose(dev.hardware_time_s / rt, k * (round(a) + round(b) * dev.iterations))
+        assert d.attrs["averaging"] == k
+    per_iteration = {k: float(np.polyfit(d.sel(path="device").iterations.values.ravel(),
+                                         d.sel(path="device").adc_conversions.values.ravel(), 1)[0])
+                     for k, d in ds.items()}
+    assert np.isclose(per_iteration[2], 2 * per_iteration[1])
+    assert "mean of 2 passes" in ds[2].attrs["placement"]
+    with pytest.raises(InputError, match="averaging = 2.*runs natively"):
+        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), averaging=2)

@@ -145,6 +145,8 @@ def test_zip_and_latin_hypercube_axes() -> None:
     ({"axes": {"noise.power_per_unit_w": [-1.0]}}, "noise.power_per_unit_w = -1.0"),
     ({"axes": {"slm.bits": []}}, "axes.slm.bits = []; expected a non-empty list"),
     ({"axes": {"placement.partial_sums": ["both"]}}, "placement.partial_sums = 'both'"),
+    ({"axes": {"placement.averaging": [0, 4]}}, "placement.averaging = 0; expected tile passes averaged"),
+    ({"axes": {"placement.on_tiles": ["in_proj,head"]}}, "placement.on_tiles = 'in_proj,head'; expected"),
     ({"zip": {"slm.bits": [4, 5], "readout.adc_bits": [8]}}, "zip: lists of lengths [1, 2]"),
     ({"random": {"points": 4, "ranges": {"noise.multiplier": {"low": 2, "high": 1}}}},
      "random.ranges.noise.multiplier"),
@@ -208,6 +210,7 @@ def test_cli_errors_lose_nothing(tmp_path: Path) -> None:
 def test_settings_a_model_cannot_take_are_refused_before_any_work(tmp_path: Path) -> None:
     for change, message in (({"axes": {"placement.tile_size": [16, 48]}}, "runs natively on aoc48 (no tiles)"),
                             ({"data": {"samples": 5000}}, "data.samples = 5000"),
+                            ({"axes": {"placement.averaging": [1, 4]}}, "runs natively on aoc48 (no tiles)"),
                             ({"axes": {"placement.mode": ["sequential"]}}, "is a DEQ")):
         with pytest.raises(InputError, match=re.escape(message)):
             sweep(parse_spec({**SMALL, **change}), tmp_path / "never")

@@ -58,11 +58,12 @@ def check_placement(model: object, profile: DeviceProfile, *, tiling: bool = Tru
     return True
 
 
-def placement(model: DEQ, profile: DeviceProfile) -> str:
+def placement(model: DEQ, profile: DeviceProfile, averaging: int = 1) -> str:
     """How `model` goes onto `profile`, in words (a Dataset attribute)."""
     if fits_natively(model, profile):
         return "native (W on the SLM, U x + b and V z + c digital)"
-    return "tiled hybrid (beta W on optical tiles; tanh, leak, U x + b, V z + c and the iteration digital)"
+    mean = f", each product the mean of {averaging} passes" if averaging > 1 else ""
+    return f"tiled hybrid (beta W on optical tiles{mean}; tanh, leak, U x + b, V z + c and the iteration digital)"
 
 
 class _Iteration:
@@ -86,12 +87,13 @@ class TiledDEQ:
     Args:
         model: the DEQ. profile: the chip. generator: key of the weight load and its calibration.
         fit_inputs: inputs whose exact fixed points give the calibration values (default: the task's
-            training images). tile_size, partial_sums: as in `TiledMatrix`.
+            training images). tile_size, partial_sums: as in `TiledMatrix`. averaging: tile passes
+            averaged per product (`DeviceLinear`).
     """
 
     def __init__(self, model: DEQ, profile: DeviceProfile, *, generator: keys.Seed,
                  fit_inputs: torch.Tensor | None = None, tile_size: int | None = None,
-                 partial_sums: str = "analog") -> None:
+                 partial_sums: str = "analog", averaging: int = 1) -> None:
         key = keys.as_key(generator)
         if key is None:
             raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
@@ -104,12 +106,11 @@ class TiledDEQ:
             operator = model.operator().detach()
         self.model, self.profile = model, profile
         self.feedback = DeviceLinear(profile, operator, None, values[pick], generator=key,
-                                     tile_size=tile_size, partial_sums=partial_sums)
+                                     tile_size=tile_size, partial_sums=partial_sums, averaging=averaging)
 
     @property
     def passes_per_iteration(self) -> int:
-        rows, cols = self.feedback.tiles.grid
-        return rows * cols
+        return self.feedback.passes_per_call
 
     def run(self, x: torch.Tensor, *, generator: keys.Seed, samples: torch.Tensor | None = None,
             max_iter: int = MAX_ITER, atol: float = 0.0, rtol: float = DEVICE_TOL, trace: bool = False) -> DeviceRun:

@@ -59,9 +59,11 @@ MAP_KINDS = ("inject", "in_proj", "out_proj")  # the linear maps inside f that c
 ELEMENTWISE = ("digital", "analog")  # how SiLU and softplus run (aocsim/execute/elementwise.py)
 
 
-def placement(on_tiles: tuple[str, ...], elementwise: str = "digital") -> str:
+def placement(on_tiles: tuple[str, ...], elementwise: str = "digital", averaging: int = 1) -> str:
     """The placement in words (a Dataset attribute)."""
     tiles = ", ".join(on_tiles) if on_tiles else "nothing"
+    if averaging > 1:
+        tiles += f" (each product the mean of {averaging} passes)"
     if elementwise == "analog":
         return f"hybrid: {tiles} on optical tiles; SiLU and softplus analog; other linear maps, norms, conv, scan, head digital"
     return f"hybrid: {tiles} on optical tiles; other linear maps, norms, conv, scan, head digital"
@@ -79,6 +81,13 @@ def check_on_tiles(on_tiles: object) -> tuple[str, ...]:
         raise InputError(f"on_tiles = {on_tiles!r}: unknown placement{' ' + repr(unknown[0]) if unknown else ''}; "
                          f"expected a non-empty subset of {list(MAP_KINDS)}")
     return tuple(k for k in MAP_KINDS if k in chosen)
+
+
+def check_averaging(averaging: object) -> int:
+    """Tile passes averaged per product: an integer >= 1."""
+    if isinstance(averaging, bool) or not isinstance(averaging, int) or averaging < 1:
+        raise InputError(f"averaging = {averaging!r}; expected an integer >= 1 (tile passes averaged per product)")
+    return averaging
 
 
 def check_elementwise(elementwise: object) -> str:
@@ -130,12 +139,16 @@ class DeviceLinear(nn.Module):
         generator: key of the weight loads (programming draws) and of the calibration probes.
         tile_size, partial_sums, input_range: as in `TiledMatrix`.
         rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
+        averaging: tile passes per call, their node readings averaged (the per-pass noise's std falls
+            as 1 / sqrt(averaging); time and conversions grow by the factor: `passes_per_call`).
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, tile_size: int | None = None,
-                 partial_sums: str = "analog", input_range: float | None = None, rounds: int = ROUNDS) -> None:
+                 partial_sums: str = "analog", input_range: float | None = None, rounds: int = ROUNDS,
+                 averaging: int = 1) -> None:
         super().__init__()
+        self.averaging = check_averaging(averaging)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.weight, self.bias, self.partial_sums = weight, bias, partial_sums
         key = keys.as_key(generator)
@@ -178,6 +191,25 @@ class DeviceLinear(nn.Module):
     def _correct(self, node: torch.Tensor) -> torch.Tensor:
         return (node - self.offset) / self.gain
 
+    @property
+    def passes_per_call(self) -> int:
+        """Tile passes (one round trip each) of one call: every tile, `averaging` times."""
+        return self.tiles.grid[0] * self.tiles.grid[1] * self.averaging
+
+    def conversions(self) -> tuple[int, int]:
+        """(DAC, ADC) conversions per input row of one call (`TiledMatrix.conversions`, `averaging` times)."""
+        dac, adc = self.tiles.conversions(self.partial_sums)
+        return dac * self.averaging, adc * self.averaging
+
+    def _averaged_nodes(self, t: torch.Tensor, call: int, samples: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The node volts of `averaging` passes, averaged: pass 0 draws from the run's key (so one pass
+        is what it was without averaging), pass p >= 1 from its fold (REPEAT, p)."""
+        node, scale = self._nodes(t, self.run_key, call, samples)
+        for p in range(1, self.averaging):
+            node = node + self._nodes(t, self.run_key.fold(keys.REPEAT, p), call, samples)[0]
+        return node / self.averaging, scale
+
     def reset(self, generator: keys.Seed) -> None:
         """Restart the call count under a new noise key (a run's seed)."""
         self.run_key, self.calls = keys.as_key(generator), 0
@@ -185,10 +217,10 @@ class DeviceLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.token_keys
         if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
-            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.visit,
-                                      rows.samples(tuple(x.shape[:-1])))
+            node, scale = self._averaged_nodes(x.reshape(-1, self.in_features), rows.visit,
+                                               rows.samples(tuple(x.shape[:-1])))
         else:
-            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls)
+            node, scale = self._averaged_nodes(x.reshape(-1, self.in_features), self.calls, None)
         self.calls += 1
         y = self._correct(node) * (self.sigma * scale[:, None])
         if self.bias is not None:
@@ -306,7 +338,7 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
 
 def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], *,
               generator: keys.Seed, tile_size: int | None = None, partial_sums: str = "analog",
-              on_tiles: tuple[str, ...] = MAP_KINDS, elementwise: str = "digital") -> PlacedSSM:
+              on_tiles: tuple[str, ...] = MAP_KINDS, elementwise: str = "digital", averaging: int = 1) -> PlacedSSM:
     """Place `model` on `device` (one chip, one weight load keyed by `generator`).
 
     Args:
@@ -318,8 +350,10 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
         on_tiles: which kinds of linear map go onto tiles (`MAP_KINDS`, the default: all); the others
             stay digital. Each map keeps its noise stream whatever the choice.
         elementwise: "digital" (exact SiLU and softplus) or "analog" (aocsim/execute/elementwise.py).
+        averaging: tile passes averaged per product of every map on tiles (`DeviceLinear`).
     """
     kinds = check_on_tiles(on_tiles)
+    check_averaging(averaging)
     check_elementwise(elementwise)
     if not isinstance(model, ImplicitSSM):
         raise InputError(f"model is a {type(model).__name__}; expected an ImplicitSSM")
@@ -339,7 +373,7 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
             continue
         bias = None if linear.bias is None else linear.bias.detach().clone()
         layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
-                             tile_size=tile_size, partial_sums=partial_sums)
+                             tile_size=tile_size, partial_sums=partial_sums, averaging=averaging)
         layers[name] = layer
         parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
                                                               name.split(".")[2])

@@ -21,7 +21,7 @@ from aocsim.execute.deq import EXACT_TOLERANCE, PlacedDEQ, compile_deq, resolve_
 from aocsim.execute.deq_tiled import DEVICE_TOL as TILED_TOL
 from aocsim.execute.deq_tiled import MAX_ITER as TILED_MAX_ITER
 from aocsim.execute.deq_tiled import TiledDEQ, check_placement, placement
-from aocsim.execute.ssm import check_elementwise
+from aocsim.execute.ssm import check_averaging, check_elementwise
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.energy import Activity, energy_j
@@ -81,8 +81,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             stop: str = "tolerance", max_iter: int | None = None, fit: bool = True, atol: float = 1e-6,
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
             on_tiles: tuple[str, ...] | None = None, tiling: bool = True, tile_size: int | None = None,
-            partial_sums: str = "analog", elementwise: str = "digital", progress: bool = False,
-            workers: int = 1) -> xr.Dataset:
+            partial_sums: str = "analog", elementwise: str = "digital", averaging: int = 1,
+            progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
@@ -113,6 +113,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             channels, analog partial sums); a DEQ that runs natively has none.
         elementwise: an implicit SSM's SiLU and softplus, "digital" (exact) or "analog" (modelled
             circuits: aocsim/execute/elementwise.py).
+        averaging: tile passes averaged per product of a model on tiles (the per-pass noise's std
+            falls as 1 / sqrt(averaging), hardware time and conversions grow by the factor).
         progress: a progress bar over the chip x seed runs (`aocsim.progress`).
         workers: cores for the device runs (`aocsim.parallel.run_parts`: a DEQ's chips, a sequence
             model's chip x seed runs); the results do not depend on it (draws are keyed by chip and seed).
@@ -130,6 +132,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     """
     m = _model(model)
     check_elementwise(elementwise)
+    check_averaging(averaging)
     workers = integer(workers, "workers", minimum=1)
     tile_size = None if tile_size is None else integer(tile_size, "tile_size", minimum=1)
     if partial_sums not in PARTIAL_SUMS:
@@ -141,7 +144,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
                                  chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
                                  max_iter=max_iter, resolve=resolve_profile, progress=progress, workers=workers,
                                  tile_size=tile_size, partial_sums=partial_sums, elementwise=elementwise,
-                                 **({} if on_tiles is None else {"on_tiles": on_tiles}))
+                                 averaging=averaging, **({} if on_tiles is None else {"on_tiles": on_tiles}))
     if elementwise != "digital":
         raise InputError(f"elementwise = {elementwise!r} applies to implicit SSMs (their SiLU and softplus); a DEQ's "
                          "nonlinearity is the loop's own (native) or digital (tiled)")
@@ -153,8 +156,9 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     base = resolve_profile(device)
     tiled = check_placement(m, base, tiling=tiling)
-    if not tiled and (tile_size is not None or partial_sums != "analog"):
-        raise InputError(f"tile_size = {tile_size!r}, partial_sums = {partial_sums!r}: DEQ with state_size "
+    if not tiled and (tile_size is not None or partial_sums != "analog" or averaging != 1):
+        raise InputError(f"tile_size = {tile_size!r}, partial_sums = {partial_sums!r}, averaging = {averaging!r}: "
+                         f"DEQ with state_size "
                          f"{m.config.state_size} runs natively on {base.name} (no tiles); expected the defaults")
     if tiled and (stop != "tolerance" or not fit):
         raise InputError(f"stop = {stop!r}, fit = {fit!r}: a DEQ on tiles (state_size {m.config.state_size} > "
@@ -180,7 +184,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     out["hardware_time_s"][0] = np.nan
     traces: dict[tuple[int, int], np.ndarray] = {}
     parts = [(m, resolve_profile(base, chip), tiled, seed_ids, x, exact.z, stop, fit, fit_inputs, max_iter, atol,
-              rtol, traced, tile_size, partial_sums) for chip in chip_ids]
+              rtol, traced, tile_size, partial_sums, averaging) for chip in chip_ids]
     runs = bar(run_parts(chip_runs, parts, workers), desc="compare chips", total=len(parts), enabled=progress)
     for ci, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
         for si, run in enumerate(per_seed):
@@ -190,7 +194,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
                 device_only[name][ci, si] = run.pop(name)
             for name, values in run.items():
                 out[name][1, ci, si] = values
-    ds = _dataset(out, device_only, y, m, base, seed_ids, chip_ids, stop, fit)
+    ds = _dataset(out, device_only, y, m, base, seed_ids, chip_ids, stop, fit, averaging)
     if traced:
         ds["residual_trace"] = residual_traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids),
                                                "model state units (||f(z) - z||_2), NaN after the sample stopped")
@@ -201,7 +205,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
 def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: torch.Tensor,
               exact_z: torch.Tensor, stop: str, fit: bool, fit_inputs: torch.Tensor | None, max_iter: int,
               atol: float, rtol: float, traced: bool, tile_size: int | None = None,
-              partial_sums: str = "analog") -> list[dict[str, np.ndarray]]:
+              partial_sums: str = "analog", averaging: int = 1) -> list[dict[str, np.ndarray]]:
     """One chip, every seed: what `compare` records per sample (a dict of arrays per seed).
 
     Natively the model is compiled once for the chip and loaded onto the SLM per seed; tiled, each
@@ -215,7 +219,7 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
         key = keys.as_key(seed)
         if compiled is None:
             tiles = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs, tile_size=tile_size,
-                             partial_sums=partial_sums)
+                             partial_sums=partial_sums, averaging=averaging)
             run = tiles.run(
                 x, generator=key.fold(1), samples=samples, max_iter=max_iter, atol=atol, rtol=rtol, trace=traced)
             gain = 1.0  # the state is in model units
@@ -230,7 +234,7 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
                "hardware_time_s": run.hardware_time_s.numpy(),
                "fixed_point_error": ((run.z - exact_z).norm(dim=1) / exact_z.norm(dim=1)).numpy()}
         if compiled is None:  # beta W on tiles every iteration; the injection and tanh digital
-            dac, adc = tiles.feedback.tiles.conversions(tiles.feedback.partial_sums)
+            dac, adc = tiles.feedback.conversions()
             its = r.iterations.double().numpy()
             one["dac_conversions"], one["adc_conversions"] = its * dac, its * adc
             channels = tiles.feedback.tiles.channels
@@ -248,12 +252,13 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
 
 
 def _dataset(out: dict[str, np.ndarray], device_only: dict[str, np.ndarray], targets: torch.Tensor | None, model: DEQ,
-             profile: DeviceProfile, seeds: list[int], chips: list[int], stop: str, fit: bool) -> xr.Dataset:
+             profile: DeviceProfile, seeds: list[int], chips: list[int], stop: str, fit: bool,
+             averaging: int = 1) -> xr.Dataset:
     return comparison_dataset(out, device_only, targets, ("path", "chip", "seed", "sample"),
                               {"sample": np.arange(out["prediction"].shape[-1])}, model=model, profile=profile,
                               seeds=seeds, chips=chips, residual_units="model state units (||f(z) - z||_2)",
                               in_memory="<in-memory DEQ>", stop=stop, fit=int(fit),
-                              placement=placement(model, profile))
+                              placement=placement(model, profile, averaging), averaging=averaging)
 
 
 def summarize(ds: xr.Dataset) -> dict[str, Any]:

@@ -16,8 +16,8 @@ import torch
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.execute.ssm import (MAP_KINDS, calibration_inputs, check_elementwise, check_on_tiles, linear_maps,
-                                place_ssm, placement)
+from aocsim.execute.ssm import (MAP_KINDS, calibration_inputs, check_averaging, check_elementwise, check_on_tiles,
+                                linear_maps, place_ssm, placement)
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, hold_last, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.energy import Activity, energy_j
@@ -60,12 +60,9 @@ def median_over_positions(trace: torch.Tensor) -> np.ndarray:
 
 def tile_passes(placed_maps: dict[str, Any]) -> tuple[int, int]:
     """(passes per token for the injection, passes per iteration and token for the projections):
-    the tiles each map on tiles runs through, one round trip each (0 for a digital map)."""
-    def tiles(layer: Any) -> int:
-        return layer.tiles.grid[0] * layer.tiles.grid[1]
-
-    inject = tiles(placed_maps["inject"]) if "inject" in placed_maps else 0
-    return inject, sum(tiles(layer) for name, layer in placed_maps.items() if name != "inject")
+    the tile passes of each map on tiles, one round trip each (0 for a digital map)."""
+    inject = placed_maps["inject"].passes_per_call if "inject" in placed_maps else 0
+    return inject, sum(layer.passes_per_call for name, layer in placed_maps.items() if name != "inject")
 
 
 def _per_token(run: Any, tolerance: float) -> dict[str, np.ndarray]:
@@ -78,14 +75,14 @@ def _per_token(run: Any, tolerance: float) -> dict[str, np.ndarray]:
 
 def device_run(model: ImplicitSSM, profile: DeviceProfile, calibration: Any, seed: int, x: torch.Tensor,
                exact_z: torch.Tensor, mode: str, tol: float, cap: int, tile_size: int | None,
-               kinds: tuple[str, ...], partial_sums: str = "analog", elementwise: str = "digital"
-               ) -> dict[str, np.ndarray]:
+               kinds: tuple[str, ...], partial_sums: str = "analog", elementwise: str = "digital",
+               averaging: int = 1) -> dict[str, np.ndarray]:
     """One chip and seed: the model placed (weight loads and calibration keyed by the seed) and run on
     every sequence; what `compare_sequences` records, as arrays [B, L] (the trace per iteration).
     A module-level function so that `aocsim.parallel.run_parts` can run it in another process."""
     key = keys.as_key(seed)
     placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size, on_tiles=kinds,
-                       partial_sums=partial_sums, elementwise=elementwise)
+                       partial_sums=partial_sums, elementwise=elementwise, averaging=averaging)
     run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
     out = _per_token(run, tol)
     iterations = run.iterations.double().numpy()
@@ -105,11 +102,8 @@ def device_run(model: ImplicitSSM, profile: DeviceProfile, calibration: Any, see
 
 def conversions(placed_maps: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
     """(DAC, ADC) conversions per token: the injection's once, then the projections' per iteration."""
-    def of(layer: Any) -> tuple[int, int]:
-        return layer.tiles.conversions(layer.partial_sums)
-
-    once = of(placed_maps["inject"]) if "inject" in placed_maps else (0, 0)
-    each = [of(layer) for name, layer in placed_maps.items() if name != "inject"]
+    once = placed_maps["inject"].conversions() if "inject" in placed_maps else (0, 0)
+    each = [layer.conversions() for name, layer in placed_maps.items() if name != "inject"]
     return once, (sum(d for d, _ in each), sum(a for _, a in each))
 
 
@@ -117,8 +111,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                       seeds: list[int], chips: list[int], mode: str = "sequential", tol: float = DEVICE_TOL,
                       max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
                       tile_size: int | None = None, on_tiles: tuple[str, ...] = MAP_KINDS, resolve: Any,
-                      partial_sums: str = "analog", elementwise: str = "digital", progress: bool = False,
-                      workers: int = 1) -> xr.Dataset:
+                      partial_sums: str = "analog", elementwise: str = "digital", averaging: int = 1,
+                      progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
 
     Args:
@@ -136,6 +130,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         on_tiles: which linear maps run on tiles (`place_ssm`; default all).
         partial_sums: "analog" or "digital" (`TiledMatrix`).
         elementwise: SiLU and softplus "digital" (exact) or "analog" (aocsim/execute/elementwise.py).
+        averaging: tile passes averaged per product (`DeviceLinear`): less noise, more time.
         workers: cores for the chip x seed runs (`aocsim.parallel.run_parts`); the results do not
             depend on it (every run's draws are keyed by its chip and seed).
     """
@@ -148,6 +143,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         raise InputError(f"tol = {tol!r}; expected a relative residual in (0, 1)")
     kinds = check_on_tiles(on_tiles)
     check_elementwise(elementwise)
+    check_averaging(averaging)
     x, y = _tokens(model, tokens, targets)
     b, length = x.shape
     cap = max_iter if max_iter is not None else (30 if mode == "sequential" else 3 * length + 20)
@@ -179,7 +175,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         out[name][0] = values
     out["hardware_time_s"][0] = np.nan
     parts = [(model, resolve(base, chips[ci]), calibration, seeds[si], x, exact.z, mode, tol, cap, tile_size, kinds,
-              partial_sums, elementwise) for ci in range(len(chips)) for si in range(len(seeds))]
+              partial_sums, elementwise, averaging) for ci in range(len(chips)) for si in range(len(seeds))]
     runs = bar(run_parts(device_run, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
     for i, run in runs:  # in order of completion: each run is keyed by its chip and seed alone
         ci, si = divmod(i, len(seeds))
@@ -192,8 +188,8 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                             {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
                             seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",
                             in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
-                            placement=placement(kinds, elementwise), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
-                            partial_sums=partial_sums, elementwise=elementwise,
+                            placement=placement(kinds, elementwise, averaging), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
+                            partial_sums=partial_sums, elementwise=elementwise, averaging=averaging,
                             maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
     ds["residual_trace"] = residual_traces(
         median_over_positions(exact.trace), traces, len(chips), len(seeds),

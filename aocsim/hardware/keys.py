@@ -25,7 +25,8 @@ from aocsim.hardware.counter_rng import GOLDEN_GAMMA, _signed, normal_pair
 MASK64 = (1 << 64) - 1
 
 # Purposes: the first coordinate under a root key, so that streams for different jobs never meet.
-CHIP, PROGRAMMING, DRIFT, ITERATION, TILE_CALL, DARK = range(1, 7)
+# REPEAT: the extra passes of a product averaged over several tile passes (aocsim/execute/ssm.py).
+CHIP, PROGRAMMING, DRIFT, ITERATION, TILE_CALL, DARK, REPEAT = range(1, 8)
 
 Seed = Union[int, torch.Generator, "Key", None]
 

@@ -86,6 +86,9 @@ class StateTrackingRecipe:
     # (None: full precision) and the noise of each of their calls, relative to its largest output.
     hw_weight_bits: int | None = None
     hw_noise: float = 0.0
+    # Start from a trained model's weights (a bundled name or a model folder; its config must be
+    # the recipe's) instead of a fresh initialisation: fine-tuning, e.g. hardware-aware.
+    init: str | None = None
     seed: int = 0
     # Recipe revision, so that the cards of models trained before a recipe changed stay apart in
     # the seed table (1: the first committed recipes; 2: the A5 recipes of issue 11).
@@ -176,6 +179,19 @@ def _jacobian_penalty(model: ImplicitSSM, z_star: torch.Tensor, u: torch.Tensor,
     return vjp.pow(2).sum() / v.numel()
 
 
+def _load_initial(model: ImplicitSSM, name_or_path: str) -> None:
+    """Copy a trained model's weights into `model` (same config), keeping `model`'s dtype."""
+    from aocsim.io.model_files import load_model
+
+    start = load_model(name_or_path)
+    if not isinstance(start, ImplicitSSM) or start.config.to_dict() != model.config.to_dict():
+        found = start.config.to_dict() if isinstance(start, ImplicitSSM) else type(start).__name__
+        raise InputError(f"init = {name_or_path!r}: its config {found} is not the recipe's "
+                         f"{model.config.to_dict()}; expected a model of the same architecture")
+    dtype = next(model.parameters()).dtype
+    model.load_state_dict({k: v.to(dtype) for k, v in start.state_dict().items()})
+
+
 def _forward_train(model: ImplicitSSM, tokens: torch.Tensor, step: int, r: StateTrackingRecipe,
                    gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits [B, L, V] with the gradient path of the current phase, and the Jacobian penalty (or None)."""
@@ -211,6 +227,8 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
     """Train by recipe `r`; returns the model and its training log summary."""
     g = group(r.task)
     model = ImplicitSSM(r.config(g.order), generator=torch.Generator().manual_seed(r.seed))
+    if r.init is not None:
+        _load_initial(model, r.init)
     opt = torch.optim.AdamW(model.parameters(), lr=r.lr, weight_decay=r.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, r.lr_factor)
     rng = np.random.default_rng(r.seed)

@@ -19,7 +19,7 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.solve.result import SolveStatus
-from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
+from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed, on_tiles_names
 from aocsim.experiments.sweep.store import SweepStore, assemble, write_results
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ def run_point(spec: SweepSpec, base: Any, point: Point) -> xr.Dataset:
         device = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
         profile = base.with_overrides(device)
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
+        if "on_tiles" in placement:  # a spec names the maps in one string (one coordinate value)
+            placement["on_tiles"] = on_tiles_names(placement["on_tiles"])
         seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
         ds = compare(model, profile, x, y, seeds=seeds, chips=list(spec.chips), **placement)
         return point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
@@ -214,13 +216,14 @@ def check_models(spec: SweepSpec, base: Any) -> None:
         sequence = model.card.get("task") == "state_tracking"
         tiled = not sequence and check_placement(model, base, tiling=True)
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
-            if path in ("placement.tile_size", "placement.partial_sums") and not (sequence or tiled):
+            if path in ("placement.tile_size", "placement.partial_sums", "placement.averaging") and not (
+                    sequence or tiled):
                 raise InputError(f"{path} is swept but model {name!r} runs natively on {base.name} (no tiles); "
                                  "expected it only for models on tiles")
             if path == "placement.stop" and tiled:
                 raise InputError(f"{path} is swept but model {name!r} runs on tiles on {base.name}; expected it "
                                  "only for DEQs that run natively")
-            if path in ("placement.mode", "placement.elementwise") and not sequence:
+            if path in ("placement.mode", "placement.elementwise", "placement.on_tiles") and not sequence:
                 raise InputError(f"{path} is swept but model {name!r} is a DEQ; expected it only for implicit SSMs")
             if path == "placement.stop" and sequence:
                 raise InputError(f"{path} is swept but model {name!r} is an implicit SSM; expected it only for DEQs")

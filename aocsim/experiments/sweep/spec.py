@@ -49,6 +49,9 @@ PLACEMENT = {
     "placement.partial_sums": "how a tile row's partial products are added: 'analog' or 'digital'",
     "placement.mode": "implicit SSMs: 'sequential' or 'simultaneous'",
     "placement.elementwise": "implicit SSMs: SiLU and softplus 'digital' (exact) or 'analog' (modelled circuits)",
+    "placement.averaging": "tile passes averaged per product (implicit SSMs and tiled DEQs), an integer >= 1",
+    "placement.on_tiles": "implicit SSMs: the linear maps on tiles, comma-separated names from inject, in_proj, "
+                          "out_proj (e.g. 'in_proj,out_proj')",
     "placement.stop": "DEQs run natively: 'tolerance' (the loop's state at its fixed point) or 'readout' "
                       "(the ADC's average after the settle window: where readout.adc_bits matters)",
 }
@@ -332,7 +335,7 @@ def check_points(spec: SweepSpec) -> None:
 
 def _check_placement(path: str, values: tuple[Any, ...]) -> None:
     for v in values:
-        if path == "placement.tile_size":
+        if path in ("placement.tile_size", "placement.averaging"):
             ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
         elif path == "placement.partial_sums":
             ok = v in ("analog", "digital")
@@ -340,10 +343,20 @@ def _check_placement(path: str, values: tuple[Any, ...]) -> None:
             ok = v in ("tolerance", "readout")
         elif path == "placement.elementwise":
             ok = v in ("digital", "analog")
+        elif path == "placement.on_tiles":
+            ok = isinstance(v, str) and on_tiles_names(v) is not None
         else:
             ok = v in ("sequential", "simultaneous")
         if not ok:
             raise InputError(f"{path} = {v!r}; expected {PLACEMENT[path]}")
+
+
+def on_tiles_names(value: str) -> tuple[str, ...] | None:
+    """'in_proj,out_proj' -> ('in_proj', 'out_proj'); None unless a non-empty list of map names."""
+    from aocsim.execute.ssm import MAP_KINDS
+
+    names = tuple(n.strip() for n in value.split(","))
+    return names if names and all(n in MAP_KINDS for n in names) and len(set(names)) == len(names) else None
 
 
 def _describe(settings: Mapping[str, Any]) -> str:
