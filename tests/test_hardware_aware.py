@@ -102,3 +102,18 @@ def test_hardware_aware_digits_quantises_beta_w_and_reproduces() -> None:
     c = train_digits_deq(DigitsDEQRecipe(epochs=1), progress=False)[0]
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+
+
+def test_fine_tuning_starts_from_the_given_model_and_refuses_another_architecture() -> None:
+    """`init`: the run starts from the trained weights (its first step's accuracy is the trained model's,
+    not chance), and a model of another architecture is a one-line error before any step."""
+    from aocsim.io.model_files import load_model
+
+    tuned = dataclasses.replace(STATE_TRACKING["parity-implicit"], steps=1, tied_fraction=0.0, batch_size=16,
+                                init="parity-implicit", lr=1e-12, warmup_steps=1)
+    model, log = state_tracking.train(tuned, progress=False)
+    assert log["history"][0]["train_acc"] == 1.0  # a fresh start is at chance (about 0.5)
+    start = load_model("parity-implicit").state_dict()
+    assert all(torch.allclose(model.state_dict()[k].double(), v.double(), atol=1e-6) for k, v in start.items())
+    with pytest.raises(InputError, match="init = 'a5-implicit': its config .* is not the recipe's"):
+        state_tracking.train(dataclasses.replace(tuned, init="a5-implicit"), progress=False)
