@@ -476,10 +476,12 @@ def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
               help="Sequence models: SiLU and softplus exact, or on modelled analog circuits (docs/DEVICE_RUNS.md).")
 @click.option("--averaging", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="Models on tiles: tile passes averaged per product (less noise, more time and energy).")
+@click.option("--predistort", is_flag=True, default=False,
+              help="Models on tiles: linearise the emitter drive digitally before the DAC (docs/DEVICE_RUNS.md).")
 @_friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
                 tiling: bool, out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
-                mode: str, on_tiles: str, elementwise: str, averaging: int) -> None:
+                mode: str, on_tiles: str, elementwise: str, averaging: int, predistort: bool) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
     DEQ digits models run natively on the test images (larger ones with beta W on optical tiles,
@@ -535,7 +537,8 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
             options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True, workers=threads)
             if model.card["task"] == "digits":
                 split = load_split(model.weight.dtype)
-                tiles = {"averaging": averaging} if check_placement(model, profile, tiling=tiling) else {}
+                tiles = ({"averaging": averaging, "predistort": predistort}
+                         if check_placement(model, profile, tiling=tiling) else {})
                 results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit,
                                         tiling=tiling, **tiles, **options)
             else:
@@ -545,7 +548,8 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
                 tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
                                                 identity_prob=1 / g.order, generator=2024)
                 results[name] = compare(model, device, tokens, targets, mode=mode, on_tiles=kinds,
-                                        elementwise=elementwise, averaging=averaging, **options)
+                                        elementwise=elementwise, averaging=averaging, predistort=predistort,
+                                        **options)
     tmp = out.with_name(f".{out.name}.tmp")
     for i, (name, ds) in enumerate(results.items()):
         group_name = None if len(results) == 1 else name

@@ -175,3 +175,7 @@ def test_averaged_runs_count_their_passes_in_time_and_energy(parity) -> None:
     assert "mean of 2 passes" in ds[2].attrs["placement"]
     with pytest.raises(InputError, match="averaging = 2.*runs natively"):
         compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), averaging=2)
+    with pytest.raises(InputError, match="predistort = True: DEQ.*runs natively"):
+        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), predistort=True)
+    with pytest.raises(InputError, match="predistort = 1; expected True or False"):
+        compare(model, "aoc48", tokens[:1], predistort=1)

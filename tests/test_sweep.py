@@ -147,6 +147,7 @@ def test_zip_and_latin_hypercube_axes() -> None:
     ({"axes": {"placement.partial_sums": ["both"]}}, "placement.partial_sums = 'both'"),
     ({"axes": {"placement.averaging": [0, 4]}}, "placement.averaging = 0; expected tile passes averaged"),
     ({"axes": {"placement.on_tiles": ["in_proj,head"]}}, "placement.on_tiles = 'in_proj,head'; expected"),
+    ({"axes": {"placement.predistort": ["yes"]}}, "placement.predistort = 'yes'; expected"),
     ({"zip": {"slm.bits": [4, 5], "readout.adc_bits": [8]}}, "zip: lists of lengths [1, 2]"),
     ({"random": {"points": 4, "ranges": {"noise.multiplier": {"low": 2, "high": 1}}}},
      "random.ranges.noise.multiplier"),

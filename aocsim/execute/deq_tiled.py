@@ -58,11 +58,12 @@ def check_placement(model: object, profile: DeviceProfile, *, tiling: bool = Tru
     return True
 
 
-def placement(model: DEQ, profile: DeviceProfile, averaging: int = 1) -> str:
+def placement(model: DEQ, profile: DeviceProfile, averaging: int = 1, predistort: bool = False) -> str:
     """How `model` goes onto `profile`, in words (a Dataset attribute)."""
     if fits_natively(model, profile):
         return "native (W on the SLM, U x + b and V z + c digital)"
     mean = f", each product the mean of {averaging} passes" if averaging > 1 else ""
+    mean += ", emitter drive predistorted" if predistort else ""
     return f"tiled hybrid (beta W on optical tiles{mean}; tanh, leak, U x + b, V z + c and the iteration digital)"
 
 
@@ -88,12 +89,12 @@ class TiledDEQ:
         model: the DEQ. profile: the chip. generator: key of the weight load and its calibration.
         fit_inputs: inputs whose exact fixed points give the calibration values (default: the task's
             training images). tile_size, partial_sums: as in `TiledMatrix`. averaging: tile passes
-            averaged per product (`DeviceLinear`).
+            averaged per product (`DeviceLinear`). predistort: the emitter drive linearised (`TiledMatrix`).
     """
 
     def __init__(self, model: DEQ, profile: DeviceProfile, *, generator: keys.Seed,
                  fit_inputs: torch.Tensor | None = None, tile_size: int | None = None,
-                 partial_sums: str = "analog", averaging: int = 1) -> None:
+                 partial_sums: str = "analog", averaging: int = 1, predistort: bool = False) -> None:
         key = keys.as_key(generator)
         if key is None:
             raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
@@ -106,7 +107,8 @@ class TiledDEQ:
             operator = model.operator().detach()
         self.model, self.profile = model, profile
         self.feedback = DeviceLinear(profile, operator, None, values[pick], generator=key,
-                                     tile_size=tile_size, partial_sums=partial_sums, averaging=averaging)
+                                     tile_size=tile_size, partial_sums=partial_sums, averaging=averaging,
+                                     predistort=predistort)
 
     @property
     def passes_per_iteration(self) -> int:

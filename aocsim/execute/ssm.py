@@ -48,7 +48,7 @@ from aocsim.execute.fit import affine_fit
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.tiles import TiledMatrix, input_scale
+from aocsim.hardware.tiles import TiledMatrix, check_predistort, input_scale
 from aocsim.hardware.tiles import _input_range as default_input_range
 from aocsim.hardware.tiles import _tile_size as resolve_tile_size
 from aocsim.nn.implicit_ssm import ImplicitSSM
@@ -59,11 +59,13 @@ MAP_KINDS = ("inject", "in_proj", "out_proj")  # the linear maps inside f that c
 ELEMENTWISE = ("digital", "analog")  # how SiLU and softplus run (aocsim/execute/elementwise.py)
 
 
-def placement(on_tiles: tuple[str, ...], elementwise: str = "digital", averaging: int = 1) -> str:
+def placement(on_tiles: tuple[str, ...], elementwise: str = "digital", averaging: int = 1,
+              predistort: bool = False) -> str:
     """The placement in words (a Dataset attribute)."""
     tiles = ", ".join(on_tiles) if on_tiles else "nothing"
-    if averaging > 1:
-        tiles += f" (each product the mean of {averaging} passes)"
+    how = [f"each product the mean of {averaging} passes"] * (averaging > 1) + ["emitter drive predistorted"] * predistort
+    if how:
+        tiles += f" ({'; '.join(how)})"
     if elementwise == "analog":
         return f"hybrid: {tiles} on optical tiles; SiLU and softplus analog; other linear maps, norms, conv, scan, head digital"
     return f"hybrid: {tiles} on optical tiles; other linear maps, norms, conv, scan, head digital"
@@ -141,14 +143,16 @@ class DeviceLinear(nn.Module):
         rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
         averaging: tile passes per call, their node readings averaged (the per-pass noise's std falls
             as 1 / sqrt(averaging); time and conversions grow by the factor: `passes_per_call`).
+        predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, tile_size: int | None = None,
                  partial_sums: str = "analog", input_range: float | None = None, rounds: int = ROUNDS,
-                 averaging: int = 1) -> None:
+                 averaging: int = 1, predistort: bool = False) -> None:
         super().__init__()
         self.averaging = check_averaging(averaging)
+        self.predistort = check_predistort(predistort)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.weight, self.bias, self.partial_sums = weight, bias, partial_sums
         key = keys.as_key(generator)
@@ -162,14 +166,14 @@ class DeviceLinear(nn.Module):
         # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
         self.sigma = float(self._ideal_nodes(inputs, 1.0).abs().max()) / (HEADROOM * half) or 1.0
         program = fit_tile_program(device, weight / self.sigma, tile_size=size, input_range=self.input_range,
-                                   key=key.fold(0), partial_sums=partial_sums, rounds=rounds)
+                                   key=key.fold(0), partial_sums=partial_sums, rounds=rounds, predistort=predistort)
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
         self.dead_positions = program.dead
         # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
         target = self._ideal_nodes(inputs, self.sigma)
         kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
         self.tiles = TiledMatrix(device, kappa * program.weight, tile_size=size, generator=key.fold(1),
-                                 input_range=self.input_range)  # the final load: its own draws
+                                 input_range=self.input_range, predistort=predistort)  # the final load: its own draws
         node, _ = self._nodes(inputs, key.fold(2))
         self.gain, self.offset = affine_fit(target, node)
         self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
@@ -338,7 +342,8 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
 
 def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], *,
               generator: keys.Seed, tile_size: int | None = None, partial_sums: str = "analog",
-              on_tiles: tuple[str, ...] = MAP_KINDS, elementwise: str = "digital", averaging: int = 1) -> PlacedSSM:
+              on_tiles: tuple[str, ...] = MAP_KINDS, elementwise: str = "digital", averaging: int = 1,
+              predistort: bool = False) -> PlacedSSM:
     """Place `model` on `device` (one chip, one weight load keyed by `generator`).
 
     Args:
@@ -351,9 +356,11 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
             stay digital. Each map keeps its noise stream whatever the choice.
         elementwise: "digital" (exact SiLU and softplus) or "analog" (aocsim/execute/elementwise.py).
         averaging: tile passes averaged per product of every map on tiles (`DeviceLinear`).
+        predistort: every map's emitter drive linearised before the DAC (`TiledMatrix`).
     """
     kinds = check_on_tiles(on_tiles)
     check_averaging(averaging)
+    check_predistort(predistort)
     check_elementwise(elementwise)
     if not isinstance(model, ImplicitSSM):
         raise InputError(f"model is a {type(model).__name__}; expected an ImplicitSSM")
@@ -373,7 +380,8 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
             continue
         bias = None if linear.bias is None else linear.bias.detach().clone()
         layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
-                             tile_size=tile_size, partial_sums=partial_sums, averaging=averaging)
+                             tile_size=tile_size, partial_sums=partial_sums, averaging=averaging,
+                             predistort=predistort)
         layers[name] = layer
         parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
                                                               name.split(".")[2])

@@ -57,11 +57,12 @@ class TileProgram:
 
 
 def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *, tile_size: int | None,
-            input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str
+            input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str, predistort: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
     node volts against the drive u, least squares over `PROBES` random drives in [-r, r]."""
-    tiles = TiledMatrix(device, program, tile_size=tile_size, generator=load, input_range=input_range)
+    tiles = TiledMatrix(device, program, tile_size=tile_size, generator=load, input_range=input_range,
+                        predistort=predistort)
     gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
     k = int(live.sum())
     drive = (torch.rand(PROBES, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
@@ -105,12 +106,14 @@ def expand_columns(k: int, tile: int, dead: set[int]) -> torch.Tensor:
 
 
 def fit_tile_program(device: DeviceProfile, weight: torch.Tensor, *, tile_size: int, input_range: float,
-                     key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS) -> TileProgram:
-    """The program for `weight` [M, K] (module docstring); `key` keys every load and probe."""
+                     key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS,
+                     predistort: bool = False) -> TileProgram:
+    """The program for `weight` [M, K] (module docstring); `key` keys every load and probe; `predistort`:
+    the tiles' emitter drive linearised (`TiledMatrix`)."""
     dtype = weight.dtype
     weight = weight.double()  # least squares on noisy probes: float64 inside, the program in `dtype`
     m, k = weight.shape
-    opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums)
+    opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums, predistort=predistort)
     # 1. dead input positions, from W at its natural columns
     natural = torch.ones(k, dtype=torch.bool)
     a, _ = measure(device, weight, natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)

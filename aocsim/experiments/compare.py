@@ -25,7 +25,7 @@ from aocsim.execute.ssm import check_averaging, check_elementwise
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.energy import Activity, energy_j
-from aocsim.hardware.tiles import PARTIAL_SUMS
+from aocsim.hardware.tiles import PARTIAL_SUMS, check_predistort
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.io.model_files import load_model
 from aocsim.nn.deq import DEQ
@@ -82,7 +82,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             rtol: float | None = None, fit_inputs: torch.Tensor | None = None, mode: str = "sequential",
             on_tiles: tuple[str, ...] | None = None, tiling: bool = True, tile_size: int | None = None,
             partial_sums: str = "analog", elementwise: str = "digital", averaging: int = 1,
-            progress: bool = False, workers: int = 1) -> xr.Dataset:
+            predistort: bool = False, progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Run `model` on `device` and on its exact path; per chip, seed and sample (and position).
 
     A DEQ runs natively (aocsim/execute/deq.py); an implicit SSM as a hybrid (aocsim/execute/ssm.py,
@@ -115,6 +115,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
             circuits: aocsim/execute/elementwise.py).
         averaging: tile passes averaged per product of a model on tiles (the per-pass noise's std
             falls as 1 / sqrt(averaging), hardware time and conversions grow by the factor).
+        predistort: a model on tiles gets its emitter drive linearised digitally before the DAC
+            (`TiledMatrix`; the LED cubics' nonlinearity is the tiles' largest static error).
         progress: a progress bar over the chip x seed runs (`aocsim.progress`).
         workers: cores for the device runs (`aocsim.parallel.run_parts`: a DEQ's chips, a sequence
             model's chip x seed runs); the results do not depend on it (draws are keyed by chip and seed).
@@ -133,6 +135,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     m = _model(model)
     check_elementwise(elementwise)
     check_averaging(averaging)
+    check_predistort(predistort)
     workers = integer(workers, "workers", minimum=1)
     tile_size = None if tile_size is None else integer(tile_size, "tile_size", minimum=1)
     if partial_sums not in PARTIAL_SUMS:
@@ -144,7 +147,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
                                  chips=_ids("chips", chips), mode=mode, tol=DEVICE_TOL if rtol is None else rtol,
                                  max_iter=max_iter, resolve=resolve_profile, progress=progress, workers=workers,
                                  tile_size=tile_size, partial_sums=partial_sums, elementwise=elementwise,
-                                 averaging=averaging, **({} if on_tiles is None else {"on_tiles": on_tiles}))
+                                 averaging=averaging, predistort=predistort, **({} if on_tiles is None else {"on_tiles": on_tiles}))
     if elementwise != "digital":
         raise InputError(f"elementwise = {elementwise!r} applies to implicit SSMs (their SiLU and softplus); a DEQ's "
                          "nonlinearity is the loop's own (native) or digital (tiled)")
@@ -156,8 +159,9 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     base = resolve_profile(device)
     tiled = check_placement(m, base, tiling=tiling)
-    if not tiled and (tile_size is not None or partial_sums != "analog" or averaging != 1):
-        raise InputError(f"tile_size = {tile_size!r}, partial_sums = {partial_sums!r}, averaging = {averaging!r}: "
+    if not tiled and (tile_size is not None or partial_sums != "analog" or averaging != 1 or predistort):
+        raise InputError(f"tile_size = {tile_size!r}, partial_sums = {partial_sums!r}, averaging = {averaging!r}, "
+                         f"predistort = {predistort!r}: "
                          f"DEQ with state_size "
                          f"{m.config.state_size} runs natively on {base.name} (no tiles); expected the defaults")
     if tiled and (stop != "tolerance" or not fit):
@@ -184,7 +188,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
     out["hardware_time_s"][0] = np.nan
     traces: dict[tuple[int, int], np.ndarray] = {}
     parts = [(m, resolve_profile(base, chip), tiled, seed_ids, x, exact.z, stop, fit, fit_inputs, max_iter, atol,
-              rtol, traced, tile_size, partial_sums, averaging) for chip in chip_ids]
+              rtol, traced, tile_size, partial_sums, averaging, predistort) for chip in chip_ids]
     runs = bar(run_parts(chip_runs, parts, workers), desc="compare chips", total=len(parts), enabled=progress)
     for ci, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
         for si, run in enumerate(per_seed):
@@ -194,7 +198,7 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
                 device_only[name][ci, si] = run.pop(name)
             for name, values in run.items():
                 out[name][1, ci, si] = values
-    ds = _dataset(out, device_only, y, m, base, seed_ids, chip_ids, stop, fit, averaging)
+    ds = _dataset(out, device_only, y, m, base, seed_ids, chip_ids, stop, fit, averaging, predistort)
     if traced:
         ds["residual_trace"] = residual_traces(exact.solve.trace.numpy(), traces, len(chip_ids), len(seed_ids),
                                                "model state units (||f(z) - z||_2), NaN after the sample stopped")
@@ -205,7 +209,8 @@ def compare(model: DEQ | ImplicitSSM | str | Path, device: DeviceProfile | str, 
 def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: torch.Tensor,
               exact_z: torch.Tensor, stop: str, fit: bool, fit_inputs: torch.Tensor | None, max_iter: int,
               atol: float, rtol: float, traced: bool, tile_size: int | None = None,
-              partial_sums: str = "analog", averaging: int = 1) -> list[dict[str, np.ndarray]]:
+              partial_sums: str = "analog", averaging: int = 1, predistort: bool = False
+              ) -> list[dict[str, np.ndarray]]:
     """One chip, every seed: what `compare` records per sample (a dict of arrays per seed).
 
     Natively the model is compiled once for the chip and loaded onto the SLM per seed; tiled, each
@@ -219,7 +224,7 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
         key = keys.as_key(seed)
         if compiled is None:
             tiles = TiledDEQ(m, profile, generator=key.fold(0), fit_inputs=fit_inputs, tile_size=tile_size,
-                             partial_sums=partial_sums, averaging=averaging)
+                             partial_sums=partial_sums, averaging=averaging, predistort=predistort)
             run = tiles.run(
                 x, generator=key.fold(1), samples=samples, max_iter=max_iter, atol=atol, rtol=rtol, trace=traced)
             gain = 1.0  # the state is in model units
@@ -253,12 +258,13 @@ def chip_runs(m: DEQ, profile: DeviceProfile, tiled: bool, seeds: list[int], x: 
 
 def _dataset(out: dict[str, np.ndarray], device_only: dict[str, np.ndarray], targets: torch.Tensor | None, model: DEQ,
              profile: DeviceProfile, seeds: list[int], chips: list[int], stop: str, fit: bool,
-             averaging: int = 1) -> xr.Dataset:
+             averaging: int = 1, predistort: bool = False) -> xr.Dataset:
     return comparison_dataset(out, device_only, targets, ("path", "chip", "seed", "sample"),
                               {"sample": np.arange(out["prediction"].shape[-1])}, model=model, profile=profile,
                               seeds=seeds, chips=chips, residual_units="model state units (||f(z) - z||_2)",
                               in_memory="<in-memory DEQ>", stop=stop, fit=int(fit),
-                              placement=placement(model, profile, averaging), averaging=averaging)
+                              placement=placement(model, profile, averaging, predistort), averaging=averaging,
+                              predistort=int(predistort))
 
 
 def summarize(ds: xr.Dataset) -> dict[str, Any]:

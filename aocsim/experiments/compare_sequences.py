@@ -21,6 +21,7 @@ from aocsim.execute.ssm import (MAP_KINDS, calibration_inputs, check_averaging, 
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, hold_last, residual_traces
 from aocsim.hardware import keys
 from aocsim.hardware.energy import Activity, energy_j
+from aocsim.hardware.tiles import check_predistort
 from aocsim.hardware.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
 from aocsim.parallel import run_parts
@@ -76,13 +77,13 @@ def _per_token(run: Any, tolerance: float) -> dict[str, np.ndarray]:
 def device_run(model: ImplicitSSM, profile: DeviceProfile, calibration: Any, seed: int, x: torch.Tensor,
                exact_z: torch.Tensor, mode: str, tol: float, cap: int, tile_size: int | None,
                kinds: tuple[str, ...], partial_sums: str = "analog", elementwise: str = "digital",
-               averaging: int = 1) -> dict[str, np.ndarray]:
+               averaging: int = 1, predistort: bool = False) -> dict[str, np.ndarray]:
     """One chip and seed: the model placed (weight loads and calibration keyed by the seed) and run on
     every sequence; what `compare_sequences` records, as arrays [B, L] (the trace per iteration).
     A module-level function so that `aocsim.parallel.run_parts` can run it in another process."""
     key = keys.as_key(seed)
     placed = place_ssm(model, profile, calibration, generator=key.fold(0), tile_size=tile_size, on_tiles=kinds,
-                       partial_sums=partial_sums, elementwise=elementwise, averaging=averaging)
+                       partial_sums=partial_sums, elementwise=elementwise, averaging=averaging, predistort=predistort)
     run = placed(x, generator=key.fold(1), mode=mode, tol=tol, max_iter=cap, trace=True)
     out = _per_token(run, tol)
     iterations = run.iterations.double().numpy()
@@ -112,7 +113,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                       max_iter: int | None = None, calibration_tokens: torch.Tensor | None = None,
                       tile_size: int | None = None, on_tiles: tuple[str, ...] = MAP_KINDS, resolve: Any,
                       partial_sums: str = "analog", elementwise: str = "digital", averaging: int = 1,
-                      progress: bool = False, workers: int = 1) -> xr.Dataset:
+                      predistort: bool = False, progress: bool = False, workers: int = 1) -> xr.Dataset:
     """Per chip, seed, sequence and position: the device run next to the exact one (`aocsim.compare`).
 
     Args:
@@ -131,6 +132,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         partial_sums: "analog" or "digital" (`TiledMatrix`).
         elementwise: SiLU and softplus "digital" (exact) or "analog" (aocsim/execute/elementwise.py).
         averaging: tile passes averaged per product (`DeviceLinear`): less noise, more time.
+        predistort: the tiles' emitter drive linearised before the DAC (`TiledMatrix`).
         workers: cores for the chip x seed runs (`aocsim.parallel.run_parts`); the results do not
             depend on it (every run's draws are keyed by its chip and seed).
     """
@@ -144,6 +146,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
     kinds = check_on_tiles(on_tiles)
     check_elementwise(elementwise)
     check_averaging(averaging)
+    check_predistort(predistort)
     x, y = _tokens(model, tokens, targets)
     b, length = x.shape
     cap = max_iter if max_iter is not None else (30 if mode == "sequential" else 3 * length + 20)
@@ -175,7 +178,7 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
         out[name][0] = values
     out["hardware_time_s"][0] = np.nan
     parts = [(model, resolve(base, chips[ci]), calibration, seeds[si], x, exact.z, mode, tol, cap, tile_size, kinds,
-              partial_sums, elementwise, averaging) for ci in range(len(chips)) for si in range(len(seeds))]
+              partial_sums, elementwise, averaging, predistort) for ci in range(len(chips)) for si in range(len(seeds))]
     runs = bar(run_parts(device_run, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
     for i, run in runs:  # in order of completion: each run is keyed by its chip and seed alone
         ci, si = divmod(i, len(seeds))
@@ -188,9 +191,9 @@ def compare_sequences(model: ImplicitSSM, base: DeviceProfile, tokens: Any, targ
                             {"sample": np.arange(b), "position": np.arange(length)}, model=model, profile=base,
                             seeds=seeds, chips=chips, residual_units="relative, ||f(z) - z|| / ||f(z)|| per token",
                             in_memory="<in-memory implicit SSM>", mode=mode, tol=tol, exact_tol=exact_tol,
-                            placement=placement(kinds, elementwise, averaging), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
+                            placement=placement(kinds, elementwise, averaging, predistort), tile_size=tile_size or base.channels or ANY_SIZE_TILE,
                             partial_sums=partial_sums, elementwise=elementwise, averaging=averaging,
-                            maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
+                            predistort=int(predistort), maps_on_tiles=", ".join(n for n in linear_maps(model) if n.split(".")[-1] in kinds))
     ds["residual_trace"] = residual_traces(
         median_over_positions(exact.trace), traces, len(chips), len(seeds),
         "relative, ||f(z) - z|| / ||f(z)|| per token, median over positions, a stopped token at its last value; "

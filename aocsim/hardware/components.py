@@ -95,6 +95,24 @@ def fold_led(op: torch.Tensor, poly_pos: torch.Tensor, poly_neg: torch.Tensor) -
     return torch.cat(blocks, dim=1), const.sum(dim=1)
 
 
+def predistort_drive(d: torch.Tensor, poly_pos: tuple[float, ...], poly_neg: tuple[float, ...],
+                     iterations: int = 8) -> torch.Tensor:
+    """The emitter drive q whose mean LED response is linear in d: P(q) - P(0) = P'(0) d, P the mean of
+    the two cubics (highest power first), solved by Newton's method from q = d.
+
+    A tile's input reaches the emitters through the DAC, so the driver can apply this inverse digitally
+    (docs/PHYSICS.md section 2 step 3: the LED cubics; docs/DEVICE_RUNS.md section 2). The two paths'
+    cubics differ, so what remains is their half difference: about 0.6 % of the linear term at the
+    twins' full drive, against 12 % without. Within the drive range the cubic is monotone and Newton
+    converges in a few steps (a test checks the residual).
+    """
+    c3, c2, c1 = ((a + b) / 2 for a, b in zip(poly_pos[:3], poly_neg[:3]))
+    q = d
+    for _ in range(iterations):
+        q = q - (((c3 * q + c2) * q + c1) * q - c1 * d) / ((3 * c3 * q + 2 * c2) * q + c1)
+    return q
+
+
 def quantize_signed(w: torch.Tensor, bits: int | None) -> torch.Tensor:
     """Signed uniform quantisation of w in [-1, 1] with a straight-through gradient.
 

@@ -138,6 +138,12 @@ def _input_range(profile: DeviceProfile, input_range: object) -> float:
     return min(r, swing)
 
 
+def check_predistort(predistort: object) -> bool:
+    if not isinstance(predistort, bool):
+        raise InputError(f"predistort = {predistort!r}; expected True or False (linearise the emitter drive)")
+    return predistort
+
+
 def input_scale(t: torch.Tensor, input_range: float) -> torch.Tensor:
     """s_in [B] = max_k |t[b, k]| / r: the drive t / s_in spans [-r, r] (s_in = 1 for an all-zero sample)."""
     s_in = t.abs().amax(dim=1) / input_range
@@ -155,10 +161,12 @@ class TiledMatrix:
         generator: seed, `torch.Generator` (one key drawn) or `keys.Key`: the static draws of every
             tile and, unless a call passes its own, the per-call noise.
         input_range: r, the emitter drive max |t| maps to (volts; default: module docstring).
+        predistort: drive the emitters through the inverse of their mean LED cubic, so that the light
+            is linear in t up to the two paths' difference (`components.predistort_drive`).
     """
 
     def __init__(self, device: DeviceProfile | str, weight: torch.Tensor, *, tile_size: int | None = None,
-                 generator: keys.Seed = None, input_range: float | None = None) -> None:
+                 generator: keys.Seed = None, input_range: float | None = None, predistort: bool = False) -> None:
         self.profile = _profile(device)
         if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or weight.ndim != 2:
             raise InputError(f"weight must be a floating-point tensor [M, K]; got "
@@ -172,6 +180,7 @@ class TiledMatrix:
         self.tile_size = ts = _tile_size(self.profile, tile_size)
         self.channels = n = self.profile.channels or ts
         self.input_range = _input_range(self.profile, input_range)
+        self.predistort = check_predistort(predistort)
         self.key = keys.as_key(generator)
         m, k = weight.shape
         self.grid = (math.ceil(m / ts), math.ceil(k / ts))
@@ -186,7 +195,11 @@ class TiledMatrix:
     def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(u, s_in): the DAC'd emitter drive [B, K] (volts) and the per-sample scale [B]."""
         s_in = input_scale(t, self.input_range)
-        return self.loops[0].injection(t / s_in[:, None]), s_in
+        drive = t / s_in[:, None]
+        if self.predistort:
+            loop = self.loops[0]
+            drive = C.predistort_drive(drive, loop.poly_pos_f, loop.poly_neg_f)
+        return self.loops[0].injection(drive), s_in
 
     def conversions(self, partial_sums: str) -> tuple[int, int]:
         """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and

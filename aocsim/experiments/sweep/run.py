@@ -216,7 +216,8 @@ def check_models(spec: SweepSpec, base: Any) -> None:
         sequence = model.card.get("task") == "state_tracking"
         tiled = not sequence and check_placement(model, base, tiling=True)
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
-            if path in ("placement.tile_size", "placement.partial_sums", "placement.averaging") and not (
+            if path in ("placement.tile_size", "placement.partial_sums", "placement.averaging",
+                        "placement.predistort") and not (
                     sequence or tiled):
                 raise InputError(f"{path} is swept but model {name!r} runs natively on {base.name} (no tiles); "
                                  "expected it only for models on tiles")

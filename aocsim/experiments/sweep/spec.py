@@ -50,6 +50,7 @@ PLACEMENT = {
     "placement.mode": "implicit SSMs: 'sequential' or 'simultaneous'",
     "placement.elementwise": "implicit SSMs: SiLU and softplus 'digital' (exact) or 'analog' (modelled circuits)",
     "placement.averaging": "tile passes averaged per product (implicit SSMs and tiled DEQs), an integer >= 1",
+    "placement.predistort": "models on tiles: the emitter drive linearised before the DAC, true or false",
     "placement.on_tiles": "implicit SSMs: the linear maps on tiles, comma-separated names from inject, in_proj, "
                           "out_proj (e.g. 'in_proj,out_proj')",
     "placement.stop": "DEQs run natively: 'tolerance' (the loop's state at its fixed point) or 'readout' "
@@ -343,6 +344,8 @@ def _check_placement(path: str, values: tuple[Any, ...]) -> None:
             ok = v in ("tolerance", "readout")
         elif path == "placement.elementwise":
             ok = v in ("digital", "analog")
+        elif path == "placement.predistort":
+            ok = isinstance(v, bool)
         elif path == "placement.on_tiles":
             ok = isinstance(v, str) and on_tiles_names(v) is not None
         else:
