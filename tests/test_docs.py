@@ -58,3 +58,20 @@ def test_schema_doc_is_generated_from_the_schema() -> None:
     from aocsim.hardware.schema import markdown
 
     assert (ROOT / "devices" / "SCHEMA.md").read_text() == markdown()
+
+
+def test_result_files_the_docs_name_are_in_the_repository() -> None:
+    """Every docs/... data file or figure (.nc, .png) named in the docs or README is tracked by git, not
+    only present in a working copy (a *.nc ignore rule once kept the sweep results out)."""
+    import subprocess
+
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    named = set()
+    for doc in [*ROOT.glob("docs/*.md"), ROOT / "README.md"]:
+        text = doc.read_text()
+        named.update(re.findall(r"docs/[\w/.-]+\.(?:nc|png)\b", text))
+        base = doc.parent.relative_to(ROOT).as_posix()  # markdown links are relative to their file
+        named.update(f"{base}/{p}".lstrip("./") for p in re.findall(r"\]\(([\w/.-]+\.(?:nc|png))\)", text))
+    missing = sorted(p for p in named if p not in tracked)
+    assert not missing, f"named in the docs but not tracked: {missing}"

@@ -101,9 +101,10 @@ def predistort_drive(d: torch.Tensor, poly_pos: tuple[float, ...], poly_neg: tup
     the two cubics (highest power first), solved by Newton's method from q = d.
 
     A tile's input reaches the emitters through the DAC, so the driver can apply this inverse digitally
-    (docs/PHYSICS.md section 2 step 3: the LED cubics; docs/DEVICE_RUNS.md section 2). The two paths'
-    cubics differ, so what remains is their half difference: about 0.6 % of the linear term at the
-    twins' full drive, against 12 % without. Within the drive range the cubic is monotone and Newton
+    (docs/PHYSICS.md section 2 step 2: the LED cubics; docs/DEVICE_RUNS.md section 3). The two paths'
+    cubics differ, so what remains is their half difference: on the twins at full drive (0.215 V) its
+    t^2 and t^3 terms are 0.2 % and 0.4 % of the linear term, against 7.6 % and 4.8 % for the mean
+    cubic itself. Within the drive range the cubic is monotone and Newton
     converges in a few steps (a test checks the residual).
     """
     c3, c2, c1 = ((a + b) / 2 for a, b in zip(poly_pos[:3], poly_neg[:3]))

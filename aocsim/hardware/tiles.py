@@ -7,7 +7,9 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    the amplitude of the drive the loop gives them (the nonlinearity's swing: 1 for tanh, |d| =
    0.215 V for the calibrated sigmoid), capped by the largest symmetric range inside
    `injection.clip` (1 on `ideal`: no clip, tanh). Not the clip half-range alone: 1.3 V on the
-   twins lies far outside the calibrated LED cubics, whose response turns over there. u is then
+   twins lies far outside the calibrated LED cubics, whose response turns over there. With
+   `predistort`, u is replaced by the drive whose mean LED response is linear in it
+   (`components.predistort_drive`: the driver's digital lookup before the DAC). u is then
    clipped and DAC-quantised by `OpticalLoop.injection` (`injection.dac_bits` over the clip).
 2. Tile: W is cut into a grid of rows x cols blocks of `tile_size`, zero-padded to the chip's N
    channels. Tile i = r * cols + c is its own `OpticalLoop(gain="absolute", tile=i)`: its own SLM
