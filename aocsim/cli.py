@@ -528,17 +528,23 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
     from aocsim.execute.deq_tiled import check_placement
 
     profile = resolve_profile(device)
-    for model in loaded.values():  # before the thread note and any work
-        if model.card["task"] == "digits":
-            check_placement(model, profile, tiling=tiling)
+    on_tiles = {name: model.card["task"] != "digits" or check_placement(model, profile, tiling=tiling)
+                for name, model in loaded.items()}  # checked before the thread note and any work
+    if averaging != 1 or predistort:  # tile settings: refused, or noted, for models without tiles
+        native = [name for name, tiled in on_tiles.items() if not tiled]
+        if len(native) == len(on_tiles):
+            raise click.ClickException(f"--averaging {averaging} / --predistort apply to models on tiles; "
+                                       f"{', '.join(native)} run(s) natively on {profile.name}")
+        if native:
+            click.echo(f"note: --averaging / --predistort do not apply to {', '.join(native)} (native on "
+                       f"{profile.name})", err=True)
     results = {}
     with _compute() as threads:  # cores for this machine's load; progress as lines off a terminal
         for name, model in loaded.items():  # one process per core: the solves are many small operations
             options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True, workers=threads)
             if model.card["task"] == "digits":
                 split = load_split(model.weight.dtype)
-                tiles = ({"averaging": averaging, "predistort": predistort}
-                         if check_placement(model, profile, tiling=tiling) else {})
+                tiles = {"averaging": averaging, "predistort": predistort} if on_tiles[name] else {}
                 results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit,
                                         tiling=tiling, **tiles, **options)
             else:

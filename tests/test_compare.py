@@ -176,6 +176,8 @@ def test_cli_errors_come_before_any_work_and_are_one_line(tmp_path: Path) -> Non
         (("digits-deq48", "digits-deq48", "--out", str(tmp_path / "r.nc")), "given twice"),
         (("nope", "--out", str(tmp_path / "r.nc")), "unknown model"),
         (("--device", "aoc16", "--no-tiling", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),
+        (("digits-deq48", "--averaging", "4", "--out", str(tmp_path / "r.nc")), "apply to models on tiles"),
+        (("digits-deq48", "--predistort", "--out", str(tmp_path / "r.nc")), "apply to models on tiles"),
     ]:
         result = _cli(*args)
         assert result.exit_code == 1 and message in result.output, result.output

@@ -27,6 +27,7 @@ from aocsim.execute.deq import EXACT_TOLERANCE, DeviceRun, fit_inputs_or_default
 from aocsim.execute.ssm import CALIBRATION_ROWS, DeviceLinear, TokenKeys
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.tiles import tile_options
 from aocsim.nn.deq import DEQ
 from aocsim.solve import solve
 
@@ -62,9 +63,8 @@ def placement(model: DEQ, profile: DeviceProfile, averaging: int = 1, predistort
     """How `model` goes onto `profile`, in words (a Dataset attribute)."""
     if fits_natively(model, profile):
         return "native (W on the SLM, U x + b and V z + c digital)"
-    mean = f", each product the mean of {averaging} passes" if averaging > 1 else ""
-    mean += ", emitter drive predistorted" if predistort else ""
-    return f"tiled hybrid (beta W on optical tiles{mean}; tanh, leak, U x + b, V z + c and the iteration digital)"
+    how = tile_options(averaging, predistort)
+    return f"tiled hybrid (beta W on optical tiles{', ' + how if how else ''}; tanh, leak, U x + b, V z + c and the iteration digital)"
 
 
 class _Iteration:

@@ -48,7 +48,7 @@ from aocsim.execute.fit import affine_fit
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware import keys
 from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.tiles import TiledMatrix, check_predistort, input_scale
+from aocsim.hardware.tiles import TiledMatrix, check_predistort, input_scale, tile_options
 from aocsim.hardware.tiles import _input_range as default_input_range
 from aocsim.hardware.tiles import _tile_size as resolve_tile_size
 from aocsim.nn.implicit_ssm import ImplicitSSM
@@ -63,9 +63,8 @@ def placement(on_tiles: tuple[str, ...], elementwise: str = "digital", averaging
               predistort: bool = False) -> str:
     """The placement in words (a Dataset attribute)."""
     tiles = ", ".join(on_tiles) if on_tiles else "nothing"
-    how = [f"each product the mean of {averaging} passes"] * (averaging > 1) + ["emitter drive predistorted"] * predistort
-    if how:
-        tiles += f" ({'; '.join(how)})"
+    if tile_options(averaging, predistort):
+        tiles += f" ({tile_options(averaging, predistort)})"
     if elementwise == "analog":
         return f"hybrid: {tiles} on optical tiles; SiLU and softplus analog; other linear maps, norms, conv, scan, head digital"
     return f"hybrid: {tiles} on optical tiles; other linear maps, norms, conv, scan, head digital"
