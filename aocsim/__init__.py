@@ -24,8 +24,8 @@ from aocsim.errors import AocsimError, InputError, ModelFileError, UnknownNameEr
 
 # public name -> module that defines it
 _LAZY = {
-    "OpticalLoop": "aocsim.hardware.loop", "loop_step": "aocsim.hardware.loop",
-    "DeviceProfile": "aocsim.hardware.profile", "load_device": "aocsim.hardware.profile",
+    "OpticalLoop": "aocsim.hardware.engine.loop", "loop_step": "aocsim.hardware.engine.loop",
+    "DeviceProfile": "aocsim.hardware.profiles.profile", "load_device": "aocsim.hardware.profiles.profile",
     "load_model": "aocsim.io.model_files", "compare": "aocsim.experiments.compare",
     "sweep": "aocsim.experiments.sweep",
     "DEQ": "aocsim.nn.deq", "DEQConfig": "aocsim.nn.deq",

@@ -135,7 +135,7 @@ def test_evaluate_compare_explicit_model_once_on_the_same_sequences(tmp_path: Pa
 
 
 def test_bench_without_a_toolchain_says_how_to_skip_the_compiled_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aocsim.hardware import backends
+    from aocsim.hardware.engine import backends
 
     def no_compiler(*args: object, **kwargs: object) -> None:
         raise RuntimeError("C++ compiler not found")

@@ -123,8 +123,8 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     it = digital.iterations.sel(path="device")
     assert np.array_equal(digital.adc_conversions, it * 2 * d_model) and digital.attrs["partial_sums"] == "digital"
     # energy: the profile's static power over the hardware time plus the converters' energy
-    from aocsim.hardware.energy import Activity, energy_j
-    from aocsim.hardware.profile import load_device
+    from aocsim.hardware.physics.energy import Activity, energy_j
+    from aocsim.hardware.profiles.profile import load_device
 
     expected = energy_j(load_device("aoc48"), Activity(digital.hardware_time_s.sel(path="device").values,
                                                        digital.dac_conversions.values, digital.adc_conversions.values))

@@ -1,4 +1,4 @@
-"""The counter-based Gaussian stream of the compiled loop (aocsim.hardware.counter_rng)."""
+"""The counter-based Gaussian stream of the compiled loop (aocsim.hardware.engine.counter_rng)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from aocsim.hardware.counter_rng import GOLDEN_GAMMA, normal_pair, splitmix64
-from aocsim.hardware.keys import Key, sample_counters
+from aocsim.hardware.engine.counter_rng import GOLDEN_GAMMA, normal_pair, splitmix64
+from aocsim.hardware.engine.keys import Key, sample_counters
 
 
 def counters(n: int) -> torch.Tensor:
@@ -60,7 +60,7 @@ def test_sample_counters_give_each_sample_its_own_numbers() -> None:
 
 
 def test_key_derivation_uses_the_same_mixer() -> None:
-    from aocsim.hardware.keys import _mix
+    from aocsim.hardware.engine.keys import _mix
 
     gen = torch.Generator().manual_seed(3)
     for s in torch.randint(-(1 << 63), (1 << 63) - 1, (50,), generator=gen, dtype=torch.int64):

@@ -8,7 +8,7 @@ import torch
 from aocsim import DEQ, DEQConfig, compare
 from aocsim.errors import InputError
 from aocsim.execute.deq_tiled import TiledDEQ, check_placement
-from aocsim.hardware.profile import load_device
+from aocsim.hardware.profiles.profile import load_device
 
 
 @pytest.fixture(scope="module")

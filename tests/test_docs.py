@@ -55,7 +55,7 @@ def test_physics_citations_resolve() -> None:
 
 
 def test_schema_doc_is_generated_from_the_schema() -> None:
-    from aocsim.hardware.schema import markdown
+    from aocsim.hardware.profiles.schema import markdown
 
     assert (ROOT / "devices" / "SCHEMA.md").read_text() == markdown()
 

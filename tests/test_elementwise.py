@@ -11,7 +11,7 @@ from aocsim import compare, load_model
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import HEADROOM, AnalogElementwise
 from aocsim.execute.ssm import calibration_inputs, place_ssm
-from aocsim.hardware.profile import load_device
+from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
 
 QUIET = {"injection.dac_bits": None, "readout.adc_bits": None, "elementwise.gain_std": 0.0,

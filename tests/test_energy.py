@@ -1,4 +1,4 @@
-"""Time and energy per inference and TOPS/W (aocsim.hardware.energy, docs/PHYSICS.md section 6).
+"""Time and energy per inference and TOPS/W (aocsim.hardware.physics.energy, docs/PHYSICS.md section 6).
 
 The expected numbers are computed here by hand from the profile's figures (the equations of
 docs/PHYSICS.md section 6 written out again), not by calling the module's helpers.
@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from aocsim import load_device
 from aocsim.cli import main
 from aocsim.errors import InputError, ProfileError
-from aocsim.hardware.energy import (COMPONENTS, Activity, at_precision, energy_j, native_activity, tiled_activity,
+from aocsim.hardware.physics.energy import (COMPONENTS, Activity, at_precision, energy_j, native_activity, tiled_activity,
                                     tops_per_watt)
-from aocsim.hardware.schema import FIELDS
+from aocsim.hardware.profiles.schema import FIELDS
 from aocsim.paths import devices_dir
 
 ENERGY_KEYS = {f.key.split(".", 1)[1] for f in FIELDS if f.key.startswith("energy.")}
@@ -209,7 +209,7 @@ def test_bad_arguments_are_one_line_errors() -> None:
         tops_per_watt(load_device("ideal"))
     with pytest.raises(InputError, match=r"^bits = 0; expected an integer >= 1$"):
         tops_per_watt(dev, bits=0)
-    with pytest.raises(InputError, match=r"^activity = 3; expected an aocsim.hardware.energy.Activity$"):
+    with pytest.raises(InputError, match=r"^activity = 3; expected an aocsim.hardware.physics.energy.Activity$"):
         energy_j(dev, 3)  # type: ignore[arg-type]
     ideal = load_device("ideal")
     # the lossless ideal loop: only the light costs, 2 P_unit bias per channel

@@ -10,11 +10,12 @@ import torch
 
 from aocsim import OpticalLoop, SolveStatus, load_device, load_model
 from aocsim.errors import InputError
-from aocsim.hardware import keys
-from aocsim.hardware.budget import noise_budget
-from aocsim.hardware.noise import ELECTRON_CHARGE_C
-from aocsim.hardware.programming import programming_error_std
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.budget import noise_budget
+from aocsim.hardware.physics.noise import ELECTRON_CHARGE_C
+from aocsim.hardware.engine.programming import programming_error_std
 from aocsim.tasks.digits import load_split
+from aocsim.hardware.physics.sources import without_noise
 from _toolchain import NO_TOOLCHAIN
 
 NEEDS_COMPILER = pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
@@ -116,7 +117,7 @@ def test_readout_samples_every_interval(gen: torch.Generator) -> None:
     reading = loop.readout(x, generator=2)
     traj = loop.iterate(z0, x, 6 + 4 * 3 + 1, generator=2, trajectory=True)
     low, high = (float(v) for v in dev["readout.range_v"])
-    from aocsim.hardware.components import quantize_range
+    from aocsim.hardware.physics.components import quantize_range
     expected = torch.stack([quantize_range(traj[6 + 3 * j], low, high, dev["readout.adc_bits"])
                             for j in range(5)]).mean(0)
     assert (reading - expected).abs().max() < 1e-12
@@ -142,7 +143,7 @@ def test_rin_and_detector_noise_draw_independently(gen: torch.Generator) -> None
     n_samples = 20_000
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(n_samples, 48).contiguous()
-    quiet = load_device("aoc48").without_noise()
+    quiet = without_noise(load_device("aoc48"))
     ref = OpticalLoop(quiet, w, beta=18.6, generator=1).optical(z[:1])
     parts = {}
     for name, ov in (("rin", {"noise.shot.enabled": False, "noise.thermal.enabled": False,
@@ -202,13 +203,13 @@ def test_statuses_diverged_and_out_of_budget(gen: torch.Generator) -> None:
 
 def test_without_noise_silences_per_iteration_sources_and_keeps_static_ones(gen: torch.Generator) -> None:
     noisy = load_device("aoc48")
-    quiet = noisy.without_noise()
+    quiet = without_noise(noisy)
     assert quiet["slm.bits"] == 9 and quiet["variation.enabled"] and quiet["noise.dark.enabled"]
     w, x, z0 = _noisy_setup(gen, 4)
     loop = OpticalLoop(quiet, w, beta=18.6, generator=1)
     assert not loop.needs_generator and OpticalLoop(noisy, w, beta=18.6, generator=1).needs_generator
     assert noise_budget(quiet)[-1].std_v == 0
-    frozen = noisy.without_noise(static=True)
+    frozen = without_noise(noisy, static=True)
     assert not frozen["variation.enabled"] and frozen["slm.programming_error_levels"] == 0
     assert torch.equal(OpticalLoop(frozen, w, beta=18.6).step(z0, x), OpticalLoop(frozen, w, beta=18.6).step(z0, x))
 
@@ -323,7 +324,7 @@ def test_overrides_take_numpy_scalars_and_the_cli_reads_numbers_like_profile_fil
 
 
 def test_absurd_noise_settings_are_flagged_in_the_budget() -> None:
-    from aocsim.hardware.budget import format_budget
+    from aocsim.hardware.engine.budget import format_budget
 
     text = format_budget(noise_budget(load_device("aoc48", {"noise.power_per_unit_w": 1e-18})))
     assert "note: shot noise" in text and "SNR < 0 dB" in text
@@ -338,14 +339,14 @@ def test_absurd_noise_settings_are_flagged_in_the_budget() -> None:
 def test_predicted_node_noise_matches_the_drawn_noise(overrides: dict, gen: torch.Generator) -> None:
     # The noise budget and the noise-floor status read step.node_noise_variance; the iteration draws
     # the noise. Per channel, the drawn variance must match the prediction (RIN boosted to show).
-    from aocsim.hardware.step import node_noise_variance, nonlinearity
+    from aocsim.hardware.engine.step import node_noise_variance, nonlinearity
 
     draws = 4000
     dev = load_device("aoc48", overrides)
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(draws, 48).contiguous()
     loop = OpticalLoop(dev, w, beta=18.6, generator=1)
-    quiet = OpticalLoop(dev.without_noise(), w, beta=18.6, generator=1)
+    quiet = OpticalLoop(without_noise(dev), w, beta=18.6, generator=1)
     noise = loop.optical(z, generator=4) - quiet.optical(z[:1])
     c = loop.constants()
     predicted = node_noise_variance(nonlinearity(z[:1], c.sigmoid, False), c, 18.6, float(c.noise[1]),

@@ -374,7 +374,7 @@ def test_training_with_a_curriculum_is_deterministic_and_logs_the_schedule(tmp_p
 
 def test_uniform_evaluation_and_comparison_use_the_same_sequences() -> None:
     from aocsim.experiments.evaluate import compare_state_tracking
-    from aocsim.train.state_tracking import evaluate_lengths
+    from aocsim.train.evaluation import evaluate_lengths
 
     r = StateTrackingRecipe(name="tiny", task="A5", implicit=True, train_length=4, d_model=16, d_state=4,
                             head_dim=8, eval_factors=(1, 2), eval_identity_prob=1 / 60, eval_batch=16,
@@ -450,10 +450,10 @@ def test_seed_table_keeps_recipe_revisions_apart() -> None:
 def test_evaluation_split_among_processes_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """`workers` = 2 (this process and a spawned one) reports exactly what one process reports,
     in pieces of 4 (simultaneous) and 5 (sequential) sequences of 9."""
-    from aocsim.train import state_tracking
-    from aocsim.train.state_tracking import evaluate_lengths
+    from aocsim.train import evaluation
+    from aocsim.train.evaluation import evaluate_lengths
 
-    monkeypatch.setattr(state_tracking, "ROWS", {"simultaneous": 4, "sequential": 5})
+    monkeypatch.setattr(evaluation, "ROWS", {"simultaneous": 4, "sequential": 5})
     model = load_model("a5-implicit")  # its batches' frozen prefixes differ (parity's converge alike)
     r = state_tracking_recipe(model)
     one = evaluate_lengths(model, r, factors=(1, 4), batch=9, workers=1)

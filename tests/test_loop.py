@@ -11,8 +11,9 @@ import torch
 
 from aocsim import OpticalLoop, load_device, loop_step
 from aocsim.errors import InputError
-from aocsim.hardware import components as C
-from aocsim.hardware.schedules import Exponential, Function, Linear
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine.schedules import Exponential, Function, Linear
+from aocsim.hardware.physics.sources import without_noise
 from _toolchain import NO_TOOLCHAIN
 
 
@@ -85,7 +86,7 @@ def test_same_seed_same_bits_different_seed_different_draws(gen: torch.Generator
 
 def test_static_effects_stay_fixed_and_per_iteration_effects_do_not(gen: torch.Generator) -> None:
     w, z, x = _setup(gen)
-    static_only = OpticalLoop(load_device("aoc48").without_noise(), w, alpha=0.5, beta=18.6, generator=gen)
+    static_only = OpticalLoop(without_noise(load_device("aoc48")), w, alpha=0.5, beta=18.6, generator=gen)
     assert torch.equal(static_only.step(z, x), static_only.step(z, x))  # chip, SLM error: drawn once
     noisy = OpticalLoop("aoc48", w, alpha=0.5, beta=18.6, generator=gen)
     g = torch.Generator().manual_seed(0)
@@ -94,7 +95,7 @@ def test_static_effects_stay_fixed_and_per_iteration_effects_do_not(gen: torch.G
 
 def test_chip_seed_selects_the_chip(gen: torch.Generator) -> None:
     w, z, x = _setup(gen)
-    quiet = load_device("aoc48", {"slm.programming_error_levels": 0.0}).without_noise()
+    quiet = without_noise(load_device("aoc48", {"slm.programming_error_levels": 0.0}))
     a = OpticalLoop(quiet, w, beta=18.6).step(z, x)
     b = OpticalLoop(quiet, w, beta=18.6).step(z, x)
     c = OpticalLoop(quiet.with_overrides({"variation.chip_seed": 1}), w, beta=18.6).step(z, x)
@@ -104,7 +105,7 @@ def test_chip_seed_selects_the_chip(gen: torch.Generator) -> None:
 def test_drift_is_a_random_walk_across_inferences(gen: torch.Generator) -> None:
     w, z, x = _setup(gen, batch=1)
     sigma = 1e-3
-    dev = load_device("aoc48", {"drift.gain_std_per_inference": sigma}).without_noise()
+    dev = without_noise(load_device("aoc48", {"drift.gain_std_per_inference": sigma}))
     loop = OpticalLoop(dev, w, beta=18.6, generator=gen)
     walk = loop
     g = torch.Generator().manual_seed(5)

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from aocsim import OpticalLoop, load_device
-from aocsim.hardware import components as C
-from aocsim.hardware.budget import noise_budget
-from aocsim.hardware.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_relative_std, shot_current_std_a,
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine.budget import noise_budget
+from aocsim.hardware.physics.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_relative_std, shot_current_std_a,
                                    thermal_current_std_a)
+from aocsim.hardware.physics.sources import without_noise
 
 DRAWS = 6000
 
@@ -102,11 +103,11 @@ def test_loop_step_noise_combines_both_paths(gen: torch.Generator) -> None:
 def test_per_stage_yardstick_draws_the_same_noise_distribution(gen: torch.Generator) -> None:
     # The bench's per-stage loop draws shot, thermal and RIN separately per path; the folded loop
     # merges the detector noises into one draw. Same noiseless point, same per-channel moments.
-    from aocsim.hardware.reference import PerStageLoop
+    from aocsim.hardware.engine.reference import PerStageLoop
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(DRAWS, 48).contiguous()
     x = torch.zeros_like(z)
-    quiet = OpticalLoop(load_device("aoc48").without_noise(), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
+    quiet = OpticalLoop(without_noise(load_device("aoc48")), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
     noisy = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=18.6, generator=torch.Generator().manual_seed(2))
     y0 = quiet.step(z[:1], x[:1])
     folded = noisy.step(z, x, generator=torch.Generator().manual_seed(5)) - y0
@@ -122,14 +123,14 @@ def test_per_stage_yardstick_draws_the_same_noise_distribution(gen: torch.Genera
 
 def test_static_draws_have_their_documented_spread(gen: torch.Generator) -> None:
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
-    loop = OpticalLoop(load_device("aoc48", {"slm.programming_error_levels": 0.5}).without_noise(), w, beta=18.6,
+    loop = OpticalLoop(without_noise(load_device("aoc48", {"slm.programming_error_levels": 0.5})), w, beta=18.6,
                        generator=gen)
     err = loop.programming_error * 255
     n = err.numel()
     assert abs(float(err.mean())) < 5 * 0.5 / math.sqrt(n)
     assert float(err.var()) / 0.25 == pytest.approx(1.0, abs=5 * math.sqrt(2 / n))
     twin = OpticalLoop(load_device("aoc48-twin"), w, beta=18.6).arrays["detector.output_pos"]
-    chip = OpticalLoop(load_device("aoc48", {"variation.relative_std": 0.02}).without_noise(), w, beta=18.6,
+    chip = OpticalLoop(without_noise(load_device("aoc48", {"variation.relative_std": 0.02})), w, beta=18.6,
                        generator=gen).arrays["detector.output_pos"]
     rel = chip / twin - 1
     assert float(rel.std()) == pytest.approx(0.02, rel=5 * math.sqrt(1 / (2 * 47)))

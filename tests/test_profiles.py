@@ -15,9 +15,9 @@ import torch
 
 from aocsim import OpticalLoop, load_device
 from aocsim.errors import InputError, ProfileError, UnknownNameError
-from aocsim.hardware.profile import available_devices, profile_from_dict
-from aocsim.hardware.schema import FIELDS, markdown
-from aocsim.hardware.twin_import import twin_profile
+from aocsim.hardware.profiles.profile import available_devices, profile_from_dict
+from aocsim.hardware.profiles.schema import FIELDS, markdown
+from aocsim.hardware.profiles.twin_import import twin_profile
 from aocsim.paths import devices_dir
 
 DATA = Path(__file__).parent / "data"

@@ -10,8 +10,8 @@ from aocsim import load_model
 from aocsim.errors import InputError
 from aocsim.execute.ssm import DeviceLinear, calibration_inputs, linear_maps, place_ssm, plain_copy
 from aocsim.execute.tile_program import fit_tile_program, measure
-from aocsim.hardware import keys
-from aocsim.hardware.profile import load_device
+from aocsim.hardware.engine import keys
+from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
 
 

@@ -1,4 +1,4 @@
-"""Optical tiles (aocsim.hardware.tiles): exactness with every effect off, per-tile static draws,
+"""Optical tiles (aocsim.hardware.engine.tiles): exactness with every effect off, per-tile static draws,
 analog vs digital partial sums, batch independence of the noise, conversion and time counts, bad input."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import torch
 
 from aocsim import load_device
 from aocsim.errors import InputError
-from aocsim.hardware import components as C
-from aocsim.hardware.tiles import TiledMatrix, tiled_matvec
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine.tiles import TiledMatrix, tiled_matvec
+from aocsim.hardware.physics.sources import without_noise
 
 F64 = torch.float64
 
@@ -106,7 +107,7 @@ def test_each_call_draws_new_noise_on_the_same_programmed_tiles(gen: torch.Gener
     first = tiles(t, call=0).y
     assert torch.equal(first, tiles(t, call=0).y)
     assert (tiles(t, call=1).y - first).abs().max() > 0
-    quiet = TiledMatrix(load_device("aoc48").without_noise(), w, generator=11)
+    quiet = TiledMatrix(without_noise(load_device("aoc48")), w, generator=11)
     assert torch.equal(quiet(t, call=0).y, quiet(t, call=1).y)  # only the per-call noise changed
 
 
@@ -161,7 +162,7 @@ def test_a_samples_noise_does_not_depend_on_its_batch(gen: torch.Generator) -> N
     same = t[:1].expand(2, -1)  # two copies of one sample get different noise
     twins = tiles(same).y
     assert (twins[0] - twins[1]).abs().max() > 0
-    quiet = TiledMatrix(dev.without_noise(), w, generator=9)(same).y
+    quiet = TiledMatrix(without_noise(dev), w, generator=9)(same).y
     torch.testing.assert_close(quiet[0], quiet[1], rtol=0, atol=0)
 
 
@@ -217,7 +218,7 @@ def test_bad_input_is_a_one_line_error_naming_the_argument(call, pattern: str) -
 def test_predistortion_inverts_the_mean_led_cubic() -> None:
     """The drive q solves P(q) - P(0) = P'(0) d for the mean of the two LED cubics over the whole drive
     range (Newton converged), and is the identity for linear emitters."""
-    from aocsim.hardware.components import predistort_drive
+    from aocsim.hardware.physics.components import predistort_drive
 
     v = load_device("aoc48-twin").values
     pos, neg = tuple(v["emitter.poly_pos"]), tuple(v["emitter.poly_neg"])

@@ -28,11 +28,12 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.execute.fit import Program, assign_channels, fit_program, weak_channel
-from aocsim.hardware import keys
-from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.profile import DeviceProfile, load_device
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.nn.deq import DEQ
 from aocsim.solve.result import SolveResult
+from aocsim.hardware.physics.sources import without_noise
 
 EXACT_TOLERANCE = 1e-12  # the exact fixed points the fit matches: far below any device effect
 JACOBIAN_STEP = 1e-5  # volts; ~ eps^(1/3): truncation and rounding errors both ~1e-11
@@ -84,7 +85,7 @@ def check_fits(model: object, profile: DeviceProfile) -> DEQ:
 
 def fit_profile(profile: DeviceProfile) -> DeviceProfile:
     """What a compiler knows of a chip: its calibration, without per-iteration noise or programming error."""
-    quiet = profile.without_noise()
+    quiet = without_noise(profile)
     if quiet["slm.programming_error_levels"]:  # a random draw per weight load: unknown when compiling
         return quiet.with_overrides({"slm.programming_error_levels": 0.0})
     return quiet

@@ -25,9 +25,9 @@ import torch
 from aocsim.errors import InputError
 from aocsim.execute.deq import EXACT_TOLERANCE, DeviceRun, fit_inputs_or_default
 from aocsim.execute.ssm import CALIBRATION_ROWS, DeviceLinear, TokenKeys
-from aocsim.hardware import keys
-from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.tiles import tile_options
+from aocsim.hardware.engine import keys
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.engine.tiles import tile_options
 from aocsim.nn.deq import DEQ
 from aocsim.solve import solve
 

@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 
 from aocsim.execute.fit import affine_fit
-from aocsim.hardware import components as C
-from aocsim.hardware import keys
-from aocsim.hardware.counter_rng import normal_pair
-from aocsim.hardware.profile import DeviceProfile
-from aocsim.nn.implicit_ssm import Elementwise
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.nn.ssm_blocks import Elementwise
 
 HEADROOM = 0.8  # the largest calibration output, as a fraction of a site's full scale
 ELEMENTWISE = 7  # stream purpose under a chip's key (keys.CHIP ... keys.DARK are 1-6)
@@ -182,7 +182,7 @@ def recorders(model) -> list[_Recorder]:
 
 
 def restore(model) -> None:
-    from aocsim.nn.implicit_ssm import DIGITAL
+    from aocsim.nn.ssm_blocks import DIGITAL
 
     for block in model.blocks:
         block.elementwise = DIGITAL

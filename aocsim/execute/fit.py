@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.programming import channel_arrays
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.engine.programming import channel_arrays
 
 log = logging.getLogger(__name__)
 

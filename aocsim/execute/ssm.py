@@ -3,7 +3,7 @@
 The model (aocsim/nn/implicit_ssm.py) iterates z = f(z) per token; inside f, every linear map
 (the injection W_u, and each block's input and output projections) is a matrix product. Placed on a
 device (`place_ssm`), each of them becomes a `DeviceLinear`: the matrix programmed onto a grid of
-optical tiles (aocsim/hardware/tiles.py), each call a tile pass with its own noise. Everything else
+optical tiles (aocsim/hardware/engine/tiles.py), each call a tile pass with its own noise. Everything else
 stays digital in float64: RMSNorm, SiLU, softplus, exp, the causal conv and the selective scan,
 the scan state between tokens, and the head; with `elementwise="analog"` the SiLU and softplus
 run on modelled analog circuits instead (aocsim/execute/elementwise.py). The model's own code runs unchanged (its modules are
@@ -46,11 +46,11 @@ from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
 from aocsim.execute.fit import affine_fit
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
-from aocsim.hardware import keys
-from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.tiles import TiledMatrix, check_predistort, input_scale, tile_options
-from aocsim.hardware.tiles import _input_range as default_input_range
-from aocsim.hardware.tiles import _tile_size as resolve_tile_size
+from aocsim.hardware.engine import keys
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.engine.tiles import TiledMatrix, check_predistort, input_scale, tile_options
+from aocsim.hardware.engine.tiles import _input_range as default_input_range
+from aocsim.hardware.engine.tiles import _tile_size as resolve_tile_size
 from aocsim.nn.implicit_ssm import ImplicitSSM
 
 HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC's half range
@@ -210,7 +210,7 @@ class DeviceLinear(nn.Module):
         is what it was without averaging), pass p >= 1 from its fold (REPEAT, p)."""
         node, scale = self._nodes(t, self.run_key, call, samples)
         for p in range(1, self.averaging):
-            node = node + self._nodes(t, self.run_key.fold(keys.REPEAT, p), call, samples)[0]
+            node = node + self._nodes(t, self.run_key.fold(keys.Stream.REPEAT, p), call, samples)[0]
         return node / self.averaging, scale
 
     def reset(self, generator: keys.Seed) -> None:

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware import keys
-from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.tiles import TiledMatrix
+from aocsim.hardware.engine import keys
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.engine.tiles import TiledMatrix
 
 DEAD_GAIN = 0.2  # an input position below this fraction of the median input gain is unused
 PROBES = 2048  # random drives per measurement of the effective matrix

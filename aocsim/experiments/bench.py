@@ -12,9 +12,10 @@ from typing import Callable
 
 import torch
 
-from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.profile import load_device
-from aocsim.hardware.reference import PerStageLoop
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.profiles.profile import load_device
+from aocsim.hardware.engine.reference import PerStageLoop
+from aocsim.hardware.physics.sources import without_noise
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,11 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
     "deterministic" switches the per-iteration noise sources off (static effects
     such as 9-bit weights stay); "all noise" is the profile as it is. With
     `compiled`, each setting is also timed with `compile=True` (the same step compiled,
-    `aocsim.hardware.backends`) against the same per-stage measurement.
+    `aocsim.hardware.engine.backends`) against the same per-stage measurement.
     """
     rows = []
     for setting, quiet in (("deterministic", True), ("all noise", False)):
-        dev = load_device(profile).without_noise() if quiet else load_device(profile)
+        dev = without_noise(load_device(profile)) if quiet else load_device(profile)
         n = dev.channels or 48
         gen = torch.Generator().manual_seed(seed)
         weight = torch.randn(n, n, generator=gen).to(dtype)

@@ -85,7 +85,7 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
     `breaks_at_bits` [model] (NaN: does not break within the range).
     """
     from aocsim.experiments.compare import _ids, compare
-    from aocsim.hardware.profile import load_device
+    from aocsim.hardware.profiles.profile import load_device
 
     if not workloads:
         raise InputError("workloads is empty; expected at least one Workload")

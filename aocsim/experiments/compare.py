@@ -23,10 +23,10 @@ from aocsim.execute.deq_tiled import MAX_ITER as TILED_MAX_ITER
 from aocsim.execute.deq_tiled import TiledDEQ, check_placement, placement
 from aocsim.execute.ssm import check_averaging, check_elementwise
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, residual_traces
-from aocsim.hardware import keys
-from aocsim.hardware.energy import Activity, energy_j
-from aocsim.hardware.tiles import PARTIAL_SUMS, check_predistort
-from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.engine import keys
+from aocsim.hardware.physics.energy import Activity, energy_j
+from aocsim.hardware.engine.tiles import PARTIAL_SUMS, check_predistort
+from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.io.model_files import load_model
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM

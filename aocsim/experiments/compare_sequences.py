@@ -19,10 +19,10 @@ from aocsim.errors import InputError
 from aocsim.execute.ssm import (MAP_KINDS, calibration_inputs, check_averaging, check_elementwise, check_on_tiles,
                                 linear_maps, place_ssm, placement)
 from aocsim.experiments.results import DEVICE_ONLY, comparison_dataset, hold_last, residual_traces
-from aocsim.hardware import keys
-from aocsim.hardware.energy import Activity, energy_j
-from aocsim.hardware.tiles import check_predistort
-from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.engine import keys
+from aocsim.hardware.physics.energy import Activity, energy_j
+from aocsim.hardware.engine.tiles import check_predistort
+from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import MODES, ImplicitSSM
 from aocsim.parallel import run_parts
 from aocsim.progress import bar

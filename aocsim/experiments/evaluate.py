@@ -9,30 +9,12 @@ from torch import nn
 
 from aocsim.errors import InputError, ModelFileError
 from aocsim.nn.deq import DEQ
+from aocsim.train.evaluation import evaluate_deq, evaluate_lengths
 
 # Forward-solve tolerance per dtype. float32 carries about 7 digits: 1e-9 sits at its
 # rounding floor, where Anderson's differences vanish (its least-squares system turns
 # singular) and some samples never reach the tolerance; 1e-5 is well above that floor.
 DEFAULT_ATOL = {torch.float64: 1e-9, torch.float32: 1e-5}
-
-
-def evaluate_deq(model: DEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: Any) -> dict[str, float]:
-    """Accuracy and convergence statistics of a DEQ classifier on (x, y).
-
-    Returns:
-        accuracy, converged_fraction, iterations_mean, iterations_max and
-        residual_max (largest ||f(z) - z||_2 of the returned fixed points).
-    """
-    with torch.no_grad():
-        out = model(x, **solve_options)
-    it = out.solve.iterations.double()
-    return {
-        "accuracy": float((out.logits.argmax(1).cpu() == y.cpu()).double().mean()),
-        "converged_fraction": float(out.solve.converged.double().mean()),
-        "iterations_mean": float(it.mean()),
-        "iterations_max": int(it.max()),
-        "residual_max": float(out.solve.abs_residual.max()),
-    }
 
 
 def feedforward_state(model: DEQ, x: torch.Tensor) -> torch.Tensor:
@@ -112,7 +94,6 @@ def evaluate_state_tracking(model: nn.Module, *, task: str | None = None, factor
     sequences among that many processes (same figures; `evaluate_lengths`).
     """
     from aocsim.tasks.groups import group
-    from aocsim.train.state_tracking import evaluate_lengths
 
     recipe = state_tracking_recipe(model, task)
     if uniform and identity_prob is not None:

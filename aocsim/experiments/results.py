@@ -10,7 +10,7 @@ import torch
 import xarray as xr
 
 from aocsim._version import __version__
-from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.solve.result import SolveStatus
 
 
@@ -50,7 +50,7 @@ def comparison_dataset(out: dict[str, np.ndarray], device_only: dict[str, np.nda
     for name, what in (("dac_conversions", "injection DAC"), ("adc_conversions", "readout ADC")):
         ds[name].attrs["description"] = f"{what} conversions per {dims[-1]} on the device path (engine counts)"
     ds["energy_j"].attrs.update(units="J", description=(
-        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.energy: static powers "
+        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.physics.energy: static powers "
         "x time + converter energies x conversions; docs/PHYSICS.md, section 6)"))
     card = getattr(model, "card", {}) or {}
     ds.attrs.update({

@@ -1,1 +1,10 @@
-"""The virtual AOC: device profiles, components, noise, the optical loop."""
+"""The virtual AOC, in three rooms whose imports point one way (docs/ARCHITECTURE.md):
+
+- `profiles`: what a machine is (the schema, loading and checking profile files, the twin import);
+- `physics`: the laws its parts obey (pipeline stages, noise formulas and sources, optics folding,
+  energy), pure functions of a profile's values;
+- `engine`: running it (keyed random streams, programming the SLM, the iteration and its backends,
+  the loop, tiles, probes, the noise budget).
+
+profiles <- physics <- engine: profiles import nothing of the other two, physics nothing of the engine.
+"""

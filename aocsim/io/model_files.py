@@ -15,7 +15,7 @@ import platform
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import h5py
 import numpy as np
@@ -31,15 +31,6 @@ from aocsim.paths import models_dir
 CARD_FILE = "card.yaml"
 WEIGHTS_FILE = "weights.h5"
 REQUIRED_CARD_KEYS = ("name", "kind", "config", "weights")
-
-# kind -> builder(config dict, dtype) -> nn.Module; filled by `register_kind`.
-_KINDS: dict[str, Callable[[dict[str, Any], torch.dtype], nn.Module]] = {}
-
-
-def register_kind(kind: str, builder: Callable[[dict[str, Any], torch.dtype], nn.Module]) -> None:
-    """Make `load_model` able to rebuild models whose card says `kind`."""
-    _KINDS[kind] = builder
-
 
 def software_versions() -> dict[str, str]:
     """Versions recorded in model cards and result files."""
@@ -221,10 +212,9 @@ def load_model(name_or_path: str | Path, *, device: str | torch.device = "cpu") 
     target = torch_device(device)
     directory = resolve_model_dir(name_or_path)
     card = read_card(directory)
-    import aocsim.nn.registry  # noqa: F401  (registers the built-in kinds; imported here, not at start-up)
+    from aocsim.nn.registry import builder  # torch models: imported here, not at start-up
 
-    if card["kind"] not in _KINDS:
-        raise UnknownNameError("model kind", card["kind"], list(_KINDS))
+    build = builder(card["kind"])
     tensors = _read_weights(directory, card)
     declared = {k: list(v) for k, v in card["weights"].get("tensors", {}).items()}
     found = {k: list(v.shape) for k, v in tensors.items()}
@@ -234,7 +224,7 @@ def load_model(name_or_path: str | Path, *, device: str | torch.device = "cpu") 
                              f"(card {[declared.get(k) for k in diff]}, file {[found.get(k) for k in diff]})")
     dtype = next(iter(tensors.values())).dtype if tensors else torch.float64
     try:
-        model = _KINDS[card["kind"]](card["config"], dtype)
+        model = build(card["config"], dtype)
     except (TypeError, ValueError, RuntimeError, MemoryError) as exc:  # incl. sizes too large to allocate
         raise ModelFileError(f"{directory / CARD_FILE}: invalid config ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     expected = {k: list(v.shape) for k, v in model.state_dict().items()}

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from aocsim.errors import InputError
-from aocsim.experiments.evaluate import evaluate_deq
+from aocsim.train.evaluation import evaluate_deq
 from aocsim.io.model_files import save_model, software_versions
 from aocsim.nn.deq import DEQ, DEQConfig
 from aocsim.progress import bar

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from aocsim.hardware import components as C
+from aocsim.hardware.physics import components as C
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.solve.backward import Implicit, equilibrium

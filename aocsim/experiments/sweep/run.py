@@ -174,7 +174,7 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
     not threads; and a point's numbers then never depend on where it ran).
     """
     from aocsim._checks import integer
-    from aocsim.hardware.profile import load_device
+    from aocsim.hardware.profiles.profile import load_device
     from aocsim.progress import bar
 
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)

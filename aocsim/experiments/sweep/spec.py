@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 
 from aocsim.errors import AocsimError, InputError, ProfileError
-from aocsim.hardware.profile import _Loader
+from aocsim.hardware.profiles.profile import _Loader
 
 TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
 # Placement settings a sweep can vary (how a model is put on the device, not the device itself).
@@ -65,7 +65,7 @@ METRICS = {
     "fixed_point_error": "median ||z_device - z_exact|| / ||z_exact||",
     "residual": "median device residual at the end of each solve (the Dataset's units)",
     "time_per_inference_s": "mean hardware time per sample (per token), s",
-    "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/energy.py)",
+    "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/physics/energy.py)",
 }
 SAMPLING = ("latin_hypercube", "uniform")
 DATA_KEYS = {"samples", "sequences", "length_factor"}
@@ -302,9 +302,9 @@ def _drawn(random: dict[str, Any]) -> Axis:
 
 def check_points(spec: SweepSpec) -> None:
     """Every parameter path known, and every point's profile valid (schema ranges and relations)."""
-    from aocsim.hardware.profile import load_device
-    from aocsim.hardware.profile_checks import suggest
-    from aocsim.hardware.schema import BY_KEY
+    from aocsim.hardware.profiles.profile import load_device
+    from aocsim.hardware.profiles.checks import suggest
+    from aocsim.hardware.profiles.schema import BY_KEY
 
     for axis in spec.axes:
         for path, values in axis.values.items():

@@ -1,6 +1,6 @@
 """Validation of device-profile values against the schema: types, shapes, ranges, and the
 relations between fields. Every failure is a `ProfileError` naming where, the dotted key, the
-value and what was expected (`aocsim.hardware.profile` applies these to files and overrides)."""
+value and what was expected (`aocsim.hardware.profiles.profile` applies these to files and overrides)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aocsim.errors import ProfileError
-from aocsim.hardware.schema import BY_KEY, FIELDS, N, Field
+from aocsim.hardware.profiles.schema import BY_KEY, FIELDS, N, Field
 
 
 def _plain(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Execution backends of the one iteration (`aocsim.hardware.step.iteration`).
+"""Execution backends of the one iteration (`aocsim.hardware.engine.step.iteration`).
 
 - eager: calls `iteration` directly (autograd works through it);
 - compiled (`OpticalLoop(..., compile=True)`): `iteration`, or a block of
@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from aocsim.errors import AocsimError
-from aocsim.hardware.step import NODE_PARAMS, Constants, Layout, iteration
+from aocsim.hardware.engine.step import NODE_PARAMS, Constants, Layout, iteration
 
 _GRAPHS: dict[tuple, Callable[..., object]] = {}
 

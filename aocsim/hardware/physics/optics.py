@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from aocsim.hardware import components as C
+from aocsim.hardware.physics import components as C
 
 @dataclass(frozen=True)
 class FoldedOptics:

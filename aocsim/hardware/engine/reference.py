@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from aocsim.hardware import components as C
-from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.noise import dark_shot_noise_std, rin_relative_std, shot_noise_std, thermal_noise_std
-from aocsim.hardware.programming import dark_offsets
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.physics.noise import dark_shot_noise_std, rin_relative_std, shot_noise_std, thermal_noise_std
+from aocsim.hardware.engine.programming import dark_offsets
 
 
 class PerStageLoop:

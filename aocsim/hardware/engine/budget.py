@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware import sources
-from aocsim.hardware.profile import DeviceProfile
-from aocsim.hardware.step import node_noise_variance, nonlinearity
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.physics import sources
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.engine.step import node_noise_variance, nonlinearity
+from aocsim.hardware.physics.sources import without_noise
 
 REFERENCE_BETA, REFERENCE_ALPHA, REFERENCE_BATCH = 18.6, 0.5, 256
 
@@ -53,7 +54,7 @@ def _amplitude(profile: DeviceProfile) -> float:
 
 def _static_rms(profile: DeviceProfile, source: sources.Source, w: torch.Tensor, z: torch.Tensor) -> float:
     """rms change of the optical term when only this static source is switched on."""
-    base_profile = profile.without_noise(static=True).with_overrides({"slm.bits": None})
+    base_profile = without_noise(profile, static=True).with_overrides({"slm.bits": None})
     keep = {k: profile[k] for k in source.keys if k in profile.values}
     if source is sources.PROGRAMMING:
         keep["slm.bits"] = profile["slm.bits"]
@@ -83,11 +84,11 @@ def _converter_std(profile: DeviceProfile, source: sources.Source) -> float:
 
 
 def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
-    """Rows for every enabled source (`aocsim.hardware.sources.SOURCES`), then `total (per iteration)`."""
+    """Rows for every enabled source (`aocsim.hardware.physics.sources.SOURCES`), then `total (per iteration)`."""
     v = profile.values
     w, z, n = _reference(profile)
     amp = _amplitude(profile)
-    loop = OpticalLoop(profile.without_noise(), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+    loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
     rows: list[BudgetRow] = []
     per_iteration_var = 0.0
     for source in sources.SOURCES:

@@ -3,7 +3,7 @@
 A source declares the profile keys that switch it on, when it is drawn
 (static per chip or weight load, per inference, per iteration, per readout),
 what its draws are and how they act, and its row in the noise budget. The
-engine, the budget, `DeviceProfile.without_noise()` and the layout of the
+engine, the budget, `without_noise(profile)` and the layout of the
 random streams all read `SOURCES`; adding a source is adding one class here
 (docs/PHYSICS.md section 3 has the formulas).
 
@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from aocsim.hardware.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_relative_std)
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.physics.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_relative_std)
 
 Values = Mapping[str, Any]
 PER_ITERATION, STATIC, PER_INFERENCE, PER_READOUT = "per iteration", "static", "per inference", "per readout"
@@ -41,7 +42,7 @@ class Source:
         name: its row label in the noise budget.
         when: PER_ITERATION, STATIC, PER_INFERENCE or PER_READOUT.
         keys: the profile keys it reads.
-        off: overrides that switch it off (`DeviceProfile.without_noise`).
+        off: overrides that switch it off (`without_noise`).
         enabled: profile values -> whether it acts.
         slot: for per-iteration sources, which draw it uses ("led" or "detector").
     """
@@ -177,3 +178,11 @@ def std_to_snr(std: float, amplitude: float) -> tuple[float, float]:
     """SNR (dB) against a full-scale sine of `amplitude`, and ENOB = (SNR - 1.76) / 6.02."""
     snr = math.inf if std == 0 else 20 * math.log10(amplitude / math.sqrt(2) / std)
     return snr, (snr - 1.76) / 6.02
+
+
+def without_noise(profile: "DeviceProfile", *, static: bool = False) -> "DeviceProfile":
+    """`profile` with every per-iteration noise source off (and, with static=True, every other random
+    effect: programming error, chip variation, dark-current offsets, drift). Precision limits (bits)
+    stay. The sources and their switches: `SOURCES`."""
+    off = noise_free_overrides(profile.values, static=static)
+    return profile.with_overrides(off) if off else profile

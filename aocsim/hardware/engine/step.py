@@ -7,14 +7,14 @@ with D = u M_det^T + c_det the detector signals of the LED light u = [P+(t), P-(
 t = f(z) the analog nonlinearity, g the loop gain at this iteration, base =
 inject + k0 (the DAC'd input and the folded constant), r the first-order loop
 response. Every execution path runs `iteration`: eagerly with autograd, eagerly
-for inference, and compiled (`aocsim.hardware.backends` traces this function).
+for inference, and compiled (`aocsim.hardware.engine.backends` traces this function).
 
 Two algebraically equal forms, chosen by the layout: without detector noise
 the detector stage and both LED cubics fold into one operator on the LED
 signals without their constants, q = u - p0 (an [B, 2N] x [2N, N] product);
 with detector noise both paths are computed ([2N, 2N]) so that each gets the
 variance of its own signal. Per-iteration draws come from the keyed stream
-(`aocsim.hardware.keys`): counter (sample, channel) of this iteration's key,
+(`aocsim.hardware.engine.keys`): counter (sample, channel) of this iteration's key,
 its cosine half for the LED (RIN), its sine half for the detector.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware.counter_rng import normal_pair
+from aocsim.hardware.engine.counter_rng import normal_pair
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Device profiles: load, inherit, override and validate (`aocsim.load_device`).
 
-A profile file is either complete (every key of `aocsim.hardware.schema`) or
+A profile file is either complete (every key of `aocsim.hardware.profiles.schema`) or
 a variant: `base: NAME` plus `overrides:` (dotted keys). Validation rejects
 unknown keys, missing keys, wrong types, wrong shapes and out-of-range values
 with a `ProfileError` naming the file, the dotted key and what was expected.
@@ -20,8 +20,8 @@ import torch
 import yaml
 
 from aocsim.errors import ProfileError, UnknownNameError
-from aocsim.hardware.profile_checks import _plain, check_complete, suggest
-from aocsim.hardware.schema import BY_KEY, N, flatten, unflatten
+from aocsim.hardware.profiles.checks import _plain, check_complete, suggest
+from aocsim.hardware.profiles.schema import BY_KEY, N, flatten, unflatten
 from aocsim.paths import devices_dir
 
 VARIANT_KEYS = {"name", "description", "provenance", "base", "overrides"}
@@ -81,15 +81,6 @@ class DeviceProfile:
         check_complete(flat, "overrides")
         return DeviceProfile(flat["name"], MappingProxyType(flat), self.origin,
                              MappingProxyType({**self.overrides, **overrides}))
-
-    def without_noise(self, *, static: bool = False) -> "DeviceProfile":
-        """This profile with every per-iteration noise source off (and, with static=True, every other
-        random effect: programming error, chip variation, dark-current offsets, drift). Precision
-        limits (bits) stay. The sources and their switches: `aocsim.hardware.sources.SOURCES`."""
-        from aocsim.hardware.sources import noise_free_overrides  # physics sits above profiles
-
-        off = noise_free_overrides(self.values, static=static)
-        return self.with_overrides(off) if off else self
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain-Python mapping (YAML / JSON ready): `load` of it gives this profile back."""

@@ -22,15 +22,17 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware import keys, probes, sources
-from aocsim.hardware.dynamics import LoopMap
-from aocsim.hardware.optics import FoldedOptics, fold
-from aocsim.hardware.profile import DeviceProfile, load_device
-from aocsim.hardware.programming import channel_arrays, dark_offsets, program_slm
-from aocsim.hardware.schedules import Constant, Schedule, as_schedule
-from aocsim.hardware import components as C
-from aocsim.hardware.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
-from aocsim.hardware.validate import check_iterations, check_state
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine import probes
+from aocsim.hardware.physics import sources
+from aocsim.hardware.engine.dynamics import LoopMap
+from aocsim.hardware.physics.optics import FoldedOptics, fold
+from aocsim.hardware.profiles.profile import DeviceProfile, load_device
+from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, program_slm
+from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
+from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.solve.result import SolveResult
 
 GAINS = ("normalized", "absolute")
@@ -50,7 +52,7 @@ class OpticalLoop:
         gain: "normalized" (P, Q times beta / N) or "absolute" (times max |W|).
         generator: seed (int), `torch.Generator` (one key drawn from it) or `keys.Key` of the
             static per-weight-load draws (SLM programming error).
-        compile: run inference iterations through the compiled backend (`aocsim.hardware.backends`;
+        compile: run inference iterations through the compiled backend (`aocsim.hardware.engine.backends`;
             needs a C++ compiler, compiles per layout). Same function, same draws: the results equal
             the eager ones to float rounding.
         tile: which tile of the chip this matrix occupies (selects its static draws).
@@ -109,7 +111,7 @@ class OpticalLoop:
             raise InputError(f"weight must be a floating-point tensor [N, N]; got {type(weight).__name__}")
         if weight.ndim != 2 or weight.shape[0] != weight.shape[1]:
             raise InputError(f"weight has shape {tuple(weight.shape)}; expected a square [N, N] matrix "
-                             "(any [M, K] matrix runs as a tiled product: aocsim.hardware.tiles)")
+                             "(any [M, K] matrix runs as a tiled product: aocsim.hardware.engine.tiles)")
         n = self.device.channels
         if n is not None and weight.shape[0] != n:
             raise InputError(f"weight has shape {tuple(weight.shape)}; profile {self.device.name!r} has "
@@ -187,7 +189,7 @@ class OpticalLoop:
         if not v["drift.enabled"]:
             return self
         key = keys.as_key(generator)
-        d = keys.normals(key.fold(keys.DRIFT), (2, self.n), dtype=self.weight.dtype, device=self.weight.device)
+        d = keys.normals(key.fold(keys.Stream.DRIFT), (2, self.n), dtype=self.weight.dtype, device=self.weight.device)
         gain, offset = self.drift_state
         new = object.__new__(OpticalLoop)
         new.__dict__.update(self.__dict__)
@@ -212,12 +214,14 @@ class OpticalLoop:
     def optical(self, z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
                 samples: Any = None) -> torch.Tensor:
         """y_opt: the optical path's contribution at the loop node, [B, N] volts (`probes.optical_term`)."""
-        return probes.optical_term(self, z, iteration=iteration, generator=generator, samples=samples)
+        m, z = self._map(z, torch.zeros(self.n, dtype=self.weight.dtype), generator, samples)
+        return probes.optical_term(m, z, iteration)
 
     def detectors(self, z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
                   samples: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(P, Q): the detector signals after the gain, [B, N] each, each path its own noise (`probes`)."""
-        return probes.detector_readings(self, z, iteration=iteration, generator=generator, samples=samples)
+        m, z = self._map(z, torch.zeros(self.n, dtype=self.weight.dtype), generator, samples)
+        return probes.detector_readings(m, z, iteration)
 
     def step(self, z: torch.Tensor, x: torch.Tensor, *, z_prev: torch.Tensor | None = None,
              generator: keys.Seed = None, iteration: int = 0, samples: Any = None) -> torch.Tensor:

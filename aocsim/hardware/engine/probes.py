@@ -3,32 +3,26 @@ node and the two detector readings, computed with the iteration's own stage func
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import torch
 
-from aocsim.hardware import keys
-from aocsim.hardware.counter_rng import normal_pair
-from aocsim.hardware.step import detector_signals, led_light, nonlinearity, optical
-
-if TYPE_CHECKING:
-    from aocsim.hardware.loop import OpticalLoop
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.dynamics import LoopMap
+from aocsim.hardware.engine.step import detector_signals, led_light, nonlinearity, optical
 
 
-def optical_term(loop: "OpticalLoop", z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
-                 samples: Any = None) -> torch.Tensor:
-    """y_opt: the optical path's contribution at the loop node, [B, N] volts (noise drawn as in an iteration)."""
-    m, z = loop._map(z, torch.zeros(loop.n, dtype=loop.weight.dtype), generator, samples)
+def optical_term(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> torch.Tensor:
+    """y_opt: the optical path's contribution at the loop node, [B, N] volts (noise drawn as in an
+    iteration of the map `m`: `OpticalLoop.optical`)."""
+    loop = m.loop
     return optical(nonlinearity(z, m.c.sigmoid, m.layout.tanh), m.c, loop.node(iteration, z)[0], m.layout,
                    m._key(iteration, z.device), m.counters, loop.k0())
 
 
-def detector_readings(loop: "OpticalLoop", z: torch.Tensor, *, iteration: int = 0, generator: keys.Seed = None,
-                      samples: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def detector_readings(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(P, Q): the two detector signals after the gain, [B, N] each; each path draws its own noise
-    (an iteration merges the paths' noises into one draw of their difference)."""
-    m, z = loop._map(z, torch.zeros(loop.n, dtype=loop.weight.dtype), generator, samples)
-    c = m.c
+    (an iteration merges the paths' noises into one draw of their difference; `OpticalLoop.detectors`)."""
+    loop, c = m.loop, m.c
     p, q = led_light(nonlinearity(z, c.sigmoid, m.layout.tanh), c.led, constant=True)
     if m.layout.draws:  # RIN: the iteration's own LED draw
         led_draw, _ = normal_pair(m._key(iteration, z.device), m.counters, z.dtype)
@@ -36,7 +30,7 @@ def detector_readings(loop: "OpticalLoop", z: torch.Tensor, *, iteration: int = 
         p, q = p * flicker, q * flicker
     d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
     if m.layout.detector_noise:  # per path: var = a |D| + b, from a sub-stream of its own
-        draws = keys.normals(m.key.fold(keys.ITERATION, iteration, 1), (2, *z.shape), dtype=z.dtype, device=z.device)
+        draws = keys.normals(m.key.fold(keys.Stream.ITERATION, iteration, 1), (2, *z.shape), dtype=z.dtype, device=z.device)
         a, b = float(c.noise[1]), float(c.noise[2]) / 2
         d_pos = d_pos + torch.sqrt(d_pos.abs() * a + b) * draws[0]
         d_neg = d_neg + torch.sqrt(d_neg.abs() * a + b) * draws[1]

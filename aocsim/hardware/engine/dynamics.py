@@ -11,17 +11,31 @@ report hardware time. `advance(z, n)` runs n iterations with no checks
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Mapping, Protocol
 
 import torch
 
-from aocsim.hardware import backends
-from aocsim.hardware import components as C
-from aocsim.hardware import keys
-from aocsim.hardware.step import nonlinearity, node_noise_variance
+from aocsim.hardware.engine import backends
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.step import Constants, Layout, nonlinearity, node_noise_variance
 
-if TYPE_CHECKING:
-    from aocsim.hardware.loop import OpticalLoop
+
+class LoadedLoop(Protocol):
+    """What an iteration map needs of a loaded loop (`aocsim.hardware.engine.loop.OpticalLoop`)."""
+
+    n: int
+    values: Mapping[str, Any]
+    compile: bool
+    response: float
+    constant_schedules: bool
+    optics: Any  # FoldedOptics (probes read its gain scale)
+
+    def constants(self) -> Constants: ...
+    def layout(self) -> Layout: ...
+    def injection(self, x: torch.Tensor) -> torch.Tensor: ...
+    def k0(self) -> torch.Tensor: ...
+    def node(self, k: int, like: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 FUSED_BLOCK = 5  # compiled iterations per call when nothing changes between them
 
@@ -29,7 +43,7 @@ FUSED_BLOCK = 5  # compiled iterations per call when nothing changes between the
 class LoopMap:
     """One inference of `loop` on input x (see the module docstring)."""
 
-    def __init__(self, loop: "OpticalLoop", x: torch.Tensor, batch: int, key: keys.Key | None,
+    def __init__(self, loop: LoadedLoop, x: torch.Tensor, batch: int, key: keys.Key | None,
                  samples: torch.Tensor, *, readout: bool = False, record: bool = False) -> None:
         self.loop, self.key, self.k = loop, key, 0
         self.c = loop.constants()
@@ -52,7 +66,7 @@ class LoopMap:
             self.taken = 0
 
     def _key(self, k: int, device: torch.device) -> torch.Tensor | None:
-        return self.key.fold(keys.ITERATION, k).tensor(device) if self.layout.draws else None
+        return self.key.fold(keys.Stream.ITERATION, k).tensor(device) if self.layout.draws else None
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """z[k+1] from z[k]; advances the iteration index."""

@@ -15,18 +15,41 @@ only the elementwise stream is tensor arithmetic, on the state's device.
 
 from __future__ import annotations
 
+import enum
 from typing import Union
 
 import torch
 
 from aocsim.errors import InputError
-from aocsim.hardware.counter_rng import GOLDEN_GAMMA, _signed, normal_pair
+from aocsim.hardware.engine.counter_rng import GOLDEN_GAMMA, _signed, normal_pair
 
 MASK64 = (1 << 64) - 1
 
-# Purposes: the first coordinate under a root key, so that streams for different jobs never meet.
-# REPEAT: the extra passes of a product averaged over several tile passes (aocsim/execute/ssm.py).
-CHIP, PROGRAMMING, DRIFT, ITERATION, TILE_CALL, DARK, REPEAT = range(1, 8)
+
+
+class Stream(enum.IntEnum):
+    """Every purpose a random stream serves: the first coordinate folded under a root key (the one
+    registry of purposes). Two roots exist: a chip's (`chip_root`: its fixed pattern, the same for
+    every weight load and inference on that chip) and a run's (`as_key(seed)`: a weight load and the
+    inferences on it). They are derived apart (`chip_root` folds under its own domain), so no chip
+    number and seed make two purposes meet; below a root each purpose folds its own coordinates."""
+
+    # under a run's root
+    PROGRAMMING = 2  # a weight load's SLM programming error: (tile,)
+    DRIFT = 3  # one inference's drift step
+    ITERATION = 4  # one loop iteration's noise: (iteration,)
+    TILE_CALL = 5  # one tile pass's noise: (call, tile)
+    REPEAT = 7  # the extra passes of a product averaged over several tile passes: (pass,)
+    LOAD = 8  # a placed model's weight loads and their calibration: (map or part,)
+    RUN = 9  # a placed model's inferences: drift, iterations, tile calls: (map or part,)
+    # under a chip's root
+    VARIATION = 10  # fixed-pattern variation of a calibrated array: (tile, array index)
+    DARK = 11  # each detector's dark current: (tile,)
+    ELEMENTWISE = 12  # an analog elementwise circuit's gain and offset errors: (block, site, 0 gain | 1 offset)
+    FIT = 13  # what a placement measures on the chip to fit its programs: (map,), then the fit's loads and probes
+
+
+CHIP_DOMAIN = 0x43484950  # "CHIP": the domain the chip roots fold under
 
 Seed = Union[int, torch.Generator, "Key", None]
 
@@ -42,12 +65,16 @@ def _mix(x: int) -> int:
 
 
 class Key:
-    """A 64-bit stream key; `key.fold(a, b, ...)` derives the key of a sub-stream."""
+    """A 64-bit stream key; `key.fold(a, b, ...)` derives the key of a sub-stream.
 
-    __slots__ = ("value",)
+    `path` names where the key comes from (its root and the coordinates folded since), for tests
+    that check that streams never meet and for messages; it plays no part in the numbers."""
 
-    def __init__(self, value: int) -> None:
+    __slots__ = ("value", "path")
+
+    def __init__(self, value: int, path: tuple = ("raw",)) -> None:
         self.value = value & MASK64
+        self.path = path
 
     def fold(self, *coordinates: int) -> "Key":
         """The child key for the given coordinates (non-negative integers), in order."""
@@ -56,10 +83,12 @@ class Key:
             if not isinstance(c, int) or c < 0:
                 raise InputError(f"stream coordinate = {c!r}; expected an integer >= 0")
             v = _mix(v ^ _mix((c + 1) * GOLDEN_GAMMA))
-        return Key(v)
+        return Key(v, self.path + coordinates)
 
     def tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The key as an int64 0-dim tensor (the same bits)."""
+        """The key as an int64 0-dim tensor (the same bits): what an elementwise stream draws from."""
+        if _DRAWN is not None:
+            _DRAWN.append(self)
         return torch.tensor(_signed(self.value), dtype=torch.int64, device=device)
 
     def __eq__(self, other: object) -> bool:
@@ -78,13 +107,37 @@ def as_key(seed: Seed, what: str = "generator") -> Key | None:
         return seed
     if isinstance(seed, torch.Generator):
         drawn = int(torch.randint(-(1 << 63), (1 << 63) - 1, (), generator=seed, dtype=torch.int64))
-        return Key(_mix(drawn & MASK64))
+        return Key(_mix(drawn & MASK64), ("generator",))
     if isinstance(seed, int) and not isinstance(seed, bool) or _is_numpy_int(seed):
         seed = int(seed)
         if seed < 0:
             raise InputError(f"{what} = {seed!r}; expected an integer seed >= 0, a torch.Generator or None")
-        return Key(_mix(seed))
+        return Key(_mix(seed), ("seed", seed))
     raise InputError(f"{what} = {seed!r}; expected an integer seed >= 0, a torch.Generator, an aocsim Key or None")
+
+
+def chip_root(chip_seed: int) -> Key:
+    """The root of a chip's streams (`variation.chip_seed`): folded under CHIP_DOMAIN, so that it
+    never equals a run's root `as_key(seed)` for any seed."""
+    return Key(_mix(CHIP_DOMAIN), ("chip",)).fold(chip_seed)
+
+
+# Keys that turned into draws, while `recording()` is on (tests: no two purposes share a stream).
+_DRAWN: list[Key] | None = None
+
+
+class recording:
+    """Context manager: every key an elementwise stream draws from (`Key.tensor`, `normals`) is
+    appended to the list it yields."""
+
+    def __enter__(self) -> list[Key]:
+        global _DRAWN
+        self.previous, _DRAWN = _DRAWN, []
+        return _DRAWN
+
+    def __exit__(self, *exc: object) -> None:
+        global _DRAWN
+        _DRAWN = self.previous
 
 
 def _is_numpy_int(x: object) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from aocsim.cli import _compute, _friendly, _Path
+from aocsim.cli.common import Path_, compute, friendly
 
 
 class _SweepGroup(click.Group):
@@ -31,8 +31,8 @@ def sweep_cmd() -> None:
 
 
 @sweep_cmd.command("run")
-@click.argument("spec", type=_Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=_Path(file_okay=False, path_type=Path), required=True,
+@click.argument("spec", type=Path_(dir_okay=False, path_type=Path))
+@click.option("--out", type=Path_(file_okay=False, path_type=Path), required=True,
               help="The sweep's folder: points/ (one file per finished point) and results.nc.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Local processes, one torch thread each [default: the CPU cores other work leaves free, "
@@ -40,9 +40,9 @@ def sweep_cmd() -> None:
 @click.option("--scheduler", default=None, help="A Dask scheduler, tcp://HOST:PORT (instead of local processes).")
 @click.option("--resume", is_flag=True, help="Finish the sweep in --out: run only the points not written yet.")
 @click.option("--overwrite", is_flag=True, help="Start the sweep in --out again (removes only its own files).")
-@click.option("--plot", "plot_path", type=_Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="A figure of the results (.png/.svg/.pdf) [default: --out/results.png].")
-@_friendly
+@friendly
 def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, resume: bool, overwrite: bool,
             plot_path: Path | None) -> None:
     """Run SPEC's points (each one `aocsim compare`) and write --out/results.nc."""
@@ -55,7 +55,7 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, r
     loaded = load_spec(spec)
     plot = check_output_file(plot_path or out / "results.png", what="--plot")
     start = time.perf_counter()
-    with _compute() as threads:
+    with compute() as threads:
         ds = sweep(loaded, out, workers=workers or threads, scheduler=scheduler, resume=resume, overwrite=overwrite,
                    progress=True)
     click.echo(f"{len(loaded.points())} points x {len(loaded.chips)} chips x {len(loaded.seeds)} seeds in "
@@ -65,8 +65,8 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, r
 
 
 @sweep_cmd.command("status")
-@click.argument("folder", metavar="DIR", type=_Path(file_okay=False, path_type=Path))
-@_friendly
+@click.argument("folder", metavar="DIR", type=Path_(file_okay=False, path_type=Path))
+@friendly
 def status_cmd(folder: Path) -> None:
     """What is done in the sweep folder DIR."""
     from aocsim.experiments.sweep import status
@@ -78,14 +78,14 @@ def status_cmd(folder: Path) -> None:
 
 
 @click.command("plot")
-@click.argument("results", type=_Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("results", type=Path_(exists=True, dir_okay=False, path_type=Path))
 @click.option("--metric", default=None, help="The variable to draw [default: accuracy, else the first metric].")
 @click.option("--pareto", type=click.Choice(["energy", "time"]), default=None,
               help="Instead: the Pareto front of accuracy against energy or time per inference.")
-@click.option("--out", "out_path", type=_Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--out", "out_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="The figure (.png/.svg/.pdf) [default: RESULTS with .png, or -pareto.png].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing figure.")
-@_friendly
+@friendly
 def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
     """Draw a sweep's RESULTS (results.nc): a line with a band (one axis), a heat map (two), or a
     Pareto front; the mean over chips and seeds, the band their spread."""

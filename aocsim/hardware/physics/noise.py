@@ -12,7 +12,7 @@ Formulas (B the detection bandwidth, q the electron charge, k Boltzmann):
     RIN      var(dL / L) = 10^(RIN / 10) B           per iteration, per LED (both paths)
     dark     var(I) = 2 q I_dark B                   per iteration, per path
 
-How the engine combines them: `aocsim.hardware.sources`.
+How the engine combines them: `aocsim.hardware.physics.sources`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
-from aocsim.hardware.profile import DeviceProfile
+from aocsim.hardware.profiles.profile import DeviceProfile
 
 Number = Union[int, float, np.ndarray]
 COMPONENTS = ("emitters", "slm", "detectors_tia", "dac", "adc", "digital")
@@ -99,7 +99,7 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     times their energies (docs/PHYSICS.md section 6).
     """
     if not isinstance(activity, Activity):
-        raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.energy.Activity")
+        raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.physics.energy.Activity")
     v = profile.values
     power = static_power_w(profile, activity.channels)
     out: dict[str, Number] = {name: p * activity.time_s for name, p in power.items()}

@@ -44,12 +44,12 @@ import torch
 import torch.nn.functional as F
 
 from aocsim.errors import InputError
-from aocsim.hardware import components as C
-from aocsim.hardware import keys
-from aocsim.hardware.loop import OpticalLoop
-from aocsim.hardware.profile import DeviceProfile, load_device
-from aocsim.hardware.step import optical
-from aocsim.hardware.validate import check_iterations, check_state
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.profiles.profile import DeviceProfile, load_device
+from aocsim.hardware.engine.step import optical
+from aocsim.hardware.engine.validate import check_iterations, check_state
 
 PARTIAL_SUMS = ("analog", "digital")
 
@@ -240,7 +240,7 @@ class TiledMatrix:
             for r in range(rows):
                 i = r * cols + c
                 loop = self.loops[i]
-                tkey = key.fold(keys.TILE_CALL, call, i).tensor(t.device) if draws else None
+                tkey = key.fold(keys.Stream.TILE_CALL, call, i).tensor(t.device) if draws else None
                 node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), tkey, counters, loop.k0())
                 outs.append(node[:, :ts])
             columns.append(torch.cat(outs, dim=1)[:, :m])

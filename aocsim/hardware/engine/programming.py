@@ -1,6 +1,6 @@
 """Programming a weight matrix onto the SLM, and the chip's static draws.
 
-Static effects are drawn once, from keyed streams (`aocsim.hardware.keys`):
+Static effects are drawn once, from keyed streams (`aocsim.hardware.engine.keys`):
 - per chip and tile (key: the profile's `variation.chip_seed`): fixed-pattern
   variation of the calibrated arrays, and each detector's dark current;
 - per weight load and tile (key: the loop's seed or generator): the SLM
@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from aocsim.errors import InputError
-from aocsim.hardware import components as C
-from aocsim.hardware import keys
-from aocsim.hardware.sources import dark_offset_units
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.engine import keys
+from aocsim.hardware.physics.sources import dark_offset_units
 
 # Calibrated per-channel arrays that chip-to-chip variation perturbs.
 VARIED_KEYS = (
@@ -31,7 +31,7 @@ VARIED_KEYS = (
 
 def chip_key(values: Mapping[str, Any], tile: int = 0) -> keys.Key:
     """The stream key of one chip's tile (from `variation.chip_seed`)."""
-    return keys.Key(keys._mix(values["variation.chip_seed"])).fold(keys.CHIP, tile)
+    return keys.Key(keys._mix(values["variation.chip_seed"])).fold(1, tile)  # LEGACY derivation (refactor step)
 
 
 def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
@@ -41,7 +41,7 @@ def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, dev
     Variation multiplies every entry of each array in VARIED_KEYS by (1 + s n_ij), n_ij standard
     normal from the chip's stream (one sub-stream per array).
     """
-    from aocsim.hardware.schema import BY_KEY, N
+    from aocsim.hardware.profiles.schema import BY_KEY, N
 
     s = values["variation.relative_std"] if values["variation.enabled"] else 0.0
     key = chip_key(values, tile)
@@ -72,7 +72,7 @@ def dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, devic
     mean = dark_offset_units(values)
     if mean == 0.0:
         return None
-    draw = keys.normals(chip_key(values, tile).fold(keys.DARK), (2 * n,), dtype=torch.float64, device=device)
+    draw = keys.normals(chip_key(values, tile).fold(6), (2 * n,), dtype=torch.float64, device=device)
     return (mean * (1.0 + values["noise.dark.relative_spread"] * draw)).clamp_min(0.0).to(dtype)
 
 
@@ -107,7 +107,7 @@ def program_slm(values: Mapping[str, Any], weight: torch.Tensor, key: keys.Key |
         if key is None:
             raise InputError("generator is required: the profile draws a static SLM programming error "
                              f"(slm.programming_error_levels = {values['slm.programming_error_levels']})")
-        draw = keys.normals(key.fold(keys.PROGRAMMING, tile), tuple(w.shape), dtype=w.dtype, device=w.device)
+        draw = keys.normals(key.fold(keys.Stream.PROGRAMMING, tile), tuple(w.shape), dtype=w.dtype, device=w.device)
         error = programming_error_std(values) * draw
         w = w + error
     return Programmed(torch.relu(w), torch.relu(-w), m, error)

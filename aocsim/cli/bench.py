@@ -1,0 +1,59 @@
+"""`aocsim bench loop|sweep`: speed, as ratios against a yardstick timed in the same run."""
+
+from __future__ import annotations
+
+
+import click
+
+from aocsim.cli.common import compute, friendly
+from aocsim.errors import AocsimError
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (ratios against a yardstick timed in the same run)."""
+
+
+@bench.command("loop")
+@click.option("--device", "profile", default="aoc48", show_default=True, help="Device profile.")
+@click.option("--iterations", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Loop iterations per timing.")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1), help="Best of N.")
+@click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1), default=(1, 64, 1024),
+              show_default=True, help="Batch sizes (repeatable).")
+@click.option("--compiled/--no-compiled", default=True, show_default=True,
+              help="Also time the loop with compile=True (needs a C++ compiler).")
+@friendly
+def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[int, ...], compiled: bool) -> None:
+    """Sample-iterations per second of the folded loop vs the twin-style per-stage loop (float32, CPU)."""
+    from aocsim.experiments.bench import bench_loop, format_loop_bench
+
+    try:
+        with compute() as threads:
+            rows = bench_loop(profile, tuple(batches), iterations=iterations, repeats=repeats, compiled=compiled)
+    except AocsimError as exc:
+        if compiled and "compile=True" in str(exc):
+            raise AocsimError(f"{exc} (--no-compiled times the eager loop only)") from None
+        raise
+    click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}, "
+               f"{threads} torch thread(s)")
+    click.echo(format_loop_bench(rows))
+
+
+@bench.command("sweep")
+@click.option("--points", default=16, show_default=True, type=click.IntRange(min=2), help="Points of the sweep.")
+@click.option("--workers", "workers", multiple=True, type=click.IntRange(min=1), default=(1, 2), show_default=True,
+              help="Local worker counts to time (repeatable); the first is the yardstick.")
+@friendly
+def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
+    """Throughput of a CPU-bound sweep (digits-deq48 on aoc48) on 1, 2, ... local workers, one torch
+    thread each, as ratios to the first, timed in this run."""
+    from aocsim.experiments.bench import bench_sweep, format_sweep_bench
+    from aocsim.threads import load_average, usable_cores
+
+    busy = load_average()
+    rows = bench_sweep(tuple(workers), points=points)
+    click.echo(f"digits-deq48 on aoc48, {points} points (450 images, 1 chip, 1 seed each), 1 torch thread per "
+               f"worker, {usable_cores()} cores ({busy or 0:.1f} busy with other work at the start)")
+    click.echo(format_sweep_bench(rows))
+

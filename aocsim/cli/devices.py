@@ -1,0 +1,67 @@
+"""`aocsim devices list|show|schema`: the device profiles."""
+
+from __future__ import annotations
+
+
+import click
+
+from aocsim.cli.common import friendly, parse_overrides
+
+
+@click.group()
+def devices() -> None:
+    """Device profiles of virtual AOC machines (devices/*.yaml)."""
+
+
+@devices.command("list")
+@friendly
+def devices_list() -> None:
+    """List the bundled device profiles."""
+    from aocsim.hardware.profiles.profile import available_devices, load_device
+
+    for name in available_devices():
+        dev = load_device(name)
+        n = dev.channels if dev.channels is not None else "any"
+        click.echo(f"{name:12s} {str(n):>4s} channels  {dev['description'].splitlines()[0][:90]}")
+
+
+@devices.command("show")
+@click.argument("name")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Dotted-key override, YAML value (repeatable), e.g. --set slm.bits=6.")
+@friendly
+def devices_show(name: str, overrides: tuple[str, ...]) -> None:
+    """Show profile NAME (bundled name or .yaml path), its noise budget and its energy figures.
+
+    The budget gives, per noise source, the standard deviation it adds at the
+    loop node (millivolts), the SNR against a full-scale sine and the
+    effective bits, at the reference operating point of aocsim.hardware.engine.budget.
+    The energy lines (aocsim.hardware.physics.energy) give the static powers, TOPS/W
+    and the time and energy of one native inference.
+    """
+    from aocsim.hardware.engine.budget import format_budget, noise_budget
+    from aocsim.hardware.physics.energy import format_energy
+    from aocsim.hardware.profiles.profile import load_device
+
+    dev = load_device(name, parse_overrides(overrides))
+    v = dev.values
+    click.echo(f"{dev.name}: {v['description']}")
+    click.echo(f"  source   {v['provenance.source']} ({v['provenance.date']}; {v['provenance.licence']})")
+    click.echo(f"  file     {dev.origin}" + (f"  overrides {dict(dev.overrides)}" if dev.overrides else ""))
+    click.echo(f"  channels {dev.channels if dev.channels is not None else 'any'}; nonlinearity "
+               f"{v['nonlinearity.kind']}; SLM bits {v['slm.bits']}; PBS leakage "
+               f"{'on' if v['crosstalk.pbs.enabled'] else 'off'}; closed-loop correction "
+               f"{'on' if v['closed_loop.enabled'] else 'off'}; round trip {v['loop.round_trip_s'] * 1e9:g} ns")
+    click.echo("")
+    click.echo(format_budget(noise_budget(dev)))
+    click.echo("")
+    click.echo(format_energy(dev))
+
+
+@devices.command("schema")
+def devices_schema() -> None:
+    """Print the profile schema (Markdown; the source of devices/SCHEMA.md)."""
+    from aocsim.hardware.profiles.schema import markdown
+
+    click.echo(markdown(), nl=False)
+

@@ -1,0 +1,148 @@
+"""`aocsim evaluate MODEL`: a trained model on its task, exact path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aocsim.cli.common import Path_, compute, free_path, friendly
+from aocsim.errors import InputError
+
+
+@click.command()
+@click.argument("model", default="digits-deq48")
+@click.option("--float32", "use_float32", is_flag=True,
+              help="DEQ models: evaluate in float32 instead of float64 (forward tolerance 1e-5 instead of 1e-9).")
+@click.option("--task", default=None, help="State tracking: evaluate on this group instead of the trained one.")
+@click.option("--batch", default=None, type=click.IntRange(1, 100_000),
+              help="State tracking: sequences per length [default: 256].")
+@click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
+              help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
+                   "[default: MODEL-accuracy-by-position.png, or MODEL-comparison-by-position.png with --compare].")
+@click.option("--uniform", is_flag=True, help="State tracking: every element equally likely in the sequences.")
+@click.option("--factors", default=None, help="State tracking: lengths in multiples of L, e.g. 1,4,16 "
+              "[default: the card's].")
+@click.option("--compare", multiple=True, help="State tracking: also evaluate this model (repeatable) on the same "
+              "sequences; the plot then shows each model's sequential-mode accuracy against position (log axis).")
+@click.option("--device", "torch_device", default="cpu", show_default=True,
+              help="Torch device to evaluate on (cpu, cuda, cuda:N).")
+@friendly
+def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None, plot_path: Path | None,
+             uniform: bool, factors: str | None, compare: tuple[str, ...], torch_device: str) -> None:
+    """Evaluate MODEL (a bundled name or a model directory) on its task.
+
+    DEQ classifiers: test-set accuracy and convergence on the exact path.
+    State-tracking models: per-token accuracy at the multiples of the training
+    length L in the model card (for example L, 4L, 16L; implicit models in
+    simultaneous and sequential mode, with iterations per token and the
+    agreement of the two modes), on --threads cores; writes a plot of accuracy
+    by position.
+    """
+    import torch
+
+    from aocsim.experiments.evaluate import compare_state_tracking, evaluate_model
+    from aocsim.io.model_files import load_model
+    from aocsim.io.outputs import check_output_file
+
+    fs = _parse_factors(factors)
+    loaded = load_model(model, device=torch_device)
+    name = loaded.card["name"]
+    if loaded.card.get("task") == "state_tracking":
+        if use_float32:
+            raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
+                             "(evaluated in the dtype of its weights)")
+        if torch.device(torch_device).type != "cpu":  # its word problems and targets are built on the CPU
+            raise InputError(f"--device = {torch_device!r} applies to DEQ models; state-tracking models "
+                             "evaluate on the CPU")
+        models = [loaded]
+        for other in compare:
+            m = load_model(other)
+            if m.card.get("task") != "state_tracking":
+                raise InputError(f"--compare {other!r}: {m.card['name']} is a {m.card.get('kind', '?')} model on "
+                                 f"task {m.card.get('task')!r}; expected a state-tracking model")
+            models.append(m)
+        # The plot is written after minutes of evaluation: check its path and format first.
+        default = f"{name}-{'comparison' if compare else 'accuracy'}-by-position.png"
+        plot = check_output_file(plot_path or free_path(Path(default)), what="--plot")
+        with compute() as threads:  # one process per thread: the solves are many small operations
+            results = compare_state_tracking(models, task=task, factors=fs, batch=batch or 256, uniform=uniform,
+                                             progress=True, workers=threads)
+        _print_state_tracking(models, results, plot)
+        return
+    given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path),
+                                    ("--uniform", uniform or None), ("--factors", factors),
+                                    ("--compare", compare or None)) if value is not None]
+    if given:  # silently ignoring them would report a different evaluation than the one asked for
+        raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to state-tracking "
+                         f"models; {name} is a {loaded.card.get('kind', '?')} model on task "
+                         f"{loaded.card.get('task')!r}")
+    dtype = torch.float32 if use_float32 else torch.float64
+    with compute():
+        m = evaluate_model(loaded, dtype=dtype)
+    click.echo(f"model {name} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path, "
+               f"atol {m['atol']:g})")
+    click.echo(f"  accuracy            {m['accuracy']:.4f}")
+    click.echo(f"  converged           {m['converged_fraction']:.4f} of samples")
+    click.echo(f"  iterations          mean {m['iterations_mean']:.2f}, max {m['iterations_max']}")
+    click.echo(f"  max residual        {m['residual_max']:.2e}")
+    click.echo(f"  without feedback    {m['accuracy_without_feedback']:.4f} accuracy with W = 0 (max |beta W| = "
+               f"{m['feedback_max']:.3g}): how much the loop matters")
+
+
+def _parse_factors(factors: str | None) -> tuple[int, ...] | None:
+    """--factors "1,4,16" -> (1, 4, 16); a bad value is a one-line usage error.
+
+    Each factor is at most 1000 (like --batch's bound: the sequences of one length are one batch).
+    """
+    if factors is None:
+        return None
+    try:
+        fs = tuple(int(f) for f in factors.split(","))
+    except ValueError:
+        fs = (0,)
+    if not 1 <= min(fs) <= max(fs) <= 1000:
+        raise click.BadParameter(f"{factors!r}; expected integers from 1 to 1000 separated by commas",
+                                 param_hint="--factors")
+    return fs
+
+
+def _print_state_tracking(models: list[Any], results: list[dict[str, Any]], path: Path) -> None:
+    from aocsim.experiments.plots import plot_accuracy_by_position, plot_accuracy_comparison
+
+    labels: dict[str, dict[str, Any]] = {}
+    for model, result in zip(models, results):
+        name = model.card["name"]
+        implicit = result["implicit"]
+        kind = "implicit" if implicit else f"explicit, {model.config.n_layers} layer(s)"
+        click.echo(f"model {name} ({kind}), task {result['group']}, identity-token probability "
+                   f"{result['identity_prob']:.4g}")
+        if implicit:
+            click.echo(f"{'length':>9s} {'mode':>13s} {'accuracy':>9s} {'iter/token':>11s} {'converged':>10s}")
+        else:  # one pass per token: no modes, iterations or convergence to report
+            click.echo(f"{'length':>9s} {'accuracy':>9s}")
+        for key, entry in result["lengths"].items():
+            label = f"{key + ' = ' + str(entry['length']):>9s}"
+            if not implicit:
+                click.echo(f"{label} {entry['simultaneous']['accuracy']:9.4f}")
+                continue
+            for mode in ("simultaneous", "sequential"):
+                e = entry[mode]
+                click.echo(f"{label} {mode:>13s} {e['accuracy']:9.4f} "
+                           f"{e['iterations_per_token']:11.2f} {e['converged_fraction']:10.4f}")
+            click.echo(f"{'':>9s} {'agreement':>13s} {entry['mode_agreement']:9.4f}")
+        # An explicit model is evaluated once; its two modes compute the same function, so that
+        # one evaluation stands for its sequential mode in the comparison.
+        lengths = result["lengths"] if implicit else \
+            {k: {**e, "sequential": e["simultaneous"]} for k, e in result["lengths"].items()}
+        label = f"{name} ({kind}, recipe rev {model.card['training'].get('revision', 1)})"
+        labels[label + (f" #{len(labels) + 1}" if label in labels else "")] = lengths
+    name, first = models[0].card["name"], results[0]
+    if len(models) > 1:
+        plot_accuracy_comparison(labels, path, mode="sequential", train_length=first["train_length"],
+                                 title=f"{first['group']}, identity-token probability {first['identity_prob']:.3g}")
+    else:
+        plot_accuracy_by_position(first["lengths"], path, title=f"{name} on {first['group']}")
+    click.echo(f"plot: {path}")
+

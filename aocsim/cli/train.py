@@ -1,0 +1,107 @@
+"""`aocsim train RECIPE` and `aocsim models list|table`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aocsim.cli.common import Path_, compute, friendly
+from aocsim.errors import UnknownNameError
+
+
+@click.command()
+@click.argument("recipe")
+@click.option("--out", type=Path_(path_type=Path), default=None,
+              help="Output model directory [default: models/RECIPE].")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Override the optimiser steps (state-tracking recipes).")
+@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@friendly
+def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, steps: int | None,
+          force: bool) -> None:
+    """Train RECIPE and write a model directory (model card + HDF5 weights).
+
+    Recipes: digits-deq48; parity-implicit, parity-explicit{1,2,4}, a5-implicit,
+    a5-explicit{1,2,4}, a5xm4-implicit, a5xm4-explicit1. State-tracking runs
+    also write a metrics log and HDF5 checkpoints to runs/RECIPE-sSEED/.
+    """
+    from aocsim.io.outputs import check_output_dir, check_writable_folder
+    from aocsim.train import RECIPES, run
+    from aocsim.train.recipes import STATE_TRACKING
+
+    if recipe not in RECIPES:
+        raise UnknownNameError("recipe", recipe, list(RECIPES))
+    check_output_dir(out or Path("models") / recipe, overwrite=force, what="--out")
+    # A bar on a terminal, a line every few seconds elsewhere (see compute).
+    options: dict[str, Any] = {"overwrite": force, "progress": True}
+    if seed is not None:
+        options["seed"] = seed
+    if epochs is not None:
+        options["epochs"] = epochs
+    if steps is not None:
+        options["steps"] = steps
+    if recipe in STATE_TRACKING:
+        options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else STATE_TRACKING[recipe].seed}"
+        check_writable_folder(options["run_dir"], what="run folder")
+    with compute():
+        path = run(recipe, out, **options)
+    from aocsim.io.model_files import read_card
+
+    card = read_card(path)
+    if card.get("task") == "state_tracking":
+        accs = ", ".join(f"{k} {v['simultaneous']['accuracy']:.4f}" for k, v in card["metrics"].items())
+        click.echo(f"wrote {path} (per-token accuracy, simultaneous mode: {accs})")
+    else:
+        test = card["metrics"].get("test", {})
+        click.echo(f"wrote {path} (test accuracy {test.get('accuracy', float('nan')):.4f})")
+
+
+@click.group()
+def models() -> None:
+    """Bundled trained models."""
+
+
+@models.command("list")
+@friendly
+def models_list() -> None:
+    """List the bundled models with their test accuracy."""
+    from aocsim.io.model_files import bundled_models, read_card, resolve_model_dir
+
+    for name in bundled_models():
+        card = read_card(resolve_model_dir(name))
+        metrics = card.get("metrics", {})
+        if card.get("task") == "state_tracking":
+            summary = "per-token accuracy " + ", ".join(
+                f"{k} {v['simultaneous']['accuracy']:.3f}" for k, v in metrics.items())
+            task = f"{card['data']['group']} words"
+        else:
+            acc = metrics.get("test", {}).get("accuracy")
+            summary = f"test accuracy {acc:.4f}" if acc is not None else ""
+            task = card.get("task", "?")
+        click.echo(f"{name:20s} {card.get('kind', '?'):13s} {task:12s} {summary}")
+
+
+@models.command("table")
+@click.argument("roots", nargs=-1, type=Path_(exists=True, file_okay=False, path_type=Path))
+@click.option("--mode", type=click.Choice(["simultaneous", "sequential"]), default="simultaneous",
+              show_default=True)
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+@friendly
+def models_table(roots: tuple[Path, ...], mode: str, markdown: bool) -> None:
+    """Mean and best per-token accuracy across seeds of the state-tracking models under ROOTS.
+
+    ROOTS default to the bundled models folder (with its seeds/ subfolder).
+    """
+    from aocsim.experiments.study import collect_cards, format_seed_table, markdown_seed_table, seed_table
+    from aocsim.paths import models_dir
+
+    cards = collect_cards(list(roots) or [models_dir(), models_dir() / "seeds"])
+    if not cards:
+        raise click.ClickException("no state-tracking model cards found")
+    rows = seed_table(cards, mode)
+    click.echo(markdown_seed_table(rows) if markdown else format_seed_table(rows))
+

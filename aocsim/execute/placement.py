@@ -1,0 +1,233 @@
+"""How a model goes onto a device: `Placement`, every placement option declared once.
+
+Each option is a field of the frozen `Placement` whose declaration (`option`) says which kinds of
+placed model it applies to, with that kind's default, how a value is read and checked (one-line
+`InputError` naming the option), and its help line. The Python keyword, the `aocsim compare` flag
+(`--tile-size`) and the sweep key (`placement.tile_size`) all come from this declaration
+(aocsim/cli/compare.py, aocsim/experiments/sweep/spec.py), so adding an option is one field here and
+its use in the placed model that honours it (docs/ARCHITECTURE.md).
+
+A field left at None takes the default of the kind it is used with (`Placement.resolved`); a value
+given for a kind it does not apply to is refused, never ignored.
+
+Kinds (aocsim/execute/registry.py): a DEQ whose state fits the device runs natively (`NATIVE`),
+a larger one with its feedback on tiles (`TILED`), an implicit SSM as a hybrid (`HYBRID`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from aocsim._checks import short
+from aocsim.errors import InputError
+
+NATIVE, TILED, HYBRID = "native DEQ", "tiled DEQ", "hybrid SSM"
+KINDS = (NATIVE, TILED, HYBRID)
+MAP_KINDS = ("inject", "in_proj", "out_proj")  # an implicit SSM's linear maps that can go onto tiles
+ON_TILES = (TILED, HYBRID)  # kinds that run products on tiles
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One option: the kinds it applies to (kind -> default), its reader, help line and CLI type."""
+
+    defaults: Mapping[str, Any]
+    read: Callable[[str, Any], Any]  # (option name, value) -> checked value, or a one-line InputError
+    help: str
+    flag: str = "value"  # "value" (--name VALUE) or "switch" (--name/--no-name)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.defaults)
+
+
+def option(defaults: Mapping[str, Any], read: Callable[[str, Any], Any], help: str, flag: str = "value") -> Any:
+    """A `Placement` field: default None (the kind's own default), declared by `Declaration`."""
+    return field(default=None, metadata={"declaration": Declaration(dict(defaults), read, help, flag)})
+
+
+# -- readers: Python values, YAML values or command-line text -------------------------------------------
+
+def choice(*allowed: str) -> Callable[[str, Any], str]:
+    def read(name: str, value: Any) -> str:
+        if value not in allowed:
+            raise InputError(f"{name} = {short(value)}; expected one of {list(allowed)}")
+        return value
+    return read
+
+
+def count(name: str, value: Any) -> int:
+    """An integer >= 1 (command-line text allowed)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} = {short(value)}; expected an integer >= 1")
+    return value
+
+
+def switch(name: str, value: Any) -> bool:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if not isinstance(value, bool):
+        raise InputError(f"{name} = {short(value)}; expected true or false")
+    return value
+
+
+def fraction(name: str, value: Any) -> float:
+    """A relative tolerance in (0, 1)."""
+    value = _number(name, value)
+    if not 0.0 < value < 1.0:
+        raise InputError(f"{name} = {short(value)}; expected a relative residual in (0, 1)")
+    return value
+
+
+def nonnegative(name: str, value: Any) -> float:
+    value = _number(name, value)
+    if value < 0.0:
+        raise InputError(f"{name} = {short(value)}; expected a finite number >= 0")
+    return value
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{name} = {short(value)}; expected a finite number")
+    return float(value)
+
+
+def map_names(name: str, value: Any) -> tuple[str, ...]:
+    """A non-empty subset of MAP_KINDS, in their order: a sequence of names or 'in_proj,out_proj'."""
+    names = tuple(n.strip() for n in value.split(",")) if isinstance(value, str) else value
+    try:
+        chosen = tuple(names)
+    except TypeError:
+        chosen = ("?",)
+    unknown = [n for n in chosen if n not in MAP_KINDS]
+    if unknown or not chosen or len(set(chosen)) != len(chosen):
+        raise InputError(f"{name} = {short(value)}: {'unknown map ' + repr(unknown[0]) if unknown else 'not a set'}; "
+                         f"expected a non-empty subset of {list(MAP_KINDS)} (e.g. 'in_proj,out_proj')")
+    return tuple(k for k in MAP_KINDS if k in chosen)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Every placement option (module docstring); None = the default of the kind it is used with.
+
+    Example:
+        >>> Placement(on_tiles=("in_proj", "out_proj"), averaging=16, predistort=True)
+    """
+
+    tiling: bool | None = option(
+        {NATIVE: True, TILED: True}, switch,
+        "DEQs larger than the device: run beta W on optical tiles (else refuse them).", "switch")
+    stop: str | None = option(
+        {NATIVE: "tolerance"}, choice("tolerance", "readout"),
+        "native DEQs: 'tolerance' (the loop's state at its fixed point) or 'readout' (the ADC's average "
+        "after the settle window: where readout.adc_bits matters).")
+    fit: bool | None = option(
+        {NATIVE: True}, switch,
+        "native DEQs: compile with the least-squares fit to the calibrated pipeline (else the analytic mapping).",
+        "switch")
+    on_tiles: tuple[str, ...] | None = option(
+        {HYBRID: MAP_KINDS}, map_names,
+        "implicit SSMs: the linear maps on optical tiles, comma-separated from inject, in_proj, out_proj; "
+        "the rest digital.")
+    mode: str | None = option(
+        {HYBRID: "sequential"}, choice("sequential", "simultaneous"),
+        "implicit SSMs: 'sequential' (token by token, the RNN) or 'simultaneous' (all tokens at once).")
+    elementwise: str | None = option(
+        {HYBRID: "digital"}, choice("digital", "analog"),
+        "implicit SSMs: SiLU and softplus 'digital' (exact) or 'analog' (modelled circuits).")
+    tile_size: int | None = option(
+        {TILED: None, HYBRID: None}, count,
+        "models on tiles: channels per tile side [default: the device's channels, 48 where it has any].")
+    partial_sums: str | None = option(
+        {TILED: "analog", HYBRID: "analog"}, choice("analog", "digital"),
+        "models on tiles: a tile row's partial products added 'analog' (one ADC per output) or 'digital'.")
+    averaging: int | None = option(
+        {TILED: 1, HYBRID: 1}, count,
+        "models on tiles: tile passes averaged per product (less noise, more time and energy).")
+    predistort: bool | None = option(
+        {TILED: False, HYBRID: False}, switch,
+        "models on tiles: linearise the emitter drive digitally before the DAC.", "switch")
+    max_iter: int | None = option(
+        {NATIVE: 2000, TILED: 100, HYBRID: None}, count,
+        "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: 30 per token sequentially, "
+        "3 L + 20 simultaneously].")
+    rtol: float | None = option(
+        {NATIVE: 1e-5, TILED: 1e-3, HYBRID: 0.1}, fraction,
+        "relative residual ||f(z) - z|| / ||f(z)|| at which a device solve stops (per sample; per token for "
+        "implicit SSMs) [native 1e-5, tiled 1e-3, implicit SSMs 0.1: about aoc48's noise floor].")
+    atol: float | None = option(
+        {NATIVE: 1e-6, TILED: 0.0}, nonnegative,
+        "absolute residual ||f(z) - z|| added to rtol's, in the units of the iterated state (device volts "
+        "natively, model units on tiles) [native 1e-6, tiled 0].")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                object.__setattr__(self, f.name, declaration(f.name).read(f.name, value))
+
+    def given(self) -> dict[str, Any]:
+        """The options set (not None), by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def check_for(self, kind: str, what: str) -> None:
+        """A one-line InputError for the first option set that does not apply to `kind` (`what`: the model
+        and device, for the message)."""
+        for name, value in self.given().items():
+            kinds = declaration(name).kinds
+            if kind not in kinds:
+                raise InputError(f"{name} = {short(value)} applies to {' and '.join(k + 's' for k in kinds)}; "
+                                 f"{what} runs as a {kind}")
+
+    def resolved(self, kind: str, what: str = "the model") -> "Placement":
+        """This placement for `kind`: every option that applies filled with the kind's default where
+        None; options set for other kinds refused (`check_for`)."""
+        self.check_for(kind, what)
+        filled = {name: d.defaults[kind] for name, d in DECLARATIONS.items()
+                  if kind in d.defaults and getattr(self, name) is None}
+        return dataclasses.replace(self, **filled) if filled else self
+
+    def attributes(self) -> dict[str, Any]:
+        """The options set, as Dataset attributes (`placement.NAME`; tuples joined, booleans 0/1)."""
+        out = {}
+        for name, value in self.given().items():
+            out[f"placement.{name}"] = (",".join(value) if isinstance(value, tuple) else
+                                        int(value) if isinstance(value, bool) else value)
+        return out
+
+
+def declaration(name: str) -> Declaration:
+    return DECLARATIONS[name]
+
+
+DECLARATIONS: dict[str, Declaration] = {f.name: f.metadata["declaration"] for f in dataclasses.fields(Placement)}
+
+
+def read_placement(values: Mapping[str, Any], where: str = "placement") -> Placement:
+    """A Placement from a mapping of option names (a sweep point, CLI flags); unknown names refused."""
+    unknown = [k for k in values if k not in DECLARATIONS]
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]} is not a placement option; expected one of "
+                         f"{', '.join(DECLARATIONS)}")
+    return Placement(**{k: v for k, v in values.items() if v is not None})
+
+
+def as_placement(value: Any) -> Placement:
+    """`value` if it is a Placement, a Placement from a mapping of options, Placement() for None."""
+    if value is None:
+        return Placement()
+    if isinstance(value, Placement):
+        return value
+    if isinstance(value, Mapping):
+        return read_placement(value)
+    raise InputError(f"placement = {short(value)}; expected an aocsim.execute.Placement or a mapping of its options")

@@ -1,0 +1,144 @@
+"""The metrics a recipe writes into its model card, and `aocsim evaluate` reports: a DEQ classifier's
+accuracy and convergence (`evaluate_deq`), a state-tracking model's per-token accuracy by position at
+multiples of its training length in each mode (`evaluate_lengths`). Exact path only."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from aocsim.nn.deq import DEQ
+from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.tasks.groups import group, word_problems
+
+
+
+class EvaluationSettings(Protocol):
+    """What `evaluate_lengths` reads of a recipe (`aocsim.train.state_tracking.StateTrackingRecipe`)."""
+
+    task: str
+    implicit: bool
+    train_length: int
+    tau: float
+    eval_tol: float
+    eval_max_iter: int
+    eval_batch: int
+    eval_prob: float
+    eval_factors: tuple[int, ...]
+
+
+def evaluate_deq(model: DEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: Any) -> dict[str, float]:
+    """Accuracy and convergence statistics of a DEQ classifier on (x, y).
+
+    Returns:
+        accuracy, converged_fraction, iterations_mean, iterations_max and
+        residual_max (largest ||f(z) - z||_2 of the returned fixed points).
+    """
+    with torch.no_grad():
+        out = model(x, **solve_options)
+    it = out.solve.iterations.double()
+    return {
+        "accuracy": float((out.logits.argmax(1).cpu() == y.cpu()).double().mean()),
+        "converged_fraction": float(out.solve.converged.double().mean()),
+        "iterations_mean": float(it.mean()),
+        "iterations_max": int(it.max()),
+        "residual_max": float(out.solve.abs_residual.max()),
+    }
+
+
+def _solve_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, mode: str, tau: float, tol: float,
+                max_iter: int, lookahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(predictions, iterations, residuals) of `tokens` in `mode`; `model` may come as (config, weights)."""
+    if not isinstance(model, ImplicitSSM):
+        config, state = model
+        dtype = next(iter(state.values())).dtype
+        model = ImplicitSSM(SSMConfig(**config)).to(dtype)
+        model.load_state_dict(state)
+        model.eval()
+    with torch.no_grad():
+        res = model(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
+    return res.logits.argmax(-1), res.iterations, res.residuals
+
+
+# Sequences per solve in evaluate_lengths, fixed so that the figures do not depend on the number of
+# workers: a simultaneous solve freezes the prefix on which its whole batch has converged, and the
+# rounding of a batched matrix product can depend on the batch size. 64 rows are faster than 128 in
+# simultaneous mode (a5-implicit at 16L, one core: 36-42 s against 38-48 s per 128 sequences);
+# sequential mode pays per call, not per row (64 rows: 23-25 s, 128: 17-19 s per 256 sequences).
+ROWS = {"simultaneous": 64, "sequential": 128}
+# Simultaneous mode iterates this many tokens beyond the converged prefix (ImplicitSSM._simultaneous):
+# a5-implicit at 16L, 64 sequences, one core: 22.3 s -> 8.3 s, iterations per token 186.847 both ways
+# (1.4 % of tokens one iteration apart), the same predictions; 32 tokens moved parity-implicit's counts
+# by up to 28 iterations at 8L (its convergence front moves faster), 64 by at most one.
+LOOKAHEAD = 64
+
+
+def evaluate_lengths(model: ImplicitSSM, r: EvaluationSettings, *, factors: tuple[int, ...] | None = None,
+                     modes: tuple[str, ...] = ("simultaneous", "sequential"), batch: int | None = None,
+                     identity_prob: float | None = None, seed: int = 12345, workers: int = 1,
+                     progress: bool = False, desc: str = "evaluate") -> dict[str, Any]:
+    """Per-token accuracy (mean and per position) at multiples of the training length, in each mode.
+
+    Fresh sequences (numpy seed `seed + factor`), all of a length in one batch. `factors` default
+    to the recipe's eval_factors, `identity_prob` to its eval_prob (1 / order: uniform tokens).
+    The sequences of each length and mode are solved in pieces of ROWS[mode] sequences on `workers`
+    processes (`aocsim.parallel`, one torch thread each); the figures do not depend on `workers`.
+    Simultaneous mode iterates LOOKAHEAD tokens beyond the converged prefix. `progress`: a bar
+    over the pieces of work.
+    """
+    from aocsim.parallel import run_parts, split_rows
+    from aocsim.progress import bar
+
+    g = group(r.task)
+    p_id = r.eval_prob if identity_prob is None else identity_prob
+    if not r.implicit:
+        workers = 1  # one pass per sequence: less work than starting a process (about 2 s)
+    shipped = model if workers <= 1 else (model.config.to_dict(), {k: v.detach().cpu() for k, v in
+                                                                   model.state_dict().items()})
+    jobs, where, data = [], [], {}
+    for factor in factors or r.eval_factors:
+        length = factor * r.train_length
+        tokens, targets = word_problems(g, batch or r.eval_batch, length, identity_prob=p_id,
+                                        generator=seed + factor)
+        data[factor] = (length, targets)
+        for mode in modes:
+            # Simultaneous mode moves state along the sequence about one token per iteration,
+            # so its cap grows with the length; sequential mode's cap is per token.
+            cap = max(r.eval_max_iter, 3 * length) if mode == "simultaneous" else r.eval_max_iter
+            n = tokens.shape[0]
+            lookahead = LOOKAHEAD if mode == "simultaneous" else None
+            for rows in split_rows(n, -(-n // ROWS[mode])):
+                jobs.append((shipped, tokens[rows], mode, r.tau, r.eval_tol, cap, lookahead))
+                where.append((factor, mode, rows.start))
+    # The longest first, by a cost model fitted to a5-implicit on one core: simultaneous work grows
+    # as rows x L x (L + 30) (its iterations grow with L), sequential as rows x L x 44.
+    def cost(job: tuple) -> int:
+        rows, length = job[1].shape
+        return rows * length * ((length + 30) if job[2] == "simultaneous" else 44)
+
+    order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))
+    pieces: dict[tuple[int, str], dict[int, tuple]] = {}
+    done = run_parts(_solve_part, [jobs[i] for i in order], workers)  # the longest first
+    for i, result in bar(done, desc=desc, total=len(jobs), enabled=progress):
+        factor, mode, start = where[order[i]]
+        pieces.setdefault((factor, mode), {})[start] = result
+    out: dict[str, Any] = {}
+    for factor, (length, targets) in data.items():
+        entry: dict[str, Any] = {"length": length, "identity_prob": p_id}
+        preds = {}
+        for mode in modes:
+            parts = [pieces[(factor, mode)][s] for s in sorted(pieces[(factor, mode)])]
+            preds[mode], iterations, residuals = (torch.cat(x) for x in zip(*parts))
+            correct = (preds[mode] == targets).double()
+            entry[mode] = {"accuracy": float(correct.mean()),
+                           "accuracy_by_position": [round(float(a), 4) for a in correct.mean(0)],
+                           "iterations_per_token": float(iterations.double().mean()),
+                           "converged_fraction": float((residuals <= r.eval_tol).double().mean())
+                           if r.implicit else 1.0}
+        if len(modes) == 2:
+            entry["mode_agreement"] = float((preds[modes[0]] == preds[modes[1]]).double().mean())
+        out[f"{factor}L"] = entry
+    return out
+
+
