@@ -1,4 +1,4 @@
-"""A DEQ larger than one machine: beta W on optical tiles, the rest digital (aocsim/execute/deq_tiled.py)."""
+"""A DEQ larger than one machine: beta W on optical tiles, the rest digital (aocsim/execute/tiled.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import torch
 
 from aocsim import DEQ, DEQConfig, compare
 from aocsim.errors import InputError
-from aocsim.execute.deq_tiled import TiledDEQ, check_placement
+from aocsim.execute import Placement, place
+from aocsim.execute.placement import TILED
+from aocsim.execute.tiled import TiledDEQ
 from aocsim.hardware.profiles.profile import load_device
 
 
@@ -28,28 +30,34 @@ def _exact(model: DEQ, x: torch.Tensor):
 
 def test_on_ideal_tiles_the_device_path_is_the_exact_path(big) -> None:
     model, x = big
-    placed = TiledDEQ(model, load_device("ideal"), generator=0, fit_inputs=x, tile_size=48)
-    assert placed.passes_per_iteration == 4  # 2 x 2 tiles
-    run = placed.run(x, generator=1, atol=0.0, rtol=1e-13, max_iter=500)
+    # `ideal` has any number of channels, so a DEQ runs there natively; the tiled class directly:
+    s = Placement(tile_size=48, atol=0.0, rtol=1e-13, max_iter=500).resolved(TILED)
+    placed = TiledDEQ(model, load_device("ideal"), s, TiledDEQ.prepare(model, x, s))
+    assert placed.load(0).tiles.grid == (2, 2)
+    run = placed.run(x, seed=1)
     exact = _exact(model, x)
     fpe = (run.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)
     assert float(fpe.max()) <= 1e-9
-    assert torch.equal(run.logits.argmax(1), exact.logits.argmax(1))
-    # hardware time: every tile once per iteration, one round trip each
+    assert torch.equal(run.outputs.argmax(1), exact.logits.argmax(1))
+    # the activity: every tile once per iteration, one round trip each, the whole input into both
+    # tile rows, one ADC conversion per output (analog partial sums)
+    its = run.solve.iterations.double().numpy()
     round_trip = float(load_device("ideal").values["loop.round_trip_s"])
-    torch.testing.assert_close(run.hardware_time_s, run.solve.iterations.double() * 4 * round_trip)
+    assert (run.activity.round_trips == 4 * its).all()
+    assert (run.activity.time_s == 4 * its * round_trip).all()
+    assert (run.activity.dac_conversions == 2 * 96 * its).all() and (run.activity.adc_conversions == 96 * its).all()
 
 
 def test_on_a_noisy_machine_a_sample_draws_the_same_alone_as_in_its_batch(big) -> None:
     """Noise keyed by sample and iteration: alone or in a batch, sample 4 sees the same draws (the
     results differ only by the matrix products' rounding, which depends on the batch size)."""
     model, x = big
-    placed = TiledDEQ(model, load_device("aoc48"), generator=0, fit_inputs=x)
-    fixed = {"atol": 0.0, "rtol": 0.0, "max_iter": 25}  # the same iterations either way
-    batch = placed.run(x[:6], generator=3, **fixed)
-    alone = placed.run(x[4:5], generator=3, samples=torch.tensor([4]), **fixed)
+    fixed = Placement(atol=0.0, rtol=0.0, max_iter=25)  # the same iterations either way
+    placed = place(model, "aoc48", fixed, calibration=x)
+    batch = placed.run(x[:6], 3)
+    alone = placed.run(x[4:5], 3, samples=torch.tensor([4]))
     torch.testing.assert_close(alone.z[0], batch.z[4], atol=1e-10, rtol=0)
-    other_seed = placed.run(x[:6], generator=4, **fixed)
+    other_seed = placed.run(x[:6], 4)
     assert float((other_seed.z - batch.z).abs().max()) > 1e-4  # the noise is real and keyed by the seed
     exact = _exact(model, x[:6])
     fpe = (batch.z - exact.z).norm(dim=1) / exact.z.norm(dim=1)
@@ -58,40 +66,42 @@ def test_on_a_noisy_machine_a_sample_draws_the_same_alone_as_in_its_batch(big) -
 
 def test_compare_runs_a_larger_deq_tiled_and_refuses_it_without_tiling(big) -> None:
     model, x = big
-    ds = compare(model, "aoc48-twin", x, seeds=[0], chips=[0], fit_inputs=x)
+    ds = compare(model, "aoc48-twin", x, seeds=[0], chips=[0], calibration=x)
     assert ds.attrs["placement"].startswith("tiled hybrid")
     assert float(ds.fixed_point_error.max()) < 0.03  # measured: 0.016
     assert float(ds.agreement.mean()) >= 0.9
     with pytest.raises(InputError, match="state_size = 96 does not fit device 'aoc48-twin' with 48 channels and "
-                                         "tiling is disallowed") as err:
-        compare(model, "aoc48-twin", x, tiling=False)
+                                         "tiling is off") as err:
+        compare(model, "aoc48-twin", x, placement=dict(tiling=False))
     assert "\n" not in str(err.value)
-    with pytest.raises(InputError, match="expected stop='tolerance' and fit=True"):
-        compare(model, "aoc48-twin", x, stop="readout")
-    placed = TiledDEQ(model, load_device("aoc48-twin"), generator=0, fit_inputs=x)
-    for kwargs, message in (({"generator": None}, "generator = None"),
-                            ({"generator": 0, "samples": [0, 1]}, r"samples = \[0, 1\]; expected None"),
-                            ({"generator": 0, "samples": torch.tensor([-1] * 40)}, "samples = ")):
+    with pytest.raises(InputError, match="stop = 'readout' applies to native DEQs; this DEQ on aoc48-twin runs as a "
+                                         "tiled DEQ"):
+        compare(model, "aoc48-twin", x, placement=dict(stop="readout"))
+    placed = place(model, "aoc48-twin", calibration=x)
+    for kwargs, message in (({"seed": None}, "seed = None"),
+                            ({"seed": 0, "samples": [0, 1]}, r"samples = \[0, 1\]; expected None"),
+                            ({"seed": 0, "samples": torch.tensor([-1] * 40)}, "samples = ")):
         with pytest.raises(InputError, match=message):
             placed.run(x, **kwargs)
     with pytest.raises(InputError, match=r"x has shape \(40, 3\); expected \[B, 64\]"):
-        placed.run(x[:, :3], generator=0)
-    with pytest.raises(InputError, match=r"fit_inputs has shape \(40, 3\); expected a tensor \[B >= 1, 64\]"):
-        TiledDEQ(model, load_device("aoc48-twin"), generator=0, fit_inputs=x[:, :3])
+        placed.run(x[:, :3], seed=0)
+    with pytest.raises(InputError, match=r"calibration has shape \(40, 3\); expected a tensor \[B, 64\]"):
+        place(model, "aoc48-twin", calibration=x[:, :3])
+    with pytest.raises(InputError, match="calibration = None"):
+        place(model, "aoc48-twin")
     with pytest.raises(InputError, match="model is a str"):
-        check_placement("digits-deq48", load_device("aoc48"))
+        place("digits-deq48", "aoc48")
 
 
 def test_a_tiled_deq_averages_its_passes_and_counts_them(big) -> None:
     """averaging = 4 on aoc48: four times the tile passes per iteration in the hardware time and the
     converter counts, and the fixed point closer to the exact one than with one pass (less noise)."""
     model, x = big
-    runs = {k: compare(model, "aoc48", x[:8], seeds=[0], chips=[0], fit_inputs=x, averaging=k, rtol=0.0,
-                       max_iter=30) for k in (1, 4)}
+    runs = {k: compare(model, "aoc48", x[:8], seeds=[0], chips=[0], calibration=x, placement=dict(averaging=k, rtol=0.0, max_iter=30)) for k in (1, 4)}
     per_iteration = {k: ds.sel(path="device").hardware_time_s.values / ds.sel(path="device").iterations.values
                      for k, ds in runs.items()}  # time per iteration: 2 x 3 tiles on aoc48 (a dead input)
     rt = float(load_device("aoc48").values["loop.round_trip_s"])
     assert abs(per_iteration[1] / rt - 6).max() < 1e-9 and abs(per_iteration[4] / rt - 24).max() < 1e-9
-    assert runs[4].attrs["averaging"] == 4 and "mean of 4 passes" in runs[4].attrs["placement"]
+    assert runs[4].attrs["placement.averaging"] == 4 and "mean of 4 passes" in runs[4].attrs["placement"]
     assert float(runs[4].adc_conversions.mean()) == 4 * float(runs[1].adc_conversions.mean())
     assert float(runs[4].fixed_point_error.median()) < float(runs[1].fixed_point_error.median())

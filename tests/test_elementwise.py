@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from aocsim import compare, load_model
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import HEADROOM, AnalogElementwise
-from aocsim.execute.ssm import calibration_inputs, place_ssm
+from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.ssm_device import calibration_inputs, place_ssm
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
 
@@ -35,8 +36,9 @@ def parity():
 
 def test_without_errors_or_converters_the_analog_functions_are_exact(parity) -> None:
     model, tokens, cal = parity
-    digital = place_ssm(model, load_device("ideal"), cal, generator=0, tile_size=16)
-    analog = place_ssm(model, load_device("ideal"), cal, generator=0, tile_size=16, elementwise="analog")
+    digital = place_ssm(model, load_device("ideal"), cal, Placement(tile_size=16).resolved(HYBRID), generator=0)
+    analog = place_ssm(model, load_device("ideal"), cal, Placement(tile_size=16, elementwise="analog").resolved(HYBRID),
+                       generator=0)
     assert isinstance(analog.model.blocks[0].elementwise, AnalogElementwise)
     for mode in ("sequential", "simultaneous"):
         a = analog(tokens, generator=1, mode=mode, tol=1e-9, max_iter=300)
@@ -98,7 +100,7 @@ def test_the_adc_clips_at_full_scale_and_quantises() -> None:
 def test_analog_functions_on_aoc48_keep_parity_and_cost_conversions() -> None:
     tokens, targets = word_problems(group("parity"), 4, 32, identity_prob=0.5, generator=8)
     digital = compare("parity-implicit", "aoc48", tokens, targets)
-    analog = compare("parity-implicit", "aoc48", tokens, targets, elementwise="analog")
+    analog = compare("parity-implicit", "aoc48", tokens, targets, placement=dict(elementwise="analog"))
     assert float(analog.agreement.mean()) > 0.99 and "SiLU and softplus analog" in analog.attrs["placement"]
     assert not np.array_equal(analog.fixed_point_error, digital.fixed_point_error)  # they do something
     cfg = load_model("parity-implicit").config
@@ -112,9 +114,9 @@ def test_analog_functions_on_aoc48_keep_parity_and_cost_conversions() -> None:
 
 def test_unknown_elementwise_placements_are_one_line_errors(parity) -> None:
     model, tokens, cal = parity
-    with pytest.raises(InputError, match=r"elementwise = 'optical': unknown placement; expected one of"):
-        place_ssm(model, load_device("aoc48"), cal, generator=0, elementwise="optical")
-    with pytest.raises(InputError, match=r"elementwise = 'optical': unknown placement"):
-        compare("parity-implicit", "aoc48", tokens[:1, :4], elementwise="optical")
-    with pytest.raises(InputError, match="applies to implicit SSMs"):
-        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), elementwise="analog")
+    with pytest.raises(InputError, match=r"elementwise = 'optical'; expected one of \['digital', 'analog'\]"):
+        Placement(elementwise="optical")
+    with pytest.raises(InputError, match=r"elementwise = 'optical'; expected one of"):
+        compare("parity-implicit", "aoc48", tokens[:1, :4], placement=dict(elementwise="optical"))
+    with pytest.raises(InputError, match="applies to hybrid SSMs"):
+        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), placement=dict(elementwise="analog"))

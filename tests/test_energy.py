@@ -10,14 +10,16 @@ import math
 import re
 
 import numpy as np
+import torch
 import pytest
 from click.testing import CliRunner
 
 from aocsim import load_device
 from aocsim.cli import main
 from aocsim.errors import InputError, ProfileError
-from aocsim.hardware.physics.energy import (COMPONENTS, Activity, at_precision, energy_j, native_activity, tiled_activity,
-                                    tops_per_watt)
+from aocsim.hardware.engine.dynamics import loop_activity
+from aocsim.hardware.engine.tiles import TiledMatrix
+from aocsim.hardware.physics.energy import COMPONENTS, Activity, at_precision, energy_j, tops_per_watt
 from aocsim.hardware.profiles.schema import FIELDS
 from aocsim.paths import devices_dir
 
@@ -60,7 +62,7 @@ def test_aoc48_today() -> None:
     assert tops_per_watt(dev) == pytest.approx(2 * 48 ** 2 / 2e-8 / _hand_power(dev, 48) / 1e12, rel=1e-12)
     assert tops_per_watt(dev) == pytest.approx(0.0365, abs=1e-4)
     # the digits DEQ: 48 states, 20 iterations, inside the 125-iteration settle window; 40 samples every 8
-    act = native_activity(dev, 20)
+    act = loop_activity(dev.values, 48, 20, readout=True)
     window = (125 + 39 * 8 + 1) * 2e-8
     assert act.time_s == pytest.approx(window) and act.dac_conversions == 48 and act.adc_conversions == 48 * 40
     e = energy_j(dev, act)
@@ -71,7 +73,7 @@ def test_aoc48_today() -> None:
 
 def test_components_sum_to_the_total_in_joules() -> None:
     dev = load_device("aoc48")
-    e = energy_j(dev, native_activity(dev, 20))
+    e = energy_j(dev, loop_activity(dev.values, 48, 20, readout=True))
     assert set(e) == {*COMPONENTS, "total"}
     assert e["total"] == pytest.approx(sum(e[c] for c in COMPONENTS))
     # units: the static parts over the time are watts of a lab machine; a conversion costs pJ, not J or fJ
@@ -137,22 +139,25 @@ def test_precision_scaling_laws() -> None:
     assert tops_per_watt(dev, bits=10) < tops_per_watt(dev, bits=9) < tops_per_watt(dev) < tops_per_watt(dev, bits=7)
 
 
-def test_native_and_tiled_activity_broadcast() -> None:
+def test_loop_and_tile_activities_broadcast_add_and_scale() -> None:
     dev = load_device("aoc48")
-    act = native_activity(dev, np.array([10, 125, 200]), samples_read=4)
-    tail = (3 * 8 + 1) * 2e-8
-    np.testing.assert_allclose(act.time_s, [125 * 2e-8 + tail, 125 * 2e-8 + tail, 200 * 2e-8 + tail])
-    assert act.adc_conversions == 48 * 4
-    e = energy_j(dev, act)
-    assert e["total"].shape == (3,) and e["total"][0] == e["total"][1] < e["total"][2]
-    tiled = tiled_activity(dev, np.array([1, 6]), 48, 40)
+    window = (125 + 39 * 8 + 1) * 2e-8  # the readout window whatever the solve's iterations
+    act = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=True)
+    np.testing.assert_allclose(act.time_s, [window] * 3)
+    stop = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=False)
+    np.testing.assert_allclose(stop.time_s, [10 * 2e-8, 125 * 2e-8, 200 * 2e-8])
+    assert stop.adc_conversions == 48 and act.adc_conversions == 48 * 40 and act.digital_ops == 48 * 40
+    e = energy_j(dev, stop)
+    assert e["total"].shape == (3,) and e["total"][0] < e["total"][1] < e["total"][2]
+    one = TiledMatrix(dev, torch.ones(48, 40, dtype=torch.float64), generator=0).activity("analog")
+    tiled = one * np.array([1, 6])  # 1 and 6 products
     np.testing.assert_allclose(tiled.time_s, [2e-8, 12e-8])
+    np.testing.assert_allclose(tiled.round_trips, [1, 6])
     np.testing.assert_allclose(tiled.dac_conversions, [40, 240])
     np.testing.assert_allclose(tiled.adc_conversions, [48, 288])
-    np.testing.assert_allclose(tiled.digital_ops, [48, 288])
-    ideal = load_device("ideal")
-    assert tiled_activity(ideal, 3, 16, 32).channels == 32
-    assert native_activity(ideal, 5, channels=16).dac_conversions == 16
+    both = stop + one  # both happened: counts add, the channels lit are the larger
+    np.testing.assert_allclose(both.dac_conversions, 48 + 40)
+    assert both.channels == 48
 
 
 def test_every_energy_figure_cites_a_source_or_says_assumed() -> None:
@@ -203,8 +208,8 @@ def test_bad_arguments_are_one_line_errors() -> None:
         Activity(-1.0, 0, 0)
     with pytest.raises(InputError, match=r"^Activity.adc_conversions = nan; expected finite numbers >= 0$"):
         Activity(1e-6, 0, float("nan"))
-    with pytest.raises(InputError, match=r"^iterations = -3; expected finite numbers >= 0$"):
-        native_activity(dev, -3)
+    with pytest.raises(InputError, match=r"^repetitions = -3; expected finite numbers >= 0$"):
+        Activity(1e-6) * -3
     with pytest.raises(InputError, match=r"^tops_per_watt: profile 'ideal' has no fixed channel count"):
         tops_per_watt(load_device("ideal"))
     with pytest.raises(InputError, match=r"^bits = 0; expected an integer >= 1$"):

@@ -1,4 +1,5 @@
-"""An implicit SSM on a virtual AOC as a hybrid (aocsim/execute/ssm.py, aocsim/execute/tile_program.py)."""
+"""An implicit SSM on a virtual AOC as a hybrid (aocsim/execute/hybrid.py, ssm_device.py, device_linear.py,
+tile_program.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ import torch
 
 from aocsim import load_model
 from aocsim.errors import InputError
-from aocsim.execute.ssm import DeviceLinear, calibration_inputs, linear_maps, place_ssm, plain_copy
+from aocsim.execute.device_linear import DeviceLinear
+from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.ssm_device import calibration_inputs, linear_maps, place_ssm, plain_copy
 from aocsim.execute.tile_program import fit_tile_program, measure
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
+
+
+def hybrid(**options) -> Placement:
+    return Placement(**options).resolved(HYBRID)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +41,7 @@ def test_plain_copy_resolves_weight_norm_into_the_same_function(parity) -> None:
 def test_on_the_ideal_device_the_hybrid_is_the_exact_model(parity) -> None:
     """Noise off, no quantisation, tanh: every tile product is exact, so the device run is the exact run."""
     model, tokens, _, cal = parity
-    placed = place_ssm(model, load_device("ideal"), cal, generator=0, tile_size=16)
+    placed = place_ssm(model, load_device("ideal"), cal, hybrid(tile_size=16), generator=0)
     for mode in ("simultaneous", "sequential"):
         with torch.no_grad():
             exact = model(tokens, mode=mode, tol=1e-5, max_iter=200)
@@ -65,7 +72,7 @@ def test_closed_loop_rounds_do_not_let_a_weak_column_diverge() -> None:
     diverges, 5x to 36x its own norm); a column whose error grows steps back and halves its step, and
     the program ends near 6 %."""
     from aocsim import load_model
-    from aocsim.execute.ssm import linear_maps, plain_copy
+    from aocsim.execute.ssm_device import linear_maps, plain_copy
 
     w = linear_maps(plain_copy(load_model("a5-implicit")))["blocks.0.out_proj"].weight.detach()
     program = fit_tile_program(load_device("aoc48-twin"), w / w.abs().max(), tile_size=48, input_range=0.1,
@@ -75,7 +82,7 @@ def test_closed_loop_rounds_do_not_let_a_weak_column_diverge() -> None:
 
 def test_parity_on_the_twin_agrees_with_the_exact_path_in_both_modes(parity) -> None:
     model, tokens, targets, cal = parity
-    placed = place_ssm(model, load_device("aoc48-twin"), cal, generator=0)
+    placed = place_ssm(model, load_device("aoc48-twin"), cal, hybrid(), generator=0)
     assert all(r.calibration_error < 0.1 for r in placed.report())
     with torch.no_grad():
         exact = model(tokens, mode="sequential", tol=1e-5, max_iter=200).logits.argmax(-1)
@@ -87,8 +94,8 @@ def test_parity_on_the_twin_agrees_with_the_exact_path_in_both_modes(parity) -> 
 def test_device_runs_are_reproducible_from_their_seeds(parity) -> None:
     model, tokens, _, cal = parity
     device = load_device("aoc48")
-    a = place_ssm(model, device, cal, generator=0)
-    b = place_ssm(model, device, cal, generator=0)
+    a = place_ssm(model, device, cal, hybrid(), generator=0)
+    b = place_ssm(model, device, cal, hybrid(), generator=0)
     z1 = a(tokens[:4], generator=5, mode="sequential", tol=1e-2, max_iter=5).z
     z2 = b(tokens[:4], generator=5, mode="sequential", tol=1e-2, max_iter=5).z
     z3 = a(tokens[:4], generator=6, mode="sequential", tol=1e-2, max_iter=5).z
@@ -100,7 +107,7 @@ def test_a_sequence_draws_the_same_noise_alone_as_in_its_batch(parity) -> None:
     reproduce their rows of the batch run bit for bit in sequential mode, although other sequences of
     the batch need more iterations (their extra passes must not reach a stopped one's committed state)."""
     model, tokens, _, cal = parity
-    placed = place_ssm(model, load_device("aoc48"), cal, generator=1)
+    placed = place_ssm(model, load_device("aoc48"), cal, hybrid(), generator=1)
     full = placed(tokens[:6], generator=3, mode="sequential", tol=0.1, max_iter=30)
     pick = [4, 1]
     part = placed(tokens[pick], generator=3, sequences=torch.tensor(pick), mode="sequential", tol=0.1, max_iter=30)
@@ -114,15 +121,20 @@ def test_a_sequence_draws_the_same_noise_alone_as_in_its_batch(parity) -> None:
 
 def test_bad_placements_are_one_line_errors(parity) -> None:
     model, _, _, cal = parity
-    with pytest.raises(InputError, match="expected an ImplicitSSM"):
-        place_ssm(load_model("digits-deq48"), load_device("aoc48"), cal, generator=0)
+    from aocsim.execute import place
+
+    with pytest.raises(InputError, match="stop = 'readout' applies to native DEQs; parity-implicit on aoc48 runs as "
+                                         "a hybrid SSM"):
+        place(model, "aoc48", {"stop": "readout"}, calibration=torch.zeros(1, 4, dtype=torch.long))
+    with pytest.raises(InputError, match="calibration = None"):
+        place(model, "aoc48")
     with pytest.raises(InputError, match="generator = None"):
-        place_ssm(model, load_device("aoc48"), cal, generator=None)
+        place_ssm(model, load_device("aoc48"), cal, hybrid(), generator=None)
     with pytest.raises(InputError, match="generator = None"):
-        placed = place_ssm(model, load_device("aoc48"), cal, generator=0)
+        placed = place_ssm(model, load_device("aoc48"), cal, hybrid(), generator=0)
         placed.reset(None)
     with pytest.raises(InputError, match="calibration has no inputs for 'blocks.0.in_proj'"):
-        place_ssm(model, load_device("aoc48"), {"inject": cal["inject"]}, generator=0)
+        place_ssm(model, load_device("aoc48"), {"inject": cal["inject"]}, hybrid(), generator=0)
     w = linear_maps(plain_copy(model))["inject"].weight.detach()
     with pytest.raises(InputError, match="generator = None"):
         DeviceLinear(load_device("aoc48"), w, None, cal["inject"], generator=None)
@@ -146,8 +158,10 @@ def test_averaging_passes_divides_the_noise_by_sqrt_k_and_multiplies_the_cost() 
     # the same mean: the averaged passes are unbiased (4 sigma of the K = 1 mean's error)
     assert bool(((runs[4][0] - runs[1][0]).abs() <= 4 * runs[1][1] / 400 ** 0.5 + 1e-12).all())
     one, four = runs[1][2], runs[4][2]
-    assert four.passes_per_call == 4 * one.passes_per_call
-    assert four.conversions() == tuple(4 * c for c in one.conversions())
+    a1, a4 = one.activity(), four.activity()
+    assert a4.round_trips == 4 * a1.round_trips and a4.time_s == 4 * a1.time_s
+    assert (a4.dac_conversions, a4.adc_conversions) == (4 * a1.dac_conversions, 4 * a1.adc_conversions)
+    assert a1.digital_ops == 0 and a4.digital_ops == 4 * a1.adc_conversions  # the four readings added
     with pytest.raises(InputError, match="averaging = 0; expected an integer >= 1"):
         DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, averaging=0)
 
@@ -158,7 +172,7 @@ def test_averaged_runs_count_their_passes_in_time_and_energy(parity) -> None:
     from aocsim import compare
 
     model, tokens, targets, _ = parity
-    ds = {k: compare(model, "aoc48", tokens[:2], targets[:2], averaging=k) for k in (1, 2)}
+    ds = {k: compare(model, "aoc48", tokens[:2], targets[:2], placement=dict(averaging=k)) for k in (1, 2)}
     rt = float(load_device("aoc48").values["loop.round_trip_s"])
     one = ds[1].sel(path="device")
     # one pass each: passes = a (the injection's tiles) + b (the projections' tiles) x iterations
@@ -167,15 +181,15 @@ def test_averaged_runs_count_their_passes_in_time_and_energy(parity) -> None:
     for k, d in ds.items():
         dev = d.sel(path="device")
         assert np.allclose(dev.hardware_time_s / rt, k * (round(a) + round(b) * dev.iterations))
-        assert d.attrs["averaging"] == k
+        assert d.attrs.get("placement.averaging", 1) == k
     per_iteration = {k: float(np.polyfit(d.sel(path="device").iterations.values.ravel(),
                                          d.sel(path="device").adc_conversions.values.ravel(), 1)[0])
                      for k, d in ds.items()}
     assert np.isclose(per_iteration[2], 2 * per_iteration[1])
     assert "mean of 2 passes" in ds[2].attrs["placement"]
-    with pytest.raises(InputError, match="averaging = 2.*runs natively"):
-        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), averaging=2)
-    with pytest.raises(InputError, match="predistort = True: DEQ.*runs natively"):
-        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), predistort=True)
-    with pytest.raises(InputError, match="predistort = 1; expected True or False"):
-        compare(model, "aoc48", tokens[:1], predistort=1)
+    with pytest.raises(InputError, match="averaging = 2 applies to .*runs as a native DEQ"):
+        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), placement=dict(averaging=2))
+    with pytest.raises(InputError, match="predistort = True applies to .*runs as a native DEQ"):
+        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), placement=dict(predistort=True))
+    with pytest.raises(InputError, match="predistort = 1; expected true or false"):
+        compare(model, "aoc48", tokens[:1], placement=dict(predistort=1))

@@ -145,8 +145,10 @@ def test_zip_and_latin_hypercube_axes() -> None:
     ({"axes": {"noise.power_per_unit_w": [-1.0]}}, "noise.power_per_unit_w = -1.0"),
     ({"axes": {"slm.bits": []}}, "axes.slm.bits = []; expected a non-empty list"),
     ({"axes": {"placement.partial_sums": ["both"]}}, "placement.partial_sums = 'both'"),
-    ({"axes": {"placement.averaging": [0, 4]}}, "placement.averaging = 0; expected tile passes averaged"),
-    ({"axes": {"placement.on_tiles": ["in_proj,head"]}}, "placement.on_tiles = 'in_proj,head'; expected"),
+    ({"axes": {"placement.averaging": [0, 4]}}, "placement.averaging = 0; expected an integer >= 1"),
+    ({"axes": {"placement.on_tiles": ["in_proj,head"]}}, "placement.on_tiles = 'in_proj,head': unknown map 'head'; "
+                                                         "expected"),
+    ({"axes": {"placement.colour": ["red"]}}, "unknown parameter 'placement.colour'"),
     ({"axes": {"placement.predistort": ["yes"]}}, "placement.predistort = 'yes'; expected"),
     ({"zip": {"slm.bits": [4, 5], "readout.adc_bits": [8]}}, "zip: lists of lengths [1, 2]"),
     ({"random": {"points": 4, "ranges": {"noise.multiplier": {"low": 2, "high": 1}}}},
@@ -209,10 +211,11 @@ def test_cli_errors_lose_nothing(tmp_path: Path) -> None:
 
 
 def test_settings_a_model_cannot_take_are_refused_before_any_work(tmp_path: Path) -> None:
-    for change, message in (({"axes": {"placement.tile_size": [16, 48]}}, "runs natively on aoc48 (no tiles)"),
-                            ({"data": {"samples": 5000}}, "data.samples = 5000"),
-                            ({"axes": {"placement.averaging": [1, 4]}}, "runs natively on aoc48 (no tiles)"),
-                            ({"axes": {"placement.mode": ["sequential"]}}, "is a DEQ")):
+    native = "runs as a native DEQ on aoc48; expected it only for tiled DEQs and hybrid SSMs"
+    for change, message in (({"axes": {"placement.tile_size": [16, 48]}}, native),
+                            ({"data": {"samples": 5000}}, "samples = 5000"),
+                            ({"axes": {"placement.averaging": [1, 4]}}, native),
+                            ({"axes": {"placement.mode": ["sequential"]}}, "expected it only for hybrid SSMs")):
         with pytest.raises(InputError, match=re.escape(message)):
             sweep(parse_spec({**SMALL, **change}), tmp_path / "never")
         assert not (tmp_path / "never").exists()

@@ -1,71 +1,75 @@
-"""`aocsim compare [MODEL ...]`: models on a device next to their exact paths."""
+"""`aocsim compare [MODEL ...]`: models on a device next to their exact paths.
+
+The placement flags (--tile-size, --averaging, ...) are made from the placement options'
+declarations (aocsim/execute/placement.py): their names, help lines and checks are declared there.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
-from aocsim.cli.common import Path_, compute, friendly
+from aocsim.cli.common import Path_, compute, friendly, parse_overrides
+from aocsim.execute.placement import DECLARATIONS
 
 
-# -- aocsim compare ------------------------------------------------------------------------------
+def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One click option per placement option, from its declaration (default None: not given)."""
+    for name, d in reversed(list(DECLARATIONS.items())):
+        flag = "--" + name.replace("_", "-")
+        applies = "; ".join(d.kinds)
+        if d.flag == "switch":
+            option = click.option(f"{flag}/--no-{name.replace('_', '-')}", name, default=None,
+                                  help=f"{d.help} (applies to: {applies})")
+        else:
+            option = click.option(flag, name, default=None, metavar="VALUE", help=f"{d.help} (applies to: {applies})")
+        command = option(command)
+    return command
+
 
 @click.command("compare")
 @click.argument("model_names", metavar="[MODEL ...]", nargs=-1)
 @click.option("--device", default="aoc48", show_default=True, help="Device profile (name or YAML file).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Dotted-key override of the device profile, YAML value (repeatable), e.g. --set slm.bits=6.")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Seeds 0..N-1: SLM programming draw, drift and per-iteration noise.")
+              help="Seeds 0..N-1: each weight load's programming draws and its inferences' noise.")
 @click.option("--chips", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Chips 0..N-1 (variation.chip_seed): one compilation each.")
-@click.option("--stop", type=click.Choice(["tolerance", "readout"]), default="tolerance", show_default=True,
-              help="tolerance: the device state at its fixed point; readout: the ADC average after settling.")
-@click.option("--fit/--no-fit", default=True, show_default=True,
-              help="Compile with the least-squares fit to the calibrated pipeline (else the analytic mapping).")
-@click.option("--tiling/--no-tiling", default=True, show_default=True,
-              help="DEQs larger than the device: run beta W on optical tiles (else refuse them).")
+              help="Chips 0..N-1 (variation.chip_seed): one placement each.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.nc"),
               show_default=True,
               help="NetCDF output (h5netcdf); several models go to one group each (named by the model card).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file (and --plot file).")
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="Figure of accuracy and fixed-point error (.png/.svg/.pdf) [default: --out with .png].")
-@click.option("--sequences", default=32, show_default=True, type=click.IntRange(1, 4096),
-              help="Sequence models: fresh sequences (every element equally likely).")
-@click.option("--length-factor", default=4, show_default=True, type=click.IntRange(1, 64),
-              help="Sequence models: their length, in multiples of the training length.")
-@click.option("--mode", type=click.Choice(["sequential", "simultaneous"]), default="sequential", show_default=True,
-              help="Sequence models: token by token (the RNN) or all tokens at once.")
-@click.option("--on-tiles", default="inject,in_proj,out_proj", show_default=True,
-              help="Sequence models: which linear maps run on optical tiles (comma-separated); the rest digital.")
-@click.option("--elementwise", type=click.Choice(["digital", "analog"]), default="digital", show_default=True,
-              help="Sequence models: SiLU and softplus exact, or on modelled analog circuits (docs/DEVICE_RUNS.md).")
-@click.option("--averaging", default=1, show_default=True, type=click.IntRange(1, 1024),
-              help="Models on tiles: tile passes averaged per product (less noise, more time and energy).")
-@click.option("--predistort", is_flag=True, default=False,
-              help="Models on tiles: linearise the emitter drive digitally before the DAC (docs/DEVICE_RUNS.md).")
+@click.option("--sequences", default=None, type=click.IntRange(1, 4096),
+              help="Sequence models: fresh sequences, every element equally likely [default: 32].")
+@click.option("--length-factor", default=None, type=click.IntRange(1, 64),
+              help="Sequence models: their length, in multiples of the training length [default: 4].")
+@placement_options
 @friendly
-def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: int, stop: str, fit: bool,
-                tiling: bool, out: Path, overwrite: bool, plot_path: Path | None, sequences: int, length_factor: int,
-                mode: str, on_tiles: str, elementwise: str, averaging: int, predistort: bool) -> None:
+def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str, ...], seeds: int, chips: int,
+                out: Path, overwrite: bool, plot_path: Path | None, sequences: int | None, length_factor: int | None,
+                **options: Any) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
-    DEQ digits models run natively on the test images (larger ones with beta W on optical tiles,
-    unless --no-tiling); implicit SSMs as hybrids (linear maps on
-    calibrated tiles) on fresh sequences. Prints accuracy (exact vs device, mean +- std over chips x
-    seeds), agreement of the device's predictions with the exact ones, iterations, device statuses
-    and hardware time (s, 20 ns per round trip), and writes the labelled results to --out (one NetCDF
-    group per model when there are several).
+    A DEQ that fits the device runs natively on the test images, a larger one with beta W on optical
+    tiles; implicit SSMs run as hybrids (linear maps on calibrated tiles) on fresh sequences. Prints
+    accuracy (exact vs device, mean +- std over chips x seeds), agreement of the device's predictions
+    with the exact ones, iterations, device statuses, hardware time and energy, and writes the
+    labelled results to --out (one NetCDF group per model when there are several). A placement
+    option that applies to none of the models is refused; one that applies to some is noted for
+    the others.
     """
-    import os
-
+    from aocsim.execute.placement import Placement
+    from aocsim.execute.registry import resolve_profile
     from aocsim.io.outputs import check_output_file
 
-    from aocsim.execute.ssm import check_on_tiles
-
     names = model_names or ("digits-deq48", "parity-implicit")
-    kinds = check_on_tiles(tuple(k.strip() for k in on_tiles.split(",") if k.strip()))
+    given = Placement(**{k: v for k, v in options.items() if v is not None})  # values checked here
     plot = check_output_file(plot_path or out.with_suffix(".png"), what="--plot")
     for path, option in ((out, "--out"), (plot, "--plot")):
         if path.exists() and not overwrite:
@@ -73,67 +77,87 @@ def compare_cmd(model_names: tuple[str, ...], device: str, seeds: int, chips: in
     if not out.resolve().parent.is_dir() or not os.access(out.resolve().parent, os.W_OK):
         raise click.ClickException(f"--out {out}: directory {out.resolve().parent} does not exist or is not "
                                    "writable; expected a path in a writable directory")
-    from aocsim.experiments.compare import compare, summarize
-    from aocsim.io.model_files import load_model
-    from aocsim.tasks.digits import load_split
-
-    loaded = {}
-    for name in names:  # every model checked before any work
-        model = load_model(name)
-        task = model.card.get("task")
-        if task == "state_tracking" and not model.config.implicit:
-            raise click.ClickException(f"model {name!r} is an explicit SSM: it has no fixed point to run on the "
-                                       "device loop; expected a DEQ or an implicit SSM")
-        if task not in ("digits", "state_tracking"):
-            raise click.ClickException(f"model {name!r} has task {task!r}; compare runs digits DEQs and "
-                                       "state-tracking implicit SSMs")
-        if model.card["name"] in loaded:
-            raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
-                                       "expected distinct models (one NetCDF group each)")
-        loaded[model.card["name"]] = model
-    from aocsim.execute.deq import resolve_profile
-    from aocsim.execute.deq_tiled import check_placement
-
-    profile = resolve_profile(device)
-    on_tiles = {name: model.card["task"] != "digits" or check_placement(model, profile, tiling=tiling)
-                for name, model in loaded.items()}  # checked before the thread note and any work
-    if averaging != 1 or predistort:  # tile settings: refused, or noted, for models without tiles
-        native = [name for name, tiled in on_tiles.items() if not tiled]
-        if len(native) == len(on_tiles):
-            raise click.ClickException(f"--averaging {averaging} / --predistort apply to models on tiles; "
-                                       f"{', '.join(native)} run(s) natively on {profile.name}")
-        if native:
-            click.echo(f"note: --averaging / --predistort do not apply to {', '.join(native)} (native on "
-                       f"{profile.name})", err=True)
-    results = {}
-    with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
-        for name, model in loaded.items():  # one process per core: the solves are many small operations
-            options = dict(seeds=tuple(range(seeds)), chips=tuple(range(chips)), progress=True, workers=threads)
-            if model.card["task"] == "digits":
-                split = load_split(model.weight.dtype)
-                tiles = {"averaging": averaging, "predistort": predistort} if on_tiles[name] else {}
-                results[name] = compare(model, device, split.x_test, split.y_test, stop=stop, fit=fit,
-                                        tiling=tiling, **tiles, **options)
-            else:
-                from aocsim.tasks.groups import group, word_problems
-
-                g = group(model.card["data"]["group"])
-                tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
-                                                identity_prob=1 / g.order, generator=2024)
-                results[name] = compare(model, device, tokens, targets, mode=mode, on_tiles=kinds,
-                                        elementwise=elementwise, averaging=averaging, predistort=predistort,
-                                        **options)
+    profile = resolve_profile(device) if not overrides else _with_overrides(device, overrides)
+    loaded = _load(names)
+    placements = _placements(loaded, profile, given, sequences is not None or length_factor is not None)
+    results = run_compares(loaded, profile, placements, seeds, chips, sequences or 32, length_factor or 4)
     tmp = out.with_name(f".{out.name}.tmp")
     for i, (name, ds) in enumerate(results.items()):
-        group_name = None if len(results) == 1 else name
-        ds.to_netcdf(tmp, engine="h5netcdf", mode="w" if i == 0 else "a", group=group_name)
+        ds.to_netcdf(tmp, engine="h5netcdf", mode="w" if i == 0 else "a", group=None if len(results) == 1 else name)
     os.replace(tmp, out)
+    from aocsim.experiments.results import summarize
+
     for ds in results.values():
         _print_compare(summarize(ds))
     from aocsim.experiments.plots import plot_compare
 
     plot_compare(results, plot)
     click.echo(f"wrote {out} and {plot}")
+
+
+def _with_overrides(device: str, overrides: tuple[str, ...]) -> Any:
+    from aocsim.hardware.profiles.profile import load_device
+
+    return load_device(device, parse_overrides(overrides))
+
+
+def _load(names: tuple[str, ...]) -> dict[str, Any]:
+    """Every model loaded and checked before any work."""
+    from aocsim.io.model_files import load_model
+
+    loaded: dict[str, Any] = {}
+    for name in names:
+        model = load_model(name)
+        if model.card.get("task") == "state_tracking" and not model.config.implicit:
+            raise click.ClickException(f"model {name!r} is an explicit SSM: it has no fixed point to run on the "
+                                       "device loop; expected a DEQ or an implicit SSM")
+        if model.card.get("task") not in ("digits", "state_tracking"):
+            raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; compare runs digits "
+                                       "DEQs and state-tracking implicit SSMs")
+        if model.card["name"] in loaded:
+            raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
+                                       "expected distinct models (one NetCDF group each)")
+        loaded[model.card["name"]] = model
+    return loaded
+
+
+def _placements(loaded: dict[str, Any], profile: Any, given: Any, workload_options: bool) -> dict[str, Any]:
+    """Each model's placement: the options given that apply to its kind. An option that applies to no
+    model is a one-line error; one that applies to some is noted (stderr) for the others."""
+    from aocsim.execute.placement import DECLARATIONS, Placement
+    from aocsim.execute.registry import placement_class
+
+    kinds = {name: placement_class(model, profile, given).kind for name, model in loaded.items()}
+    for option, value in given.given().items():
+        takers = [n for n, k in kinds.items() if k in DECLARATIONS[option].kinds]
+        flag = "--" + option.replace("_", "-")
+        if not takers:
+            raise click.ClickException(f"{flag} applies to {' and '.join(k + 's' for k in DECLARATIONS[option].kinds)}; "
+                                       + "; ".join(f"{n} runs as a {k} on {profile.name}" for n, k in kinds.items()))
+        others = [n for n in kinds if n not in takers]
+        if others:
+            click.echo(f"note: {flag} does not apply to {', '.join(others)} ({', '.join(kinds[n] for n in others)})",
+                       err=True)
+    if workload_options and not any(m.card["task"] == "state_tracking" for m in loaded.values()):
+        raise click.ClickException("--sequences and --length-factor apply to sequence models; "
+                                   f"{', '.join(loaded)} {'is a DEQ' if len(loaded) == 1 else 'are DEQs'}")
+    return {name: Placement(**{k: v for k, v in given.given().items() if kinds[name] in DECLARATIONS[k].kinds})
+            for name in loaded}
+
+
+def run_compares(loaded: dict[str, Any], profile: Any, placements: dict[str, Any], seeds: int, chips: int,
+                 sequences: int, length_factor: int) -> dict[str, Any]:
+    from aocsim.experiments.compare import compare
+    from aocsim.experiments.workloads import default_workload
+
+    results = {}
+    with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
+        for name, model in loaded.items():  # one process per core: the solves are many small operations
+            w = default_workload(model, sequences=sequences, length_factor=length_factor)
+            results[name] = compare(model, profile, w.inputs, w.targets, placement=placements[name],
+                                    seeds=tuple(range(seeds)), chips=tuple(range(chips)), calibration=w.calibration,
+                                    workers=threads, progress=True)
+    return results
 
 
 def _print_compare(s: dict[str, Any]) -> None:
@@ -151,4 +175,3 @@ def _print_compare(s: dict[str, Any]) -> None:
     click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
     click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean)")
     click.echo(f"  energy             {1e6 * s['energy_j']:.2f} uJ per {unit} (mean; docs/PHYSICS.md section 6)")
-

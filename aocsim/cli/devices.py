@@ -55,7 +55,12 @@ def devices_show(name: str, overrides: tuple[str, ...]) -> None:
     click.echo("")
     click.echo(format_budget(noise_budget(dev)))
     click.echo("")
-    click.echo(format_energy(dev))
+    inference = None
+    if dev.channels is not None:  # one native inference with the readout stop: the machine's whole window
+        from aocsim.hardware.engine.dynamics import loop_activity
+
+        inference = loop_activity(v, dev.channels, 0, readout=True)
+    click.echo(format_energy(dev, inference, "native DEQ, readout stop (settle window, then K ADC samples)"))
 
 
 @devices.command("schema")

@@ -30,6 +30,7 @@ from aocsim.execute.fit import affine_fit
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.ssm_blocks import Elementwise
 
@@ -97,10 +98,11 @@ class AnalogElementwise(Elementwise):
     def reset(self, generator: keys.Seed) -> None:
         self.run_key, self.calls = keys.as_key(generator), 0
 
-    def conversions(self) -> tuple[int, int]:
-        """(DAC, ADC) conversions of one evaluation of every site for one token."""
+    def activity(self) -> Activity:
+        """What one evaluation of every site does for one token: each channel's input through a DAC and
+        its output through an ADC (the circuits themselves settle within the round trip)."""
         n = sum(len(g) for g in self.gain.values())
-        return n, n
+        return Activity(0.0, n, n)
 
     def _circuit(self, f, x: torch.Tensor, site: str) -> torch.Tensor:
         """The ADC's reading of the circuit: ADC((1 + g) f(DAC(x)) + o + n)."""

@@ -21,13 +21,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from aocsim._checks import short
 from aocsim.errors import InputError
 
 NATIVE, TILED, HYBRID = "native DEQ", "tiled DEQ", "hybrid SSM"
 KINDS = (NATIVE, TILED, HYBRID)
 MAP_KINDS = ("inject", "in_proj", "out_proj")  # an implicit SSM's linear maps that can go onto tiles
 ON_TILES = (TILED, HYBRID)  # kinds that run products on tiles
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """repr(value) cut to one short line (this module does not import torch: the CLI reads it at start)."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -77,10 +82,10 @@ def switch(name: str, value: Any) -> bool:
 
 
 def fraction(name: str, value: Any) -> float:
-    """A relative tolerance in (0, 1)."""
+    """A relative tolerance in [0, 1)."""
     value = _number(name, value)
-    if not 0.0 < value < 1.0:
-        raise InputError(f"{name} = {short(value)}; expected a relative residual in (0, 1)")
+    if not 0.0 <= value < 1.0:
+        raise InputError(f"{name} = {short(value)}; expected a relative residual in [0, 1)")
     return value
 
 
@@ -166,9 +171,9 @@ class Placement:
         "relative residual ||f(z) - z|| / ||f(z)|| at which a device solve stops (per sample; per token for "
         "implicit SSMs) [native 1e-5, tiled 1e-3, implicit SSMs 0.1: about aoc48's noise floor].")
     atol: float | None = option(
-        {NATIVE: 1e-6, TILED: 0.0}, nonnegative,
-        "absolute residual ||f(z) - z|| added to rtol's, in the units of the iterated state (device volts "
-        "natively, model units on tiles) [native 1e-6, tiled 0].")
+        {NATIVE: 1e-6, TILED: 1e-6}, nonnegative,
+        "DEQs: absolute residual ||f(z) - z|| added to rtol's, in the units of the iterated state (device "
+        "volts natively, model units on tiles) [1e-6].")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

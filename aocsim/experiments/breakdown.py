@@ -29,13 +29,14 @@ AXES = {"multiplier": "noise.multiplier", "bits": "slm.bits"}
 
 @dataclass(frozen=True)
 class Workload:
-    """A model and what to run it on: `compare(model, device, inputs, targets, **options)`."""
+    """A model, what to run it on, and how it is placed: `compare(model, device, inputs, targets,
+    placement=placement)` (the calibration inputs are the model's task's: aocsim.experiments.workloads)."""
 
     name: str
     model: Any
     inputs: Any
     targets: Any
-    options: dict[str, Any] = field(default_factory=dict)
+    placement: dict[str, Any] = field(default_factory=dict)
 
 
 def default_workloads(*, sequences: int = 16, length_factor: int = 4, a5: bool = True) -> list[Workload]:
@@ -103,7 +104,7 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
     work = [(i, w, axis, v) for i, w in enumerate(workloads) for axis, values in axes.items() for v in values]
     for i, w, axis, v in bar(work, desc="where it breaks", total=len(work), enabled=progress):
         profile = load_device(device, overrides={AXES[axis]: v})
-        ds = compare(w.model, profile, w.inputs, w.targets, seeds=seeds, chips=chips, **w.options)
+        ds = compare(w.model, profile, w.inputs, w.targets, placement=w.placement, seeds=seeds, chips=chips)
         per_run = [d for d in ("sample", "position") if d in ds.dims]
         k = axes[axis].index(v)
         data[f"{axis}_agreement"][i, k] = ds.agreement.mean(per_run).transpose("chip", "seed").values

@@ -135,7 +135,7 @@ def _convergence(ax: Any, results: dict[str, Any]) -> None:
     absolute (model units), a sequence model's relative per token (its Dataset's `kind` label)."""
     import numpy as np
 
-    from aocsim.experiments.results import hold_last
+    from aocsim.execute.hybrid import hold_last
 
     for i, (name, ds) in enumerate(results.items()):
         color = f"C{i}"

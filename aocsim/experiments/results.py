@@ -1,4 +1,5 @@
-"""The labelled Dataset every `aocsim.compare` returns: variables, units and provenance, written once."""
+"""The labelled Dataset every `aocsim.compare` returns (variables, units, provenance, written once), and
+its headline figures (`summarize`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,19 @@ import torch
 import xarray as xr
 
 from aocsim._version import __version__
+from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.solve.result import SolveStatus
+
+# What a run's Activity records, as Dataset variables (per chip, seed, sample and position).
+ACTIVITY = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads")
+DESCRIPTIONS = {
+    "dac_conversions": "DAC conversions",
+    "adc_conversions": "ADC conversions",
+    "digital_ops": "digital operations on converted values (readout averaging, digital partial sums)",
+    "round_trips": "loop iterations and tile passes (one round trip each)",
+    "weight_loads": "SLM weight loads",
+}
 
 
 def model_checksum(model: torch.nn.Module) -> str:
@@ -26,50 +38,55 @@ def model_checksum(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-DEVICE_ONLY = ("fixed_point_error", "dac_conversions", "adc_conversions", "energy_j")
-
-
-def comparison_dataset(out: dict[str, np.ndarray], device_only: dict[str, np.ndarray], targets: torch.Tensor | None,
-                       dims: tuple[str, ...], coords: dict[str, Any], *, model: torch.nn.Module,
-                       profile: DeviceProfile, seeds: list[int], chips: list[int], residual_units: str,
-                       in_memory: str, **settings: Any) -> xr.Dataset:
-    """`out` (name -> [path, chip, seed, ...]) and the device path's `DEVICE_ONLY` figures (name -> [chip,
-    seed, ...]) as a Dataset with agreement, correct (when targets are given), units, status names and
-    provenance (+ `settings`)."""
-    pred = out["prediction"]
-    data: dict[str, Any] = {name: (dims, value) for name, value in out.items()}
+def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfile, exact: Any,
+                       device: dict[str, np.ndarray], activity: Activity, traces: dict[tuple[int, int], np.ndarray],
+                       targets: torch.Tensor | None, seeds: list[int], chips: list[int]) -> xr.Dataset:
+    """The Dataset of one compare: the exact `Run`, the device's per-run arrays [chip, seed, ...] (incl.
+    energy_j), its activity, residual traces per (chip, seed), with units and provenance."""
+    cls = placed.cls
+    dims = ("path", "chip", "seed", *cls.dims)
+    lengths = device["prediction"].shape[2:]
+    per_path = {"prediction": exact.outputs.argmax(-1).numpy(), "iterations": exact.solve.iterations.numpy(),
+                "status": exact.solve.status.numpy(), "residual": getattr(exact.solve, cls.residual).double().numpy(),
+                "hardware_time_s": np.full(lengths, np.nan)}
+    device["hardware_time_s"] = np.asarray(activity.time_s, dtype=np.float64)
+    data: dict[str, Any] = {}
+    for name, value in per_path.items():
+        both = np.stack([np.broadcast_to(value, device[name].shape), device[name]]).astype(device[name].dtype)
+        data[name] = (dims, both)
+    pred = data["prediction"][1]
     data["agreement"] = (dims[1:], pred[1] == pred[0])
-    data.update({name: (dims[1:], device_only[name]) for name in DEVICE_ONLY})
+    data["fixed_point_error"] = (dims[1:], device["fixed_point_error"])
+    data["energy_j"] = (dims[1:], device["energy_j"])
+    for name in ACTIVITY[1:]:
+        data[name] = (dims[1:], np.asarray(getattr(activity, name), dtype=np.float64))
     if targets is not None:
         data["correct"] = (dims, pred == targets.numpy())
-    ds = xr.Dataset(data, coords={"path": ["exact", "device"], "chip": chips, "seed": seeds, **coords})
+    coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds,
+              **{d: np.arange(n) for d, n in zip(cls.dims, lengths)}}
+    ds = xr.Dataset(data, coords=coords)
     ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
-    ds["residual"].attrs["units"] = residual_units
+    ds["residual"].attrs["units"] = cls.residual_units
     ds["hardware_time_s"].attrs["units"] = "s"
     ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
-    for name, what in (("dac_conversions", "injection DAC"), ("adc_conversions", "readout ADC")):
-        ds[name].attrs["description"] = f"{what} conversions per {dims[-1]} on the device path (engine counts)"
+    for name, what in DESCRIPTIONS.items():
+        ds[name].attrs["description"] = f"{what} per {dims[-1]} on the device path (recorded by the engine)"
     ds["energy_j"].attrs.update(units="J", description=(
-        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.physics.energy: static powers "
-        "x time + converter energies x conversions; docs/PHYSICS.md, section 6)"))
+        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.physics.energy: static "
+        "powers x time + converter and digital energies x counts; docs/PHYSICS.md, section 6)"))
+    if exact.trace is not None and traces:
+        ds["residual_trace"] = residual_traces(exact.trace.double().numpy(), traces, len(chips), len(seeds),
+                                               cls.residual_units + " per iteration, NaN after the sample stopped")
     card = getattr(model, "card", {}) or {}
+    extra = cls.attributes(model, placed.placement) if hasattr(cls, "attributes") else {}
     ds.attrs.update({
-        "aocsim_version": __version__, "model": str(card.get("name", in_memory)), "model_sha256": model_checksum(model),
-        "device": profile.name, "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(),
-        "device_json": profile.to_json(), "seeds": np.asarray(seeds, dtype=np.int64),
-        "chips": np.asarray(chips, dtype=np.int64), **settings,
+        "aocsim_version": __version__, "model": str(card.get("name", f"<in-memory {type(model).__name__}>")),
+        "model_sha256": model_checksum(model), "device": profile.name,
+        "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
+        "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
+        "kind": cls.kind, "placement": cls.describe(model, placed.placement), **placed.placement.attributes(), **extra,
     })
     return ds
-
-
-def hold_last(values: np.ndarray) -> np.ndarray:
-    """[iteration, run]: each run's NaNs after its last number replaced by that number (a stopped
-    run stays at its final residual)."""
-    seen = ~np.isnan(values)
-    index = np.where(seen, np.arange(values.shape[0])[:, None], 0)
-    np.maximum.accumulate(index, axis=0, out=index)
-    held = values[index, np.arange(values.shape[1])[None, :]]
-    return np.where(np.maximum.accumulate(seen, axis=0), held, np.nan)
 
 
 def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray], chips: int, seeds: int,
@@ -85,3 +102,31 @@ def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray]
                          coords={"iteration": np.arange(length)})
     trace.attrs["units"] = units
     return trace
+
+
+def summarize(ds: xr.Dataset) -> dict[str, Any]:
+    """The headline figures of a `compare` Dataset (spreads over chips x seeds, one value per run).
+
+    Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
+    mean iterations per path, device status counts, mean hardware time and energy per sample (s, J) and the number
+    of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`).
+    """
+    runs = ds.sizes["chip"] * ds.sizes["seed"]
+    per_run = [d for d in ("sample", "position") if d in ds.dims]
+    agree = ds.agreement.mean(per_run)
+    out: dict[str, Any] = {
+        "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs,
+        "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": "token" if "position" in ds.dims else "sample",
+        "mode": ds.attrs.get("placement.mode"),
+        "agreement": (float(agree.mean()), float(agree.std()), float(agree.min())),
+        "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
+        "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
+        "energy_j": float(ds.energy_j.mean()),
+        "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
+        "accuracy": None,
+    }
+    if "correct" in ds:
+        device = ds.correct.sel(path="device").mean(per_run)
+        out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
+                           "device": (float(device.mean()), float(device.std()), float(device.min()))}
+    return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -13,6 +13,19 @@ from aocsim.solve.result import SolveResult, SolveStatus
 from aocsim.solve.solvers import Anderson, Picard, make_solver
 
 Tolerance = float | torch.Tensor
+
+
+@runtime_checkable
+class NoisyMap(Protocol):
+    """A map that predicts its own noise (the device loop: aocsim.hardware.engine.dynamics.LoopMap).
+
+    noise_floor(z) [B]: the residual a settled map keeps at z (the solve's NOISE_FLOOR status);
+    advance(z, n): n iterations with no residual checks (the fixed-count path, e.g. compiled blocks).
+    """
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor: ...
+    def noise_floor(self, z: torch.Tensor) -> torch.Tensor: ...
+    def advance(self, z: torch.Tensor, n: int) -> torch.Tensor: ...
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
@@ -77,15 +90,14 @@ def solve(
         raise_on_failure: raise ConvergenceError unless every sample converged.
         early_stop: freeze a sample once it has a status (False: every sample runs `max_iter`
             updates, its status is the first one it reached; the device readout runs this way).
-        floor_factor, patience: for maps that predict their own noise (`fn.noise_floor(z)`, the
+        floor_factor, patience: for maps that predict their own noise (a `NoisyMap`, the
             device loop): a sample whose residual stays within floor_factor x that prediction for
             `patience` consecutive iterations is NOISE_FLOOR ("settled at the noise floor").
         **solver_options: options of a named solver (e.g. damping, memory).
 
     With atol = rtol = None and no trace, the solve is a fixed count of `max_iter`
-    updates with no residual checks (a map with `advance(z, n)` runs them itself,
+    updates with no residual checks (a `NoisyMap` runs them itself with `advance`,
     for example as compiled blocks); the status is then MAX_ITER.
-    A map with a `round_trip_s` attribute (the device loop) gets hardware_time_s.
 
     Returns:
         SolveResult with the iterate, per-sample status, iterations, residuals.
@@ -111,7 +123,7 @@ def solve(
         atol = rtol = 0.0
     atol_b = _per_sample(atol, "atol", batch, z0)
     rtol_b = _per_sample(rtol, "rtol", batch, z0)
-    floor_fn = getattr(fn, "noise_floor", None)
+    floor_fn = fn.noise_floor if isinstance(fn, NoisyMap) else None
     if not (isinstance(patience, int) and patience >= 1) or not floor_factor > 0:
         raise InputError(f"patience = {patience!r}, floor_factor = {floor_factor!r}; expected an integer >= 1 "
                          "and a number > 0")
@@ -183,24 +195,17 @@ def solve(
         rel_residual=rel_out,
         trace=torch.stack(traces, dim=1) if trace else None,
         solver=strategy.name,
-        hardware_time_s=_hardware_time(fn, iterations),
     )
     if raise_on_failure and not result.all_converged:
         raise ConvergenceError(f"fixed-point solve did not converge: {result.summary()}")
     return result
 
 
-def _hardware_time(fn: object, iterations: torch.Tensor) -> torch.Tensor | None:
-    round_trip = getattr(fn, "round_trip_s", None)
-    return None if round_trip is None else iterations.to(torch.float64) * round_trip
-
-
 def _fixed_count(fn: Callable[[torch.Tensor], torch.Tensor], z0: torch.Tensor, strategy: Any, max_iter: int
                  ) -> SolveResult:
     """`max_iter` updates, no residual checks (the device loop's `iterate`)."""
-    advance = getattr(fn, "advance", None)
-    if advance is not None and getattr(strategy, "damping", None) == 1.0:
-        z = advance(z0, max_iter)
+    if isinstance(fn, NoisyMap) and getattr(strategy, "damping", None) == 1.0:
+        z = fn.advance(z0, max_iter)
     else:
         z, state = z0, strategy.init(z0.reshape(z0.shape[0], -1))
         for _ in range(max_iter):
@@ -212,4 +217,4 @@ def _fixed_count(fn: Callable[[torch.Tensor], torch.Tensor], z0: torch.Tensor, s
     iterations = torch.full((batch,), max_iter, dtype=torch.int64, device=z0.device)
     return SolveResult(z=z, status=torch.full((batch,), SolveStatus.MAX_ITER, dtype=torch.int64, device=z0.device),
                        iterations=iterations, abs_residual=nan, rel_residual=nan.clone(), trace=None,
-                       solver=strategy.name, hardware_time_s=_hardware_time(fn, iterations))
+                       solver=strategy.name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -45,7 +44,6 @@ class SolveResult:
         trace: [B, K] absolute residual per iteration (NaN after a sample
             stopped), or None when traces were not requested.
         solver: name of the solver used.
-        hardware_time_s: [B] iterations x the loop's round trip, for device maps (None otherwise).
     """
 
     z: torch.Tensor
@@ -55,11 +53,6 @@ class SolveResult:
     rel_residual: torch.Tensor
     trace: torch.Tensor | None
     solver: str
-    hardware_time_s: torch.Tensor | None = None
-
-    def with_z(self, z: torch.Tensor) -> "SolveResult":
-        """The same result reporting another iterate (the device readout reports its ADC average)."""
-        return dataclasses.replace(self, z=z)
 
     @property
     def converged(self) -> torch.Tensor:

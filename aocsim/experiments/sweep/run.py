@@ -19,11 +19,10 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.solve.result import SolveStatus
-from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed, on_tiles_names
+from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
 from aocsim.experiments.sweep.store import SweepStore, assemble, write_results
 
 log = logging.getLogger(__name__)
-SEQUENCE_GENERATOR = 2024  # the sequences of a sequence model's points (as `aocsim compare`)
 _MODELS: dict[str, Any] = {}  # loaded models, per process
 
 
@@ -35,32 +34,21 @@ def _model(name: str) -> Any:
     return _MODELS[name]
 
 
-def point_inputs(model: Any, data: dict[str, int]) -> tuple[Any, Any]:
-    """The inputs and targets of a point: the first `samples` test images for a digits model
-    (default all 450); for a sequence model `sequences` fresh ones (default 16) of `length_factor`
-    (default 4) times its training length, every element equally likely."""
+def point_workload(model: Any, data: dict[str, int]) -> Any:
+    """The workload of a point (`aocsim.experiments.workloads.default_workload`): the first `samples`
+    test images of a digits model (default all 450); for a sequence model `sequences` fresh ones
+    (default 16) of `length_factor` (default 4) times its training length."""
+    from aocsim.experiments.workloads import default_workload
+
     task = model.card.get("task")
+    if task == "digits" and ("sequences" in data or "length_factor" in data):
+        raise InputError(f"data = {data!r}: model {model.card['name']!r} is a digits model; expected {{samples: N}}")
+    if task == "state_tracking" and "samples" in data:
+        raise InputError(f"data = {data!r}: model {model.card['name']!r} is a sequence model; expected "
+                         "{sequences: N, length_factor: F}")
     if task == "digits":
-        if "sequences" in data or "length_factor" in data:
-            raise InputError(f"data = {data!r}: model {model.card['name']!r} is a digits model; expected "
-                             "{samples: N}")
-        from aocsim.tasks.digits import load_split
-
-        split = load_split(model.weight.dtype)
-        n = data.get("samples", split.x_test.shape[0])
-        return split.x_test[:n], split.y_test[:n]
-    if task == "state_tracking":
-        if "samples" in data:
-            raise InputError(f"data = {data!r}: model {model.card['name']!r} is a sequence model; expected "
-                             "{sequences: N, length_factor: F}")
-        from aocsim.tasks.groups import group, word_problems
-
-        g = group(model.card["data"]["group"])
-        length = data.get("length_factor", 4) * model.card["data"]["train_length"]
-        return word_problems(g, data.get("sequences", 16), length, identity_prob=1 / g.order,
-                             generator=SEQUENCE_GENERATOR)
-    raise InputError(f"model {model.card['name']!r} has task {task!r}; a sweep runs digits DEQs and "
-                     "state-tracking implicit SSMs")
+        return default_workload(model, samples=data.get("samples"))
+    return default_workload(model, sequences=data.get("sequences", 16), length_factor=data.get("length_factor", 4))
 
 
 def run_point(spec: SweepSpec, base: Any, point: Point) -> xr.Dataset:
@@ -75,14 +63,13 @@ def run_point(spec: SweepSpec, base: Any, point: Point) -> xr.Dataset:
     torch.set_num_threads(1)
     try:
         model = _model(point.model)
-        x, y = point_inputs(model, spec.data)
+        w = point_workload(model, spec.data)
         device = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
         profile = base.with_overrides(device)
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
-        if "on_tiles" in placement:  # a spec names the maps in one string (one coordinate value)
-            placement["on_tiles"] = on_tiles_names(placement["on_tiles"])
         seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
-        ds = compare(model, profile, x, y, seeds=seeds, chips=list(spec.chips), **placement)
+        ds = compare(model, profile, w.inputs, w.targets, placement=placement, seeds=seeds, chips=list(spec.chips),
+                     calibration=w.calibration)
         return point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
     finally:
         torch.set_num_threads(before)
@@ -204,30 +191,19 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
 
 def check_models(spec: SweepSpec, base: Any) -> None:
     """Every model loads, has inputs for the spec's data, and takes the swept placement settings on
-    `base` (a DEQ that runs natively has no tiles; one on tiles no ADC readout window)."""
-    from aocsim.execute.deq_tiled import check_placement
+    `base`: each swept option must apply to the model's kind (aocsim/execute/placement.py)."""
+    from aocsim.execute.placement import DECLARATIONS
+    from aocsim.execute.registry import placement_class
 
     for name in spec.models:
         model = _model(name)
-        x, _ = point_inputs(model, spec.data)
-        if spec.data.get("samples", 0) > x.shape[0]:
-            raise InputError(f"data.samples = {spec.data['samples']}: model {name!r} has {x.shape[0]} test images; "
-                             f"expected at most {x.shape[0]}")
-        sequence = model.card.get("task") == "state_tracking"
-        tiled = not sequence and check_placement(model, base, tiling=True)
+        point_workload(model, spec.data)
+        kind = placement_class(model, base).kind
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
-            if path in ("placement.tile_size", "placement.partial_sums", "placement.averaging",
-                        "placement.predistort") and not (
-                    sequence or tiled):
-                raise InputError(f"{path} is swept but model {name!r} runs natively on {base.name} (no tiles); "
-                                 "expected it only for models on tiles")
-            if path == "placement.stop" and tiled:
-                raise InputError(f"{path} is swept but model {name!r} runs on tiles on {base.name}; expected it "
-                                 "only for DEQs that run natively")
-            if path in ("placement.mode", "placement.elementwise", "placement.on_tiles") and not sequence:
-                raise InputError(f"{path} is swept but model {name!r} is a DEQ; expected it only for implicit SSMs")
-            if path == "placement.stop" and sequence:
-                raise InputError(f"{path} is swept but model {name!r} is an implicit SSM; expected it only for DEQs")
+            kinds = DECLARATIONS[path.split(".", 1)[1]].kinds
+            if kind not in kinds:
+                raise InputError(f"{path} is swept but model {name!r} runs as a {kind} on {base.name}; expected it "
+                                 f"only for {' and '.join(k + 's' for k in kinds)}")
 
 
 def fingerprint(info: dict[str, str]) -> str:

@@ -40,22 +40,13 @@ import numpy as np
 import yaml
 
 from aocsim.errors import AocsimError, InputError, ProfileError
+from aocsim.execute.placement import DECLARATIONS
 from aocsim.hardware.profiles.profile import _Loader
 
 TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
-# Placement settings a sweep can vary (how a model is put on the device, not the device itself).
-PLACEMENT = {
-    "placement.tile_size": "channels per tile side (implicit SSMs and tiled DEQs), an integer >= 1",
-    "placement.partial_sums": "how a tile row's partial products are added: 'analog' or 'digital'",
-    "placement.mode": "implicit SSMs: 'sequential' or 'simultaneous'",
-    "placement.elementwise": "implicit SSMs: SiLU and softplus 'digital' (exact) or 'analog' (modelled circuits)",
-    "placement.averaging": "tile passes averaged per product (implicit SSMs and tiled DEQs), an integer >= 1",
-    "placement.predistort": "models on tiles: the emitter drive linearised before the DAC, true or false",
-    "placement.on_tiles": "implicit SSMs: the linear maps on tiles, comma-separated names from inject, in_proj, "
-                          "out_proj (e.g. 'in_proj,out_proj')",
-    "placement.stop": "DEQs run natively: 'tolerance' (the loop's state at its fixed point) or 'readout' "
-                      "(the ADC's average after the settle window: where readout.adc_bits matters)",
-}
+# Placement settings a sweep can vary: `placement.NAME` for every option declared in
+# aocsim/execute/placement.py (how a model is put on the device, not the device itself).
+PLACEMENT = {f"placement.{name}": d.help for name, d in DECLARATIONS.items()}
 METRICS = {
     "accuracy": "device accuracy (fraction; per sample, or per token for sequence models)",
     "exact_accuracy": "accuracy of the exact path (the same at every chip and seed)",
@@ -335,31 +326,10 @@ def check_points(spec: SweepSpec) -> None:
 
 
 def _check_placement(path: str, values: tuple[Any, ...]) -> None:
+    """Each value read by the option's own declaration (one-line InputError naming the sweep key)."""
+    name = path.split(".", 1)[1]
     for v in values:
-        if path in ("placement.tile_size", "placement.averaging"):
-            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
-        elif path == "placement.partial_sums":
-            ok = v in ("analog", "digital")
-        elif path == "placement.stop":
-            ok = v in ("tolerance", "readout")
-        elif path == "placement.elementwise":
-            ok = v in ("digital", "analog")
-        elif path == "placement.predistort":
-            ok = isinstance(v, bool)
-        elif path == "placement.on_tiles":
-            ok = isinstance(v, str) and on_tiles_names(v) is not None
-        else:
-            ok = v in ("sequential", "simultaneous")
-        if not ok:
-            raise InputError(f"{path} = {v!r}; expected {PLACEMENT[path]}")
-
-
-def on_tiles_names(value: str) -> tuple[str, ...] | None:
-    """'in_proj,out_proj' -> ('in_proj', 'out_proj'); None unless a non-empty list of map names."""
-    from aocsim.execute.ssm import MAP_KINDS
-
-    names = tuple(n.strip() for n in value.split(","))
-    return names if names and all(n in MAP_KINDS for n in names) and len(set(names)) == len(names) else None
+        DECLARATIONS[name].read(path, v)
 
 
 def _describe(settings: Mapping[str, Any]) -> str:

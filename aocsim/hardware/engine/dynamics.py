@@ -3,22 +3,25 @@
 `LoopMap(loop, x, key, samples)` is called once per loop iteration with z[k]
 and returns z[k+1]; it keeps z[k-1] (momentum), the iteration index (schedules,
 keys) and, for the readout, the running ADC average. It tells the driver what
-the noise predicts for the residual (`noise_floor`) and how long an iteration
-takes (`round_trip_s`), so the solve can say "settled at the noise floor" and
-report hardware time. `advance(z, n)` runs n iterations with no checks
-(compiled blocks where the layout allows): the fixed-count path of the driver.
+the noise predicts for the residual (`noise_floor`, the solver's `NoisyMap`
+protocol), so the solve can say "settled at the noise floor". `advance(z, n)`
+runs n iterations with no checks (compiled blocks where the layout allows): the
+fixed-count path of the driver. What an inference did, for time and energy, is
+`loop_activity` (docs/PHYSICS.md section 6).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
+import numpy as np
 import torch
 
 from aocsim.hardware.engine import backends
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.step import Constants, Layout, nonlinearity, node_noise_variance
+from aocsim.hardware.physics.energy import Activity
 
 
 class LoadedLoop(Protocol):
@@ -52,7 +55,6 @@ class LoopMap:
         self.base = (inject + loop.k0()).expand(batch, loop.n)
         self.counters = keys.sample_counters(samples, loop.n) if self.layout.draws else None
         self.z_prev: torch.Tensor | None = None
-        self.round_trip_s = float(loop.values["loop.round_trip_s"])
         self.fast = loop.compile and not torch.is_grad_enabled()
         self.states: list[torch.Tensor] | None = [] if record else None
         v = loop.values
@@ -122,3 +124,23 @@ class LoopMap:
                                       float(c.noise[2]), float(c.noise[0]))
             response = float(loop.response)
             return response * var.sum(1).sqrt()
+
+
+def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, readout: bool) -> Activity:
+    """What one native inference does on the machine (per sample when `iterations` is an array).
+
+    The input goes in once through the DAC (N conversions) and stays; the loop runs in analog with no
+    conversions. With the readout stop the machine runs its whole window, `readout.settle_iterations`
+    then `readout.samples` = K samples per channel every `readout.sample_interval_iterations`, through
+    the ADC (N K conversions) and averaged digitally (N K operations): the solve's iterations do not
+    change the window. With the tolerance stop it runs `iterations` round trips and the final state
+    is read once (N conversions).
+    """
+    rt = float(values["loop.round_trip_s"])
+    its = np.asarray(iterations, dtype=np.float64)
+    if readout:
+        k = int(values["readout.samples"])
+        window = values["readout.settle_iterations"] + (k - 1) * values["readout.sample_interval_iterations"] + 1
+        trips = np.full_like(its, float(window))
+        return Activity(trips * rt, channels, channels * k, channels * k, round_trips=trips, channels=channels)
+    return Activity(its * rt, channels, channels, 0, round_trips=its, channels=channels)

@@ -16,6 +16,7 @@ RIN and detector noise, counter (sample, channel) of the iteration's key.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -25,7 +26,8 @@ from aocsim.errors import ConvergenceError, InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine import probes
 from aocsim.hardware.physics import sources
-from aocsim.hardware.engine.dynamics import LoopMap
+from aocsim.hardware.engine.dynamics import LoopMap, loop_activity
+from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, program_slm
@@ -37,6 +39,19 @@ from aocsim.solve.result import SolveResult
 
 GAINS = ("normalized", "absolute")
 Scalar = float | torch.Tensor | Schedule | Callable[[int], float] | None
+
+
+@dataclass(frozen=True)
+class LoopSolve(SolveResult):
+    """A solve on the loop: `SolveResult` plus what the machine did per sample (`activity`: round
+    trips, conversions, time; `loop_activity`)."""
+
+    activity: Activity | None = None
+
+    @property
+    def hardware_time_s(self) -> torch.Tensor:
+        """[B] seconds on the machine (the activity's time: the solve's round trips, or the readout window)."""
+        return torch.as_tensor(self.activity.time_s, dtype=torch.float64)
 
 
 class OpticalLoop:
@@ -257,7 +272,7 @@ class OpticalLoop:
     def solve(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
               samples: Any = None, stop: str = "tolerance", atol: float = 1e-6, rtol: float = 1e-5,
               max_iter: int = 2000, trace: bool = False, floor_factor: float = 3.0, patience: int = 10
-              ) -> SolveResult:
+              ) -> LoopSolve:
         """Run the loop to its fixed point through `aocsim.solve`; per-sample status and hardware time.
 
         stop="tolerance": until ||z[k+1] - z[k]|| <= atol + rtol ||z[k+1]|| (converged), or the residual
@@ -278,7 +293,10 @@ class OpticalLoop:
             max_iter = m.total
         result = solve(m, z, solver="picard", atol=atol, rtol=rtol, max_iter=max_iter, trace=trace,
                        return_best=False, early_stop=stop == "tolerance", floor_factor=floor_factor, patience=patience)
-        return result.with_z(m.reading()) if stop == "readout" else result
+        activity = loop_activity(self.values, self.n, result.iterations.cpu().numpy(), readout=stop == "readout")
+        z_out = m.reading() if stop == "readout" else result.z
+        solved = {f.name: getattr(result, f.name) for f in fields(SolveResult)}
+        return LoopSolve(**{**solved, "z": z_out}, activity=activity)
 
     def readout(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
                 samples: Any = None) -> torch.Tensor:

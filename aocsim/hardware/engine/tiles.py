@@ -50,6 +50,7 @@ from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import optical
 from aocsim.hardware.engine.validate import check_iterations, check_state
+from aocsim.hardware.physics.energy import Activity
 
 PARTIAL_SUMS = ("analog", "digital")
 
@@ -208,6 +209,15 @@ class TiledMatrix:
             loop = self.loops[0]
             drive = C.predistort_drive(drive, loop.poly_pos_f, loop.poly_neg_f)
         return self.loops[0].injection(drive), s_in
+
+    def activity(self, partial_sums: str) -> Activity:
+        """What one product does per sample: every tile one pass (a round trip), the DAC conversions of
+        every tile row's input, the ADC conversions of the outputs (`conversions`), and with digital
+        partial sums each reading added into its output."""
+        dac, adc = self.conversions(partial_sums)
+        passes = self.grid[0] * self.grid[1]
+        return Activity(passes * float(self.profile.values["loop.round_trip_s"]), dac, adc,
+                        adc if partial_sums == "digital" else 0, round_trips=passes, channels=self.channels)
 
     def conversions(self, partial_sums: str) -> tuple[int, int]:
         """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and

@@ -9,9 +9,9 @@ keeps the machine busy, plus per-conversion energies times the conversions it ma
 
 with P_unit = `noise.power_per_unit_w` and bias = `noise.bias_units` (the mean light on one
 detector is the bias light; the signal swings around it), so the optical power that sets the
-shot noise also sets the emitters' energy. `native_activity` and `tiled_activity` count what one
-inference does; `tops_per_watt` is the machine running its loop continuously. Everything
-broadcasts over numpy arrays (per-sample iterations, say).
+shot noise also sets the emitters' energy. What an inference does (`Activity`) is recorded by the
+engine and the placed models that do the work; `tops_per_watt` is the machine running its loop
+continuously. Everything broadcasts over numpy arrays (per-sample iterations, say).
 """
 
 from __future__ import annotations
@@ -43,27 +43,51 @@ def _counts(value: Any, name: str) -> Number:
 
 @dataclass(frozen=True)
 class Activity:
-    """What one inference did (numbers, or numpy arrays that broadcast together).
+    """What the machine did for one inference (or one token): numbers, or numpy arrays that broadcast.
+
+    Recorded by the code that does the work (the loop's solve, a tile pass, a placed model's run;
+    docs/ARCHITECTURE.md) and priced once by `energy_j`. Activities add (`a + b`: both happened)
+    and scale (`k * a`: k repetitions, k a number or an array).
 
     Attributes:
         time_s: time the machine is busy (its static powers are drawn that long), s.
-        dac_conversions: injection DAC conversions.
-        adc_conversions: readout ADC conversions.
-        digital_ops: digital operations (partial sums, averaging, the model's digital parts).
+        dac_conversions: DAC conversions (inputs driven onto the emitters).
+        adc_conversions: ADC conversions (node readings).
+        digital_ops: digital operations on converted values (readout averaging, digital partial
+            sums, averaged tile passes).
+        round_trips: loop iterations and tile passes (one round trip each).
+        weight_loads: SLM weight patterns loaded for this inference.
         channels: channels lit; None = the profile's channel count.
     """
 
     time_s: Number
-    dac_conversions: Number
-    adc_conversions: Number
+    dac_conversions: Number = 0
+    adc_conversions: Number = 0
     digital_ops: Number = 0
+    round_trips: Number = 0
+    weight_loads: Number = 0
     channels: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("time_s", "dac_conversions", "adc_conversions", "digital_ops"):
+        for name in COUNTS:
             object.__setattr__(self, name, _counts(getattr(self, name), f"Activity.{name}"))
         if self.channels is not None:
             object.__setattr__(self, "channels", integer(self.channels, "Activity.channels", minimum=1))
+
+    def __add__(self, other: "Activity") -> "Activity":
+        if not isinstance(other, Activity):
+            return NotImplemented
+        lit = [c for c in (self.channels, other.channels) if c is not None]
+        return Activity(**{n: getattr(self, n) + getattr(other, n) for n in COUNTS},
+                        channels=max(lit) if lit else None)
+
+    def __mul__(self, k: Number) -> "Activity":
+        return Activity(**{n: getattr(self, n) * _counts(k, "repetitions") for n in COUNTS}, channels=self.channels)
+
+    __rmul__ = __mul__
+
+
+COUNTS = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads")
 
 
 def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
@@ -110,44 +134,6 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     return out
 
 
-def native_activity(profile: DeviceProfile, iterations: Number, *, samples_read: int | None = None,
-                    digital_ops: Number = 0, channels: int | None = None) -> Activity:
-    """One native DEQ inference: a state that is the machine's N channels.
-
-    The inputs go in once through the DAC (N conversions) and stay; the loop runs in analog with no
-    conversions; the machine samples only after its settle window (`readout.settle_iterations`), so the
-    first sample waits for max(iterations, settle); then K samples per channel, one every
-    `readout.sample_interval_iterations`, go through the ADC (N K conversions) and are averaged
-    digitally (N K operations). Time = (max(iterations, settle) + (K - 1) interval + 1) round trips,
-    the readout window of `PlacedDEQ.run(stop="readout")` when the solve fits in the settle window.
-
-    Args:
-        iterations: round trips the solve took (a number or an array, e.g. per sample).
-        samples_read: K; None = `readout.samples`.
-        digital_ops: the model's own digital work around the loop (e.g. U x + b and V z + c), added.
-        channels: N for a profile without a fixed channel count.
-    """
-    v = profile.values
-    n = _channels(profile, channels, "native_activity")
-    k = v["readout.samples"] if samples_read is None else integer(samples_read, "samples_read", minimum=1)
-    its = _counts(iterations, "iterations")
-    window = np.maximum(its, v["readout.settle_iterations"]) + (k - 1) * v["readout.sample_interval_iterations"] + 1
-    return Activity(time_s=window * float(v["loop.round_trip_s"]), dac_conversions=n,
-                    adc_conversions=n * k, digital_ops=n * k + _counts(digital_ops, "digital_ops"), channels=n)
-
-
-def tiled_activity(profile: DeviceProfile, passes: Number, rows: Number, cols: Number) -> Activity:
-    """A matrix product on tiles: each pass is one round trip with `cols` DAC conversions in and `rows`
-    ADC conversions out, and `rows` digital additions (each output accumulated into its partial sum).
-
-    The machine lights all its channels (max(rows, cols) for a profile without a fixed count).
-    """
-    p, r, c = _counts(passes, "passes"), _counts(rows, "rows"), _counts(cols, "cols")
-    n = profile.channels if profile.channels is not None else max(1, int(np.max(np.maximum(r, c))))
-    return Activity(time_s=p * float(profile.values["loop.round_trip_s"]), dac_conversions=p * c,
-                    adc_conversions=p * r, digital_ops=p * r, channels=n)
-
-
 def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
     """The profile's energy figures resized from `energy.precision_bits` to `bits` (docs/PHYSICS.md section 6).
 
@@ -177,7 +163,7 @@ def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting
     energy of one round trip: the static power (emitters, SLM, detectors and TIAs) times the round
     trip, plus, when the machine converts every round trip (`converting`, default
     `energy.converts_every_round_trip`), N DAC and N ADC conversions and N digital additions
-    (`tiled_activity` of one full pass). bits: quote at this precision (`at_precision`); None = the
+    (a tile pass of a full N x N tile). bits: quote at this precision (`at_precision`); None = the
     profile's `energy.precision_bits`. math.inf if a round trip costs nothing.
     """
     if bits is not None:
@@ -185,10 +171,10 @@ def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting
     n = _channels(profile, channels, "tops_per_watt")
     if converting is None:
         converting = bool(profile.values["energy.converts_every_round_trip"])
-    activity = (tiled_activity(profile, 1, n, n) if converting
-                else Activity(float(profile.values["loop.round_trip_s"]), 0, 0, 0))
-    activity = Activity(activity.time_s, activity.dac_conversions, activity.adc_conversions,
-                        activity.digital_ops, channels=n)
+    # one round trip of the loop; converting: N values in through the DAC, N out through the ADC, and
+    # N digital additions (each reading accumulated), as a tile pass of a full N x N tile records
+    activity = Activity(float(profile.values["loop.round_trip_s"]), *((n, n, n) if converting else (0, 0, 0)),
+                        round_trips=1, channels=n)
     total = float(energy_j(profile, activity)["total"])
     return math.inf if total == 0 else 2.0 * n * n / total / 1e12
 
@@ -204,8 +190,9 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def format_energy(profile: DeviceProfile) -> str:
-    """The energy figures, static powers, TOPS/W and one native inference, as text (`aocsim devices show`)."""
+def format_energy(profile: DeviceProfile, inference: Activity | None = None, what: str = "one inference") -> str:
+    """The energy figures, static powers, TOPS/W and, given its `Activity`, one inference (`what` names
+    it), as text (`aocsim devices show`)."""
     v = profile.values
     n = profile.channels
     lines = ["Energy (docs/PHYSICS.md section 6; figures and sources in the profile's energy section)",
@@ -226,9 +213,8 @@ def format_energy(profile: DeviceProfile) -> str:
     lines.append(f"  TOPS/W       {tops_per_watt(profile):.4g} at {v['energy.precision_bits']} bits "
                  f"(loop running, 2 N^2 ops per {_si(v['loop.round_trip_s'], 's')} round trip; "
                  f"{'N DAC + N ADC conversions per round trip' if conv else 'no conversions per round trip'})")
-    act = native_activity(profile, 0)
-    e = energy_j(profile, act)
-    lines.append(f"  inference    native DEQ solved within the settle window: {_si(float(act.time_s), 's')}, "
-                 f"{_si(float(e['total']), 'J')} ({int(act.dac_conversions)} DAC + {int(act.adc_conversions)} ADC "
-                 f"conversions)")
+    if inference is not None:
+        e = energy_j(profile, inference)
+        lines.append(f"  inference    {what}: {_si(float(inference.time_s), 's')}, {_si(float(e['total']), 'J')} "
+                     f"({int(inference.dac_conversions)} DAC + {int(inference.adc_conversions)} ADC conversions)")
     return "\n".join(lines)

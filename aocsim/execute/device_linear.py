@@ -1,0 +1,162 @@
+"""A linear map on optical tiles, calibrated (`DeviceLinear`), and how its noise is keyed per token
+(`TokenKeys`).
+
+Placement, per chip and weight load (what a real machine does after programming):
+
+- **the program** (aocsim/execute/tile_program.py): a twin tile does not compute the matrix it
+  holds (per-entry gains, a dead input, crosstalk), so what is programmed is fitted: dead input
+  positions skipped, separable gains folded in, damped closed-loop corrections.
+- **scale**: W / sigma goes into the fit, sigma putting the largest ideal node of the calibration
+  inputs at `HEADROOM` of the ADC's range; the final load is scaled so that the measured nodes do.
+- **calibration**: after a fresh final load, per output j the node volts (the ADC reading over the
+  per-row input scale s) are fitted as g_j (W u / sigma)_j + o_j by least squares on the inputs the
+  map sees on the exact path: the remaining gain and the node offsets (LED constants, dark
+  currents). A call returns y = sigma s (node - o) / g (+ bias, digital). What this cannot absorb
+  (the emitters' cubic response, SLM and ADC quantisation, the programming error of the final load,
+  noise) is the device's error.
+- **averaging**: a product may be the mean of K tile passes, each with its own keyed draws.
+
+Noise: keyed by token when a placed model announces its passes (`TokenKeys`: the pass of token
+(s, t) at visit v draws from key.fold(TILE_CALL, v, i) for tile i at counter s L + t); a
+`DeviceLinear` used on its own counts its calls instead, its rows being the counters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from aocsim.errors import InputError
+from aocsim.execute.fit import affine_fit
+from aocsim.execute.placement import count, switch
+from aocsim.execute.tile_program import ROUNDS, fit_tile_program
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.tiles import TiledMatrix, input_scale
+from aocsim.hardware.engine.tiles import _input_range as default_input_range
+from aocsim.hardware.engine.tiles import _tile_size as resolve_tile_size
+from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.profiles.profile import DeviceProfile
+
+HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC's half range
+
+
+@dataclass
+class TokenKeys:
+    """What keys a device run's noise per token: the sequences' ids [B] and length, and the pass in
+    progress (positions [T] and visit, from the model's `pass_hook`)."""
+
+    sequences: torch.Tensor
+    length: int
+    positions: torch.Tensor | None = None
+    visit: int = 0
+
+    def announce(self, positions: torch.Tensor, visit: int) -> None:
+        self.positions, self.visit = positions, visit
+
+    def samples(self, leading: tuple[int, ...]) -> torch.Tensor:
+        """Counters s L + t of the rows of an input with leading dims [B] (one token each) or [B, T]."""
+        b, t = len(self.sequences), self.positions.numel()
+        if tuple(leading) not in ((b, t), (b,) * (t == 1)):
+            raise InputError(f"a pass of {tuple(leading)} rows does not match the announced {t} position(s) "
+                             f"of {b} sequences")
+        return (self.sequences[:, None] * self.length + self.positions[None, :]).reshape(-1)
+
+
+class DeviceLinear(nn.Module):
+    """A linear map on optical tiles, calibrated: call it like the `nn.Linear` it replaces.
+
+    Args:
+        device: the profile (one chip: its `variation.chip_seed`).
+        weight: W [M, K]; bias: [M] or None (added digitally).
+        inputs: calibration inputs [R, K] (what the map sees on the exact path).
+        generator: key of the weight loads (programming draws) and of the calibration probes.
+        tile_size, partial_sums, input_range: as in `TiledMatrix`.
+        rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
+        averaging: tile passes per call, their node readings averaged (the per-pass noise's std falls
+            as 1 / sqrt(averaging); time and conversions grow by the factor: `passes_per_call`).
+        predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
+    """
+
+    def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
+                 inputs: torch.Tensor, *, generator: keys.Seed, tile_size: int | None = None,
+                 partial_sums: str = "analog", input_range: float | None = None, rounds: int = ROUNDS,
+                 averaging: int = 1, predistort: bool = False) -> None:
+        super().__init__()
+        self.averaging = count("averaging", averaging)
+        self.predistort = switch("predistort", predistort)
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.weight, self.bias, self.partial_sums = weight, bias, partial_sums
+        key = keys.as_key(generator)
+        if key is None:
+            raise InputError("generator = None; placing a map on tiles draws its weight loads, so expected a "
+                             "seed, torch.Generator or Key")
+        self.input_range = default_input_range(device, input_range)
+        size = resolve_tile_size(device, tile_size)
+        low, high = (float(v) for v in device.values["readout.range_v"])
+        half = min(-low, high)
+        # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
+        self.sigma = float(self._ideal_nodes(inputs, 1.0).abs().max()) / (HEADROOM * half) or 1.0
+        program = fit_tile_program(device, weight / self.sigma, tile_size=size, input_range=self.input_range,
+                                   key=key.fold(0), partial_sums=partial_sums, rounds=rounds, predistort=predistort)
+        self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
+        self.dead_positions = program.dead
+        # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
+        target = self._ideal_nodes(inputs, self.sigma)
+        kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
+        self.tiles = TiledMatrix(device, kappa * program.weight, tile_size=size, generator=key.fold(1),
+                                 input_range=self.input_range, predistort=predistort)  # the final load: its own draws
+        node, _ = self._nodes(inputs, key.fold(2))
+        self.gain, self.offset = affine_fit(target, node)
+        self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
+        self.run_key, self.calls = key.fold(3), 0
+        self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
+
+    def _ideal_nodes(self, t: torch.Tensor, sigma: float) -> torch.Tensor:
+        """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles apply."""
+        return (t / input_scale(t, self.input_range)[:, None]) @ (self.weight / sigma).T
+
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Node volts [R, M] of inputs t [R, K] (placed on their live columns) and the input scales [R]."""
+        wide = t.new_zeros(t.shape[0], self.width)
+        wide[:, self.columns] = t
+        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call, samples=samples)
+        return out.y / out.input_scale[:, None], out.input_scale
+
+    def _correct(self, node: torch.Tensor) -> torch.Tensor:
+        return (node - self.offset) / self.gain
+
+    def activity(self) -> Activity:
+        """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`), and
+        with K > 1 the K readings of each output added digitally."""
+        once = self.tiles.activity(self.partial_sums)
+        summed = Activity(0.0, digital_ops=once.adc_conversions * self.averaging) if self.averaging > 1 else None
+        return once * self.averaging + summed if summed else once * self.averaging
+
+    def _averaged_nodes(self, t: torch.Tensor, call: int, samples: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The node volts of `averaging` passes, averaged: pass 0 draws from the run's key (so one pass
+        is what it was without averaging), pass p >= 1 from its fold (REPEAT, p)."""
+        node, scale = self._nodes(t, self.run_key, call, samples)
+        for p in range(1, self.averaging):
+            node = node + self._nodes(t, self.run_key.fold(keys.Stream.REPEAT, p), call, samples)[0]
+        return node / self.averaging, scale
+
+    def reset(self, generator: keys.Seed) -> None:
+        """Restart the call count under a new noise key (a run's seed)."""
+        self.run_key, self.calls = keys.as_key(generator), 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.token_keys
+        if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
+            node, scale = self._averaged_nodes(x.reshape(-1, self.in_features), rows.visit,
+                                               rows.samples(tuple(x.shape[:-1])))
+        else:
+            node, scale = self._averaged_nodes(x.reshape(-1, self.in_features), self.calls, None)
+        self.calls += 1
+        y = self._correct(node) * (self.sigma * scale[:, None])
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)

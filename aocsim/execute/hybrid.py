@@ -1,0 +1,137 @@
+"""An implicit SSM on a virtual AOC as a hybrid: its linear maps on optical tiles, the rest digital
+(`HybridSSM`).
+
+The model (aocsim/nn/implicit_ssm.py) iterates z = f(z) per token; inside f, every linear map
+(the injection W_u, and each block's input and output projections) is a matrix product. On the
+device, the maps the placement names (`on_tiles`, default all) become calibrated `DeviceLinear`s
+(aocsim/execute/device_linear.py): the matrix programmed onto a grid of optical tiles, each call a
+tile pass with its own noise. Everything else stays digital in float64: RMSNorm, exp, the causal
+conv and the selective scan, the scan state between tokens, and the head; SiLU and softplus too,
+or on modelled analog circuits (`elementwise="analog"`, aocsim/execute/elementwise.py). Both
+execution modes run on the device (aocsim/execute/ssm_device.py).
+
+Per chip: what each map sees on the exact path for the calibration sequences (computed once for
+all chips: `prepare`). Per seed: the weight loads, fitted and calibrated, then the run, its noise
+keyed by the seed, sequence and token. A token's status is "converged" when its relative residual
+||f(z) - z|| / ||f(z)|| is at most the placement's `rtol`, else "max_iter". Results on the bundled
+models: docs/DEVICE_RUNS.md.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from aocsim.errors import InputError
+from aocsim.execute.inputs import check_token_inputs
+from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.run import Run, seed_key
+from aocsim.execute.ssm_device import calibration_inputs, linear_maps, place_ssm
+from aocsim.hardware.engine.tiles import tile_options
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.solve.result import SolveResult, SolveStatus
+
+# Relative residual per token on the exact path: far below any device effect in float64; in float32
+# the bundled cards' eval_tol (float32 carries about 7 digits).
+EXACT_TOL = {torch.float64: 1e-11, torch.float32: 1e-5}
+ANY_SIZE_TILE = 48  # tiles on a profile of any size (channels: null): those of aoc48
+
+
+def hold_last(values: np.ndarray) -> np.ndarray:
+    """[iteration, run]: each run's NaNs after its last number replaced by that number (a stopped
+    run stays at its final residual)."""
+    seen = ~np.isnan(values)
+    index = np.where(seen, np.arange(values.shape[0])[:, None], 0)
+    np.maximum.accumulate(index, axis=0, out=index)
+    held = values[index, np.arange(values.shape[1])[None, :]]
+    return np.where(np.maximum.accumulate(seen, axis=0), held, np.nan)
+
+
+def median_over_positions(trace: torch.Tensor) -> torch.Tensor:
+    """[B, L, I] relative residuals per token and iteration -> [B, I]: per sequence the median over its
+    tokens, each token held at its last residual once it stopped (NaN where no token has started)."""
+    b, length, its = trace.shape
+    held = hold_last(trace.double().numpy().reshape(b * length, its).T).T.reshape(b, length, its)
+    with warnings.catch_warnings():  # iterations no token of a sequence has reached: NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return torch.from_numpy(np.nanmedian(held, axis=1))
+
+
+def per_token(out: Any, tol: float) -> SolveResult:
+    """A model output's iterations and residuals per token [B, L] as a SolveResult (converged at
+    most `tol`, else max_iter)."""
+    status = torch.where(out.residuals <= tol, SolveStatus.CONVERGED.value, SolveStatus.MAX_ITER.value)
+    nan = torch.full_like(out.residuals, float("nan"))
+    return SolveResult(out.z, status, out.iterations, nan, out.residuals, out.trace, "picard (per token)")
+
+
+class HybridSSM:
+    """An implicit SSM on one chip of a device (module docstring)."""
+
+    kind = HYBRID
+    residual = "rel_residual"
+    residual_units = "relative, ||f(z) - z|| / ||f(z)|| per token"
+    dims = ("sample", "position")
+
+    @staticmethod
+    def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:
+        return isinstance(model, ImplicitSSM)
+
+    @staticmethod
+    def check_inputs(model: ImplicitSSM, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return check_token_inputs(model, inputs, targets)
+
+    @staticmethod
+    def prepare(model: ImplicitSSM, calibration: Any, placement: Placement) -> dict[str, torch.Tensor]:
+        """What each map sees on the exact path for the calibration sequences (`calibration_inputs`)."""
+        if not model.config.implicit:
+            raise InputError("model is an explicit SSM: it has no fixed point to run on the device loop; "
+                             "expected an implicit SSM or a DEQ")
+        if calibration is None:
+            raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
+                             "calibration sequences, so expected token ids [B, L]")
+        return calibration_inputs(model, model.check_tokens(calibration))
+
+    @staticmethod
+    def exact(model: ImplicitSSM, inputs: torch.Tensor, placement: Placement) -> Run:
+        tol = EXACT_TOL.get(model.head.weight.dtype, 1e-5)
+        length = inputs.shape[1]
+        cap = 300 if placement.mode == "sequential" else 3 * length + 100
+        with torch.no_grad():
+            out = model(inputs, mode=placement.mode, tol=tol, max_iter=cap, trace=True)
+        return Run(out.logits, out.z, per_token(out, tol), None, median_over_positions(out.trace))
+
+    @staticmethod
+    def describe(model: ImplicitSSM, placement: Placement) -> str:
+        tiles = ", ".join(placement.on_tiles)
+        how = tile_options(placement.averaging, placement.predistort)
+        tiles += f" ({how})" if how else ""
+        analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
+        return f"hybrid: {tiles} on optical tiles{analog}; other linear maps, norms, conv, scan, head digital"
+
+    @staticmethod
+    def attributes(model: ImplicitSSM, placement: Placement) -> dict[str, Any]:
+        """Dataset attributes beyond the placement's: the exact path's tolerance, the maps on tiles."""
+        maps = ", ".join(n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles)
+        return {"exact_tol": EXACT_TOL.get(model.head.weight.dtype, 1e-5), "maps_on_tiles": maps}
+
+    def __init__(self, model: ImplicitSSM, profile: DeviceProfile, placement: Placement,
+                 prepared: dict[str, torch.Tensor]) -> None:
+        if placement.tile_size is None and profile.channels is None:
+            placement = Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
+        self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
+
+    def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
+        """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
+        0 ... B - 1, which key their noise) in the placement's mode."""
+        s, key = self.placement, seed_key(seed)
+        placed = place_ssm(self.model, self.profile, self.calibration, s, generator=key.fold(0))
+        cap = s.max_iter or (30 if s.mode == "sequential" else 3 * inputs.shape[1] + 20)
+        out = placed(inputs, generator=key.fold(1), sequences=samples, mode=s.mode, tol=s.rtol, max_iter=cap,
+                     trace=True)
+        return Run(out.logits, out.z, per_token(out, s.rtol), placed.activity(out.iterations),
+                   median_over_positions(out.trace))

@@ -1,0 +1,199 @@
+"""The mechanics of an implicit SSM on tiles: the model copied with its linear maps swapped for
+`DeviceLinear`s (and, with analog elementwise functions, its SiLU and softplus for circuits), what
+each map sees on the exact path (`calibration_inputs`), and a run keyed per token (`PlacedSSM`).
+
+The model's own code runs unchanged (its modules are swapped), so both execution modes run on the
+device. Noise is keyed by token: the model announces each pass of tokens through its maps
+(`pass_hook`: the positions and their visit); a `PlacedSSM` run tells its maps the sequences' ids,
+so the pass of token (s, t) at visit v through map m draws from key.fold(m).fold(TILE_CALL, v, i)
+for tile i at counter s L + t. A run is reproducible from its seed (`PlacedSSM.reset`), and in
+sequential mode a sequence's run does not depend on the batch it is in (given its id; simultaneous
+mode freezes converged prefixes per batch). The placement class is aocsim/execute/hybrid.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from aocsim.errors import InputError
+from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
+from aocsim.execute.device_linear import DeviceLinear, TokenKeys
+from aocsim.execute.placement import Placement
+from aocsim.hardware.engine import keys
+from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.nn.implicit_ssm import ImplicitSSM
+
+CALIBRATION_ROWS = 2048  # inputs per map for the fit (subsampled from the exact path's)
+
+
+def plain_copy(model: ImplicitSSM) -> ImplicitSSM:
+    """A copy of `model` with weight normalisation resolved into the plain matrices it parametrises."""
+    plain = ImplicitSSM(replace(model.config, weight_norm=False)).to(model.head.weight.dtype)
+    state = {name: value for name, value in model.state_dict().items() if ".parametrizations." not in name}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            state[f"{name}.weight"] = module.weight.detach()
+    plain.load_state_dict(state)
+    return plain.eval()
+
+
+@dataclass(frozen=True)
+class MapReport:
+    """One placed map: name, shape, tile grid, scale sigma, the program's matrix error (last
+    closed-loop round), the calibration error on its calibration inputs and the dead input positions."""
+
+    name: str
+    shape: tuple[int, int]
+    grid: tuple[int, int]
+    sigma: float
+    program_error: float
+    calibration_error: float
+    dead_positions: tuple[int, ...]
+
+
+class PlacedSSM:
+    """An `ImplicitSSM` whose linear maps run on a device (module docstring). Call it like the model."""
+
+    def __init__(self, model: ImplicitSSM, maps: dict[str, DeviceLinear],
+                 functions: dict[str, AnalogElementwise] | None = None) -> None:
+        self.model = model
+        self.maps = maps
+        self.functions = functions or {}  # analog elementwise functions by block ("blocks.i.elementwise")
+        names = [*linear_maps(model), *(f"blocks.{i}.elementwise" for i in range(len(model.blocks)))]
+        self.index = {name: i for i, name in enumerate(names)}  # stable noise streams
+
+    def reset(self, generator: keys.Seed) -> None:
+        """Give every map a fresh call count under key.fold(m): a run reproducible from its seed."""
+        key = keys.as_key(generator)
+        if key is None:
+            raise InputError("generator = None; a device run draws noise on every tile pass, so expected a "
+                             "seed, torch.Generator or Key")
+        for name, layer in [*self.maps.items(), *self.functions.items()]:
+            layer.reset(key.fold(self.index[name]))
+
+    def activity(self, iterations: torch.Tensor) -> Activity:
+        """What the machine did per token [B, L] given each token's iterations: the injection's products
+        once (tokens enter once), then every iteration the projections' products and the analog
+        functions' conversions (`DeviceLinear.activity`, `AnalogElementwise.activity`)."""
+        each = [layer.activity() for name, layer in self.maps.items() if name != "inject"]
+        each += [functions.activity() for functions in self.functions.values()]
+        per_iteration = sum(each[1:], each[0]) if each else Activity(0.0)
+        its = iterations.double().cpu().numpy()
+        total = per_iteration * its
+        return total + self.maps["inject"].activity() if "inject" in self.maps else total
+
+    def report(self) -> list[MapReport]:
+        return [MapReport(name, (layer.out_features, layer.in_features), layer.tiles.grid, layer.sigma,
+                          layer.program_error, layer.calibration_error, layer.dead_positions)
+            for name, layer in self.maps.items()]
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, sequences: torch.Tensor | None = None,
+                 **options):
+        """`ImplicitSSM.forward` on the device (same options), after `reset(generator)`.
+
+        `sequences`: the ids [B] of the sequences (default 0 ... B - 1), which key their noise: run a
+        sequence with the id it has in a larger batch and it draws what it draws there.
+        """
+        self.reset(generator)
+        tokens = self.model.check_tokens(tokens)
+        b, length = tokens.shape
+        if sequences is None:
+            sequences = torch.arange(b)
+        if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
+                or tuple(sequences.shape) != (b,) or bool((sequences < 0).any())):
+            raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{b}] of ids >= 0")
+        context = TokenKeys(sequences.long(), length)
+        parts = [*self.maps.values(), *self.functions.values()]
+        for layer in parts:
+            layer.token_keys = context
+        self.model.pass_hook = context.announce
+        try:
+            return self.model(tokens, **options)
+        finally:
+            self.model.pass_hook = None
+            for layer in parts:
+                layer.token_keys = None
+
+
+def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
+    """The linear maps inside f, by module path: the injection and each block's projections."""
+    maps = {"inject": model.inject}
+    for i, block in enumerate(model.blocks):
+        maps[f"blocks.{i}.in_proj"] = block.in_proj
+        maps[f"blocks.{i}.out_proj"] = block.out_proj
+    return maps
+
+
+@torch.no_grad()
+def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = CALIBRATION_ROWS,
+                       tau: float = 0.8, max_iter: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
+    """What each linear map sees on the exact path (simultaneous mode) for `tokens`, `rows` per map,
+    and per block ("blocks.i.elementwise") the smallest and largest x and the largest |f(x)| at each
+    elementwise site [3, 3].
+
+    The rows are drawn without replacement from every call of the solve (iterates on the way to
+    the fixed point included: the device sees those too), by a generator seeded with `seed`.
+    """
+    seen: dict[str, list[torch.Tensor]] = {name: [] for name in linear_maps(model)}
+    hooks = [module.register_forward_pre_hook(lambda _m, args, name=name: seen[name].append(
+        args[0].reshape(-1, args[0].shape[-1]).clone())) for name, module in linear_maps(model).items()]
+    peaks = recorders(model)  # and the elementwise functions' ranges (analog placement)
+    try:
+        model(tokens, mode="simultaneous", tau=tau, tol=1e-6, max_iter=max_iter)
+    finally:
+        for h in hooks:
+            h.remove()
+        restore(model)
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, chunks in seen.items():
+        every = torch.cat(chunks)
+        pick = torch.randperm(every.shape[0], generator=gen)[:rows]
+        out[name] = every[pick]
+    for i, recorder in enumerate(peaks):
+        out[f"blocks.{i}.elementwise"] = recorder.peak
+    return out
+
+
+def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], placement: Placement,
+              *, generator: keys.Seed) -> PlacedSSM:
+    """`model` on `device` (one chip, one weight load keyed by `generator`), as the resolved
+    `placement` says (which maps on tiles, tile size, partial sums, averaging, predistortion,
+    elementwise functions); `calibration`: inputs per map (`calibration_inputs`). The model is
+    copied, not changed; each map keeps its noise stream whatever maps go on tiles."""
+    key = keys.as_key(generator)
+    if key is None:
+        raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
+                         "torch.Generator or Key")
+    kinds = placement.on_tiles
+    wanted = [n for n in linear_maps(model) if n.split(".")[-1] in kinds]
+    missing = [n for n in wanted if not isinstance(calibration, dict) or n not in calibration]
+    if missing:
+        raise InputError(f"calibration has no inputs for {missing[0]!r}; expected calibration_inputs(model, tokens) "
+                         f"(one [R, K] tensor per map: {wanted})")
+    placed = plain_copy(model)
+    layers: dict[str, DeviceLinear] = {}
+    for m, (name, linear) in enumerate(linear_maps(placed).items()):
+        if name.split(".")[-1] not in kinds:
+            continue
+        bias = None if linear.bias is None else linear.bias.detach().clone()
+        layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
+                             tile_size=placement.tile_size, partial_sums=placement.partial_sums,
+                             averaging=placement.averaging, predistort=placement.predistort)
+        layers[name] = layer
+        parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
+                                                              name.split(".")[2])
+        setattr(parent, attr, layer)
+    functions: dict[str, AnalogElementwise] = {}
+    if placement.elementwise == "analog":
+        for i, block in enumerate(placed.blocks):
+            name = f"blocks.{i}.elementwise"
+            block.elementwise = functions[name] = AnalogElementwise(
+                device, i, scales_of(calibration[name]), site_channels(placed.config), placed.head.weight.dtype,
+                generator=key.fold(len(linear_maps(placed)) + i))
+    return PlacedSSM(placed, layers, functions)

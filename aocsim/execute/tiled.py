@@ -1,0 +1,128 @@
+"""A DEQ larger than one machine: its feedback on a grid of optical tiles, the rest digital (`TiledDEQ`).
+
+A DEQ z = alpha z + beta W tanh(z) + U x + b whose state has more variables than the device has
+channels cannot be the loop itself (aocsim/execute/native.py). It runs as a hybrid, like an
+implicit SSM (aocsim/execute/hybrid.py):
+
+- beta W [N, N] is a `DeviceLinear`: programmed onto a grid of chip-sized tiles, fitted and
+  calibrated on the values tanh(z) it sees at the exact path's fixed points of the calibration
+  inputs;
+- tanh, the leak alpha z, the injection U x + b and the readout V z + c are digital (float64);
+- the fixed point is iterated digitally (Picard), one product on the tiles per iteration, until the
+  relative residual ||f(z) - z|| / ||f(z)|| is at most the placement's `rtol` (+ `atol`) or for
+  `max_iter` iterations; the iterate with the lowest residual is returned.
+
+The map contracts slowly (Lipschitz bound up to 0.95), so the distance to the fixed point can be
+many times the residual: the default `rtol` (1e-3) is tight. On a noisy machine the residual floor
+(about 0.8 % on aoc48) lies above it; the run then takes `max_iter` iterations and returns its
+lowest-residual iterate (status max_iter).
+
+Noise is keyed by sample and iteration: the pass of sample s at iteration k draws at counter s
+under visit k (`TokenKeys` with one position), so a sample's run does not depend on its batch.
+Results: docs/DEVICE_RUNS.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from aocsim.errors import InputError
+from aocsim.execute.device_linear import DeviceLinear, TokenKeys
+from aocsim.execute.inputs import check_deq_inputs
+from aocsim.execute.native import NativeDEQ, exact_deq
+from aocsim.execute.placement import TILED, Placement
+from aocsim.execute.run import Run, seed_key
+from aocsim.execute.ssm_device import CALIBRATION_ROWS
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.tiles import tile_options
+from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.nn.deq import DEQ
+from aocsim.solve import solve
+
+
+class _Iteration:
+    """f(z) = alpha z + tiles(tanh z) + u, announcing each pass's visit (the iteration) to the tiles."""
+
+    def __init__(self, model: DEQ, feedback: DeviceLinear, u: torch.Tensor, context: TokenKeys) -> None:
+        self.model, self.feedback, self.u, self.context = model, feedback, u, context
+        self.position, self.visit = torch.zeros(1, dtype=torch.int64), 0
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        self.context.announce(self.position, self.visit)
+        self.visit += 1
+        return self.model.config.alpha * z + self.feedback(torch.tanh(z)) + self.u
+
+
+class TiledDEQ:
+    """A DEQ on one chip of a device whose channels it outgrows (module docstring)."""
+
+    kind = TILED
+    residual = "abs_residual"
+    residual_units = "model state units (||f(z) - z||_2)"
+    dims = ("sample",)
+
+    @staticmethod
+    def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:
+        """A DEQ the device cannot hold natively; refused (one line) when tiling is off."""
+        if not isinstance(model, DEQ) or NativeDEQ.fits(model, profile, placement):
+            return False
+        if placement.tiling is False:
+            raise InputError(f"model state_size = {model.config.state_size} does not fit device {profile.name!r} "
+                             f"with {profile.channels} channels and tiling is off; expected state_size = "
+                             f"{profile.channels}, or tiling on (aocsim compare --tiling) to run beta W on "
+                             "optical tiles")
+        return True
+
+    check_inputs = staticmethod(NativeDEQ.check_inputs)
+
+    @staticmethod
+    def prepare(model: DEQ, calibration: Any, placement: Placement) -> torch.Tensor:
+        """The values tanh(z*) beta W sees at the exact fixed points of the calibration inputs (at most
+        CALIBRATION_ROWS of them)."""
+        if calibration is None:
+            raise InputError("calibration = None; the tiles are fitted on the values tanh(z*) at the exact fixed "
+                             "points of calibration inputs, so expected a tensor [B, input_size]")
+        x, _ = check_deq_inputs(model, calibration, name="calibration")
+        values = torch.tanh(exact_deq(model, x).z)
+        pick = torch.randperm(values.shape[0], generator=torch.Generator().manual_seed(0))[:CALIBRATION_ROWS]
+        return values[pick]
+
+    @staticmethod
+    def exact(model: DEQ, inputs: torch.Tensor, placement: Placement) -> Run:
+        out = exact_deq(model, inputs, trace=True)
+        return Run(out.logits, out.z, out.solve, None, out.solve.trace)
+
+    @staticmethod
+    def describe(model: DEQ, placement: Placement) -> str:
+        how = tile_options(placement.averaging, placement.predistort)
+        return (f"tiled hybrid (beta W on optical tiles{', ' + how if how else ''}; tanh, leak, U x + b, V z + c "
+                "and the iteration digital)")
+
+    def __init__(self, model: DEQ, profile: DeviceProfile, placement: Placement, prepared: torch.Tensor) -> None:
+        self.model, self.profile, self.placement, self.values = model, profile, placement, prepared
+        with torch.no_grad():
+            self.operator = model.operator().detach()
+
+    def load(self, seed: keys.Seed) -> DeviceLinear:
+        """beta W on the tiles: programmed, loaded and calibrated with the draws of `seed`."""
+        s = self.placement
+        return DeviceLinear(self.profile, self.operator, None, self.values, generator=seed_key(seed).fold(0),
+                            tile_size=s.tile_size, partial_sums=s.partial_sums, averaging=s.averaging,
+                            predistort=s.predistort)
+
+    def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
+        """Iterate to the device's fixed point and read out; noise keyed by `seed`, sample and iteration."""
+        s = self.placement
+        feedback = self.load(seed)
+        with torch.no_grad():
+            u = self.model.injection(inputs)
+            ids = keys.check_samples(samples, u.shape[0], torch.device("cpu"))
+            feedback.reset(seed_key(seed).fold(1))
+            context = TokenKeys(ids, 1)
+            feedback.token_keys = context
+            result = solve(_Iteration(self.model, feedback, u, context), torch.zeros_like(u), solver="picard",
+                           atol=s.atol, rtol=s.rtol, max_iter=s.max_iter, trace=True)
+        activity = feedback.activity() * result.iterations.double().numpy()  # one product per iteration
+        return Run(self.model.readout(result.z), result.z, result, activity, result.trace)

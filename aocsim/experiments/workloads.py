@@ -1,0 +1,82 @@
+"""Each bundled model's default workload: what `aocsim compare`, the sweeps and the tests run it on.
+
+One function (`default_workload`) builds it from the model card's task:
+
+- digits DEQs: the test images and labels (the first `samples`, default all 450), calibrated on
+  the training images (the fit inputs of a native DEQ, the tile values of a tiled one; no labels);
+- state-tracking implicit SSMs: `sequences` fresh word problems of `length_factor` times the
+  training length, every element equally likely (generator `SEQUENCE_GENERATOR`), calibrated on 16
+  sequences of the training length with identity tokens at probability 0.5 (generator
+  `CALIBRATION_GENERATOR`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from aocsim.errors import InputError
+
+SEQUENCE_GENERATOR = 2024  # the sequences a sequence model is compared on
+CALIBRATION_GENERATOR = 99  # the sequences its tiles are calibrated on
+CALIBRATION_SEQUENCES = 16
+
+
+@dataclass(frozen=True)
+class Workload:
+    """inputs and targets to run (targets None when there are none), and the calibration inputs of
+    the placement (`aocsim.execute.place(calibration=...)`)."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor | None
+    calibration: torch.Tensor
+
+
+def _task(model: Any) -> str | None:
+    return (getattr(model, "card", None) or {}).get("task")
+
+
+def default_calibration(model: Any) -> torch.Tensor | None:
+    """The calibration inputs of a bundled model's task (module docstring); None for a model without
+    a known task (an in-memory model: pass calibration inputs yourself)."""
+    task = _task(model)
+    if task == "digits":
+        from aocsim.tasks.digits import load_split
+
+        return load_split(model.weight.dtype).x_train
+    if task == "state_tracking":
+        from aocsim.tasks.groups import group, word_problems
+
+        data = model.card["data"]
+        tokens, _ = word_problems(group(data["group"]), CALIBRATION_SEQUENCES, data["train_length"],
+                                  identity_prob=0.5, generator=CALIBRATION_GENERATOR)
+        return tokens
+    return None
+
+
+def default_workload(model: Any, *, samples: int | None = None, sequences: int = 32,
+                     length_factor: int = 4) -> Workload:
+    """A bundled model's workload (module docstring): `samples` test images for a digits DEQ, or
+    `sequences` fresh sequences of `length_factor` x the training length for a sequence model."""
+    task = _task(model)
+    name = (getattr(model, "card", None) or {}).get("name", type(model).__name__)
+    if task == "digits":
+        from aocsim.tasks.digits import load_split
+
+        split = load_split(model.weight.dtype)
+        n = split.x_test.shape[0] if samples is None else samples
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= split.x_test.shape[0]:
+            raise InputError(f"samples = {samples!r}: model {name!r} has {split.x_test.shape[0]} test images; "
+                             f"expected an integer in [1, {split.x_test.shape[0]}]")
+        return Workload(split.x_test[:n], split.y_test[:n], default_calibration(model))
+    if task == "state_tracking":
+        from aocsim.tasks.groups import group, word_problems
+
+        g = group(model.card["data"]["group"])
+        tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
+                                        identity_prob=1 / g.order, generator=SEQUENCE_GENERATOR)
+        return Workload(tokens, targets, default_calibration(model))
+    raise InputError(f"model {name!r} has task {task!r}; bundled workloads exist for digits DEQs and "
+                     "state-tracking implicit SSMs")
