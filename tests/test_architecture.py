@@ -109,3 +109,8 @@ def test_the_checker_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert {e for e in cycles(graph)} == {("a", "b"), ("b", "c"), ("c", "a")}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_module_is_much_longer_than_300_lines() -> None:
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

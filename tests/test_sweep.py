@@ -232,3 +232,21 @@ def test_a_setting_axis_draws_as_named_positions(tmp_path: Path) -> None:
                     coords={"model": ["m"], "placement.partial_sums": ["analog", "digital"], "chip": [0],
                             "seed": [0, 1]})
     assert plot_sweep(ds, tmp_path / "cat.png").stat().st_size > 0
+
+
+def test_a_resume_after_the_device_profile_was_edited_is_refused(tmp_path: Path) -> None:
+    """The sweep's spec.json holds the profile's checksum: a resume on an edited profile file would mix
+    points of two machines in one Dataset, so it is refused; on the unchanged file it resumes."""
+    from aocsim.paths import devices_dir
+
+    device = tmp_path / "my48.yaml"
+    device.write_text((devices_dir() / "aoc48.yaml").read_text())
+    spec = parse_spec({**SMALL, "device": str(device), "data": {"samples": 4}, "axes": {"slm.bits": [9]}})
+    out = tmp_path / "run"
+    first = sweep(spec, out)
+    assert xr.testing.assert_identical(sweep(spec, out, resume=True), first) is None  # unchanged: resumes
+    device.write_text(device.read_text().replace("injection.dac_bits: 12", "injection.dac_bits: 11"))
+    with pytest.raises(InputError, match="the device profile or a model changed since the sweep started") as err:
+        sweep(parse_spec({**SMALL, "device": str(device), "data": {"samples": 4}, "axes": {"slm.bits": [9]}}), out,
+              resume=True)
+    assert "\n" not in str(err.value)

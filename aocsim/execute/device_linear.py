@@ -64,25 +64,76 @@ class TokenKeys:
         return (self.sequences[:, None] * self.length + self.positions[None, :]).reshape(-1)
 
 
+@dataclass(frozen=True)
+class MapProgram:
+    """What a chip's calibration found for one map (`fit_map`), the same for every load of it.
+
+    weight: [M, K'] what each load programs (the fitted program, scaled so that the calibration
+    nodes use `HEADROOM` of the ADC's range); columns [K]: the column of input k (dead positions
+    skipped); sigma: the scale of W in the fit; error: the program's matrix error (last closed-loop
+    round); dead: the dead input positions; tile_size, input_range: the tiles it was fitted for.
+    """
+
+    weight: torch.Tensor
+    columns: torch.Tensor
+    sigma: float
+    error: float
+    dead: tuple[int, ...]
+    tile_size: int
+    input_range: float
+
+
+def ideal_nodes(weight: torch.Tensor, t: torch.Tensor, input_range: float, sigma: float) -> torch.Tensor:
+    """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles apply."""
+    return (t / input_scale(t, input_range)[:, None]) @ (weight / sigma).T
+
+
+def fit_key(device: DeviceProfile, map_index: int = 0) -> keys.Key:
+    """The key of a map's fit on the chip `device` describes: under the chip's root (`Stream.FIT`)."""
+    return keys.chip_root(device.values["variation.chip_seed"]).fold(keys.Stream.FIT, map_index)
+
+
+def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
+            tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
+            rounds: int = ROUNDS, predistort: bool = False) -> MapProgram:
+    """The program of W [M, K] on the chip `device` describes (module docstring: dead positions, gains,
+    closed-loop rounds on probe loads keyed by `key`, then the scale), fitted on the calibration
+    inputs [R, K]: done once per chip and map, whatever the loads that follow."""
+    r = default_input_range(device, input_range)
+    size = resolve_tile_size(device, tile_size)
+    low, high = (float(v) for v in device.values["readout.range_v"])
+    half = min(-low, high)
+    # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
+    sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0
+    program = fit_tile_program(device, weight / sigma, tile_size=size, input_range=r, key=key,
+                               partial_sums=partial_sums, rounds=rounds, predistort=predistort)
+    # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
+    target = ideal_nodes(weight, inputs, r, sigma)
+    kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
+    return MapProgram(kappa * program.weight, program.columns, sigma, program.error, program.dead, size, r)
+
+
 class DeviceLinear(nn.Module):
-    """A linear map on optical tiles, calibrated: call it like the `nn.Linear` it replaces.
+    """A linear map on optical tiles, loaded and calibrated: call it like the `nn.Linear` it replaces.
 
     Args:
         device: the profile (one chip: its `variation.chip_seed`).
         weight: W [M, K]; bias: [M] or None (added digitally).
         inputs: calibration inputs [R, K] (what the map sees on the exact path).
-        generator: key of the weight loads (programming draws) and of the calibration probes.
-        tile_size, partial_sums, input_range: as in `TiledMatrix`.
+        generator: key of this weight load (its programming draws), of the probe passes that
+            calibrate it and, until a placed model resets it, of its calls' noise.
+        program: the chip's fitted program (`fit_map`); None: fitted here, keyed by the chip (`fit_key`).
+        tile_size, partial_sums, input_range: as in `TiledMatrix` (for the fit when program is None).
         rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
         averaging: tile passes per call, their node readings averaged (the per-pass noise's std falls
-            as 1 / sqrt(averaging); time and conversions grow by the factor: `passes_per_call`).
+            as 1 / sqrt(averaging); time and conversions grow by the factor: `activity`).
         predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
-                 inputs: torch.Tensor, *, generator: keys.Seed, tile_size: int | None = None,
-                 partial_sums: str = "analog", input_range: float | None = None, rounds: int = ROUNDS,
-                 averaging: int = 1, predistort: bool = False) -> None:
+                 inputs: torch.Tensor, *, generator: keys.Seed, program: MapProgram | None = None,
+                 tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
+                 rounds: int = ROUNDS, averaging: int = 1, predistort: bool = False) -> None:
         super().__init__()
         self.averaging = count("averaging", averaging)
         self.predistort = switch("predistort", predistort)
@@ -92,30 +143,20 @@ class DeviceLinear(nn.Module):
         if key is None:
             raise InputError("generator = None; placing a map on tiles draws its weight loads, so expected a "
                              "seed, torch.Generator or Key")
-        self.input_range = default_input_range(device, input_range)
-        size = resolve_tile_size(device, tile_size)
-        low, high = (float(v) for v in device.values["readout.range_v"])
-        half = min(-low, high)
-        # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
-        self.sigma = float(self._ideal_nodes(inputs, 1.0).abs().max()) / (HEADROOM * half) or 1.0
-        program = fit_tile_program(device, weight / self.sigma, tile_size=size, input_range=self.input_range,
-                                   key=key.fold(0), partial_sums=partial_sums, rounds=rounds, predistort=predistort)
+        if program is None:
+            program = fit_map(device, weight, inputs, key=fit_key(device), tile_size=tile_size,
+                              partial_sums=partial_sums, input_range=input_range, rounds=rounds, predistort=predistort)
+        self.program, self.sigma, self.input_range = program, program.sigma, program.input_range
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
         self.dead_positions = program.dead
-        # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
-        target = self._ideal_nodes(inputs, self.sigma)
-        kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
-        self.tiles = TiledMatrix(device, kappa * program.weight, tile_size=size, generator=key.fold(1),
-                                 input_range=self.input_range, predistort=predistort)  # the final load: its own draws
-        node, _ = self._nodes(inputs, key.fold(2))
+        self.tiles = TiledMatrix(device, program.weight, tile_size=program.tile_size, generator=key,
+                                 input_range=self.input_range, predistort=predistort)  # the load: its own draws
+        target = ideal_nodes(weight, inputs, self.input_range, self.sigma)
+        node, _ = self._nodes(inputs, key.fold(keys.Stream.CALIBRATION))
         self.gain, self.offset = affine_fit(target, node)
         self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
-        self.run_key, self.calls = key.fold(3), 0
+        self.run_key, self.calls = key.fold(keys.Stream.RUN), 0
         self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
-
-    def _ideal_nodes(self, t: torch.Tensor, sigma: float) -> torch.Tensor:
-        """(W / sigma) u per row, in node volts, for the drive u = t / s the tiles apply."""
-        return (t / input_scale(t, self.input_range)[:, None]) @ (self.weight / sigma).T
 
     def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -35,7 +35,6 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.ssm_blocks import Elementwise
 
 HEADROOM = 0.8  # the largest calibration output, as a fraction of a site's full scale
-ELEMENTWISE = 7  # stream purpose under a chip's key (keys.CHIP ... keys.DARK are 1-6)
 PROBES, REPEATS = 64, 4  # the calibration sweep of each circuit: input points, readings of each
 
 
@@ -64,7 +63,7 @@ class AnalogElementwise(Elementwise):
         self.scale = {site: max(peak, 1e-12) / HEADROOM for site, (_, _, peak) in scales.items()}
         self.noise_std = float(v["elementwise.noise_std"])
         self.dac_bits, self.adc_bits = v["injection.dac_bits"], v["readout.adc_bits"]
-        chip = keys.Key(keys._mix(v["variation.chip_seed"])).fold(ELEMENTWISE, block)
+        chip = keys.chip_root(v["variation.chip_seed"]).fold(keys.Stream.ELEMENTWISE, block)
         self.gain, self.offset = {}, {}
         for i, site in enumerate(self.SITES):
             n = channels[site]
@@ -72,7 +71,7 @@ class AnalogElementwise(Elementwise):
                 chip.fold(i, 0), (n,), dtype=dtype, device="cpu")
             self.offset[site] = float(v["elementwise.offset_std"]) * self.scale[site] * keys.normals(
                 chip.fold(i, 1), (n,), dtype=dtype, device="cpu")
-        self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.ssm.TokenKeys)
+        self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.device_linear.TokenKeys)
         # Per-channel correction y -> (y - o) / g, fitted on a probe sweep of each circuit (calibrate).
         self.fitted_gain = {site: torch.ones_like(g) for site, g in self.gain.items()}
         self.fitted_offset = {site: torch.zeros_like(o) for site, o in self.offset.items()}

@@ -10,9 +10,10 @@ conv and the selective scan, the scan state between tokens, and the head; SiLU a
 or on modelled analog circuits (`elementwise="analog"`, aocsim/execute/elementwise.py). Both
 execution modes run on the device (aocsim/execute/ssm_device.py).
 
-Per chip: what each map sees on the exact path for the calibration sequences (computed once for
-all chips: `prepare`). Per seed: the weight loads, fitted and calibrated, then the run, its noise
-keyed by the seed, sequence and token. A token's status is "converged" when its relative residual
+What each map sees on the exact path for the calibration sequences is computed once for all chips
+(`prepare`). Per chip: each map's program is fitted on probe loads of that chip (`fit_programs`).
+Per seed: every map loaded and calibrated, then the run, its noise keyed by the seed, sequence and
+token. A token's status is "converged" when its relative residual
 ||f(z) - z|| / ||f(z)|| is at most the placement's `rtol`, else "max_iter". Results on the bundled
 models: docs/DEVICE_RUNS.md.
 """
@@ -29,7 +30,8 @@ from aocsim.errors import InputError
 from aocsim.execute.inputs import check_token_inputs
 from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.run import Run, seed_key
-from aocsim.execute.ssm_device import calibration_inputs, linear_maps, place_ssm
+from aocsim.execute.ssm_device import calibration_inputs, fit_programs, linear_maps, place_ssm
+from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.tiles import tile_options
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import ImplicitSSM
@@ -124,14 +126,16 @@ class HybridSSM:
         if placement.tile_size is None and profile.channels is None:
             placement = Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
         self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
+        self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
         0 ... B - 1, which key their noise) in the placement's mode."""
         s, key = self.placement, seed_key(seed)
-        placed = place_ssm(self.model, self.profile, self.calibration, s, generator=key.fold(0))
+        placed = place_ssm(self.model, self.profile, self.calibration, s, generator=key.fold(keys.Stream.LOAD),
+                           programs=self.programs)
         cap = s.max_iter or (30 if s.mode == "sequential" else 3 * inputs.shape[1] + 20)
-        out = placed(inputs, generator=key.fold(1), sequences=samples, mode=s.mode, tol=s.rtol, max_iter=cap,
-                     trace=True)
+        out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, mode=s.mode, tau=s.damping,
+                     tol=s.rtol, max_iter=cap, trace=True)
         return Run(out.logits, out.z, per_token(out, s.rtol), placed.activity(out.iterations),
                    median_over_positions(out.trace))

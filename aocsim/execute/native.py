@@ -85,16 +85,16 @@ class NativeDEQ:
         """The program on the SLM: one weight load, its programming error keyed by `seed`."""
         p = self.compiled.program
         return OpticalLoop(self.profile, p.weight, alpha=float(self.model.config.alpha), beta=p.beta,
-                           generator=seed_key(seed).fold(0))
+                           generator=seed_key(seed).fold(keys.Stream.LOAD))
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load with `seed`, then solve every input on the loop (one inference each: a drift step, then
         the per-iteration noise of its sample index, `samples`, default 0 ... B - 1) and read out."""
-        s, key = self.placement, seed_key(seed).fold(1)
+        s, key = self.placement, seed_key(seed).fold(keys.Stream.RUN)
         traced = s.stop == "tolerance"
         with torch.no_grad():
-            loop = self.load(seed).drifted(key.fold(0))
-            result = loop.solve(self.injection(inputs), generator=key.fold(1), samples=samples, stop=s.stop,
+            loop = self.load(seed).drifted(key)  # the drift step and every iteration's noise: purposes of the run
+            result = loop.solve(self.injection(inputs), generator=key, samples=samples, stop=s.stop,
                                 max_iter=s.max_iter, atol=s.atol, rtol=s.rtol, trace=traced)
         a, c = self.compiled.gain, self.compiled
         z = (a * result.z + c.offset)[:, self.inverse]  # z = a z_d + b, in model order

@@ -89,6 +89,14 @@ def fraction(name: str, value: Any) -> float:
     return value
 
 
+def damping(name: str, value: Any) -> float:
+    """A damping factor tau in (0, 1] of z <- (1 - tau) z + tau f(z)."""
+    value = _number(name, value)
+    if not 0.0 < value <= 1.0:
+        raise InputError(f"{name} = {short(value)}; expected a damping in (0, 1]")
+    return value
+
+
 def nonnegative(name: str, value: Any) -> float:
     value = _number(name, value)
     if value < 0.0:
@@ -174,6 +182,11 @@ class Placement:
         {NATIVE: 1e-6, TILED: 1e-6}, nonnegative,
         "DEQs: absolute residual ||f(z) - z|| added to rtol's, in the units of the iterated state (device "
         "volts natively, model units on tiles) [1e-6].")
+
+    damping: float | None = option(
+        {HYBRID: 0.8}, damping,
+        "implicit SSMs: tau of the device iteration z <- (1 - tau) z + tau f(z) (the fixed point stays; "
+        "how fast and how noisily it is reached changes).")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -20,7 +20,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
-from aocsim.execute.device_linear import DeviceLinear, TokenKeys
+from aocsim.execute.device_linear import DeviceLinear, MapProgram, TokenKeys, fit_key, fit_map
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity
@@ -160,30 +160,46 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
     return out
 
 
+def on_tiles(model: ImplicitSSM, placement: Placement) -> list[str]:
+    """The names of the maps the placement puts on tiles, in `linear_maps` order."""
+    return [n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles]
+
+
+def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
+                 placement: Placement) -> dict[str, MapProgram]:
+    """What the chip `device` describes holds for each map on tiles (`fit_map`, keyed by the chip and
+    the map's index): fitted once per chip, loaded by every seed."""
+    missing = [n for n in on_tiles(model, placement) if not isinstance(calibration, dict) or n not in calibration]
+    if missing:
+        raise InputError(f"calibration has no inputs for {missing[0]!r}; expected calibration_inputs(model, tokens) "
+                         f"(one [R, K] tensor per map: {on_tiles(model, placement)})")
+    maps = linear_maps(plain_copy(model))
+    index = {name: m for m, name in enumerate(maps)}
+    return {name: fit_map(device, maps[name].weight.detach(), calibration[name], key=fit_key(device, index[name]),
+                          tile_size=placement.tile_size, partial_sums=placement.partial_sums,
+                          predistort=placement.predistort) for name in on_tiles(model, placement)}
+
+
 def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], placement: Placement,
-              *, generator: keys.Seed) -> PlacedSSM:
+              *, generator: keys.Seed, programs: dict[str, MapProgram] | None = None) -> PlacedSSM:
     """`model` on `device` (one chip, one weight load keyed by `generator`), as the resolved
     `placement` says (which maps on tiles, tile size, partial sums, averaging, predistortion,
-    elementwise functions); `calibration`: inputs per map (`calibration_inputs`). The model is
-    copied, not changed; each map keeps its noise stream whatever maps go on tiles."""
+    elementwise functions); `calibration`: inputs per map (`calibration_inputs`); `programs`: the
+    chip's fitted programs (`fit_programs`; None: fitted here). The model is copied, not changed;
+    each map keeps its noise stream whatever maps go on tiles."""
     key = keys.as_key(generator)
     if key is None:
         raise InputError("generator = None; placing the model draws its weight load, so expected a seed, "
                          "torch.Generator or Key")
-    kinds = placement.on_tiles
-    wanted = [n for n in linear_maps(model) if n.split(".")[-1] in kinds]
-    missing = [n for n in wanted if not isinstance(calibration, dict) or n not in calibration]
-    if missing:
-        raise InputError(f"calibration has no inputs for {missing[0]!r}; expected calibration_inputs(model, tokens) "
-                         f"(one [R, K] tensor per map: {wanted})")
+    programs = fit_programs(model, device, calibration, placement) if programs is None else programs
     placed = plain_copy(model)
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
-        if name.split(".")[-1] not in kinds:
+        if name not in programs:
             continue
         bias = None if linear.bias is None else linear.bias.detach().clone()
         layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
-                             tile_size=placement.tile_size, partial_sums=placement.partial_sums,
+                             program=programs[name], partial_sums=placement.partial_sums,
                              averaging=placement.averaging, predistort=placement.predistort)
         layers[name] = layer
         parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],

@@ -4,9 +4,9 @@ A DEQ z = alpha z + beta W tanh(z) + U x + b whose state has more variables than
 channels cannot be the loop itself (aocsim/execute/native.py). It runs as a hybrid, like an
 implicit SSM (aocsim/execute/hybrid.py):
 
-- beta W [N, N] is a `DeviceLinear`: programmed onto a grid of chip-sized tiles, fitted and
-  calibrated on the values tanh(z) it sees at the exact path's fixed points of the calibration
-  inputs;
+- beta W [N, N] is a `DeviceLinear`: programmed onto a grid of chip-sized tiles, its program fitted
+  once per chip and each seed's load calibrated, on the values tanh(z) it sees at the exact path's
+  fixed points of the calibration inputs;
 - tanh, the leak alpha z, the injection U x + b and the readout V z + c are digital (float64);
 - the fixed point is iterated digitally (Picard), one product on the tiles per iteration, until the
   relative residual ||f(z) - z|| / ||f(z)|| is at most the placement's `rtol` (+ `atol`) or for
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, TokenKeys
+from aocsim.execute.device_linear import DeviceLinear, TokenKeys, fit_key, fit_map
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement
@@ -104,12 +104,14 @@ class TiledDEQ:
         self.model, self.profile, self.placement, self.values = model, profile, placement, prepared
         with torch.no_grad():
             self.operator = model.operator().detach()
+        self.program = fit_map(profile, self.operator, prepared, key=fit_key(profile), tile_size=placement.tile_size,
+                               partial_sums=placement.partial_sums, predistort=placement.predistort)  # once per chip
 
     def load(self, seed: keys.Seed) -> DeviceLinear:
         """beta W on the tiles: programmed, loaded and calibrated with the draws of `seed`."""
         s = self.placement
-        return DeviceLinear(self.profile, self.operator, None, self.values, generator=seed_key(seed).fold(0),
-                            tile_size=s.tile_size, partial_sums=s.partial_sums, averaging=s.averaging,
+        return DeviceLinear(self.profile, self.operator, None, self.values, generator=seed_key(seed).fold(keys.Stream.LOAD),
+                            program=self.program, partial_sums=s.partial_sums, averaging=s.averaging,
                             predistort=s.predistort)
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
@@ -119,7 +121,7 @@ class TiledDEQ:
         with torch.no_grad():
             u = self.model.injection(inputs)
             ids = keys.check_samples(samples, u.shape[0], torch.device("cpu"))
-            feedback.reset(seed_key(seed).fold(1))
+            feedback.reset(seed_key(seed).fold(keys.Stream.RUN))
             context = TokenKeys(ids, 1)
             feedback.token_keys = context
             result = solve(_Iteration(self.model, feedback, u, context), torch.zeros_like(u), solver="picard",

@@ -31,16 +31,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import yaml
 
 from aocsim.errors import AocsimError, InputError, ProfileError
 from aocsim.execute.placement import DECLARATIONS
+from aocsim.experiments.sweep.axes import Axis, count, drawn, mapping, short, zipped
+from aocsim.experiments.sweep.axes import values as axis_values
 from aocsim.hardware.profiles.profile import _Loader
 
 TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
@@ -58,19 +58,7 @@ METRICS = {
     "time_per_inference_s": "mean hardware time per sample (per token), s",
     "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/physics/energy.py)",
 }
-SAMPLING = ("latin_hypercube", "uniform")
 DATA_KEYS = {"samples", "sequences", "length_factor"}
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One swept dimension: its name and, per parameter path, the value at each coordinate."""
-
-    dim: str
-    values: dict[str, tuple[Any, ...]]
-
-    def __len__(self) -> int:
-        return len(next(iter(self.values.values())))
 
 
 @dataclass(frozen=True)
@@ -162,58 +150,41 @@ def parse_spec(raw: Any, *, where: str = "spec", check: bool = True) -> SweepSpe
     if not isinstance(device, str) or not device:
         raise InputError(f"device = {device!r}; expected a profile name or a profile file path")
     data = _data(raw.get("data", {}))
-    axes = [Axis(path, {path: _values(f"axes.{path}", v)}) for path, v in _mapping("axes", raw.get("axes", {})).items()]
+    axes = [Axis(path, {path: axis_values(f"axes.{path}", v)}) for path, v in mapping("axes", raw.get("axes", {})).items()]
     for block in ("zip", "random"):
         if block in raw and not (isinstance(raw[block], dict) and raw[block]):
-            raise InputError(f"{block} = {_short(raw[block])}; expected a non-empty mapping (or no {block} key)")
+            raise InputError(f"{block} = {short(raw[block])}; expected a non-empty mapping (or no {block} key)")
     if "zip" in raw:
-        axes.append(_zipped(raw["zip"]))
+        axes.append(zipped(raw["zip"]))
     if "random" in raw:
-        axes.append(_drawn(raw["random"]))
+        axes.append(drawn(raw["random"]))
     paths = [p for a in axes for p in a.values]
     repeated = sorted({p for p in paths if paths.count(p) > 1})
     if repeated:
         raise InputError(f"parameter {repeated[0]!r} is swept twice; expected each path under one of axes, zip, random")
     spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
-                     _ids("chips", raw.get("chips", 1)), _int("root_seed", raw.get("root_seed", 0)),
+                     _ids("chips", raw.get("chips", 1)), count("root_seed", raw.get("root_seed", 0)),
                      _metrics(raw.get("metrics")), source=raw)
     if check:
         check_points(spec)
     return spec
 
 
-def _mapping(name: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InputError(f"{name} = {_short(value)}; expected a mapping")
-    return value
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _int(name: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{name} = {_short(value)}; expected an integer >= {minimum}")
-    return value
-
-
 def _models(value: Any) -> tuple[str, ...]:
     models = [value] if isinstance(value, str) else value
     if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
-        raise InputError(f"model = {_short(value)}; expected a model name or folder, or a non-empty list of them")
+        raise InputError(f"model = {short(value)}; expected a model name or folder, or a non-empty list of them")
     if len(set(models)) != len(models):
-        raise InputError(f"model = {_short(value)}; expected distinct models")
+        raise InputError(f"model = {short(value)}; expected distinct models")
     return tuple(models)
 
 
 def _data(value: Any) -> dict[str, int]:
-    data = _mapping("data", value)
+    data = mapping("data", value)
     unknown = [k for k in data if k not in DATA_KEYS]
     if unknown:
         raise InputError(f"data.{unknown[0]} is not a data setting; expected {', '.join(sorted(DATA_KEYS))}")
-    return {k: _int(f"data.{k}", v, minimum=1) for k, v in data.items()}
+    return {k: count(f"data.{k}", v, minimum=1) for k, v in data.items()}
 
 
 def _ids(name: str, value: Any) -> tuple[int, ...]:
@@ -224,7 +195,7 @@ def _ids(name: str, value: Any) -> tuple[int, ...]:
     ok = isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                                                    for v in value)
     if not ok or len(set(value)) != len(value):
-        raise InputError(f"{name} = {_short(value)}; expected a count >= 1 or a list of distinct integers >= 0")
+        raise InputError(f"{name} = {short(value)}; expected a count >= 1 or a list of distinct integers >= 0")
     return tuple(value)
 
 
@@ -232,63 +203,11 @@ def _metrics(value: Any) -> tuple[str, ...]:
     if value is None:
         return tuple(METRICS)
     if not isinstance(value, list) or not value:
-        raise InputError(f"metrics = {_short(value)}; expected a list among {', '.join(METRICS)}")
+        raise InputError(f"metrics = {short(value)}; expected a list among {', '.join(METRICS)}")
     for m in value:
         if m not in METRICS:
             raise InputError(f"metrics: unknown metric {m!r}; expected among {', '.join(METRICS)}")
     return tuple(dict.fromkeys(value))
-
-
-def _values(name: str, value: Any) -> tuple[Any, ...]:
-    if not isinstance(value, list) or not value:
-        raise InputError(f"{name} = {_short(value)}; expected a non-empty list of values")
-    if any(v is None or isinstance(v, (dict, list)) for v in value):
-        raise InputError(f"{name} = {_short(value)}; expected a list of numbers, strings or booleans (no null: "
-                         "a coordinate must be a value)")
-    distinct = {(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else json.dumps(v))
-                for v in value}  # 4 and 4.0 are one setting
-    if len(distinct) != len(value):
-        raise InputError(f"{name} = {_short(value)}; expected distinct values")
-    return tuple(value)
-
-
-def _zipped(zipped: dict[str, Any]) -> Axis:
-    values = {path: _values(f"zip.{path}", v) for path, v in zipped.items()}
-    lengths = {len(v) for v in values.values()}
-    if len(lengths) != 1:
-        raise InputError(f"zip: lists of lengths {sorted(lengths)}; expected lists of one length (varied together)")
-    return Axis("zip", values)
-
-
-def _drawn(random: dict[str, Any]) -> Axis:
-    """Points drawn in a box: Latin hypercube (one point per stratum of every parameter) or uniform."""
-    unknown = [k for k in random if k not in ("method", "points", "seed", "ranges")]
-    if unknown:
-        raise InputError(f"random.{unknown[0]} is not a setting; expected method, points, seed, ranges")
-    method = random.get("method", "latin_hypercube")
-    if method not in SAMPLING:
-        raise InputError(f"random.method = {method!r}; expected one of {', '.join(SAMPLING)}")
-    n = _int("random.points", random.get("points"), minimum=1)
-    rng = np.random.default_rng(_int("random.seed", random.get("seed", 0)))
-    ranges = _mapping("random.ranges", random.get("ranges"))
-    if not ranges:
-        raise InputError("random.ranges is empty; expected {path: {low, high, scale}} for at least one parameter")
-    values = {}
-    for path, box in ranges.items():
-        box = _mapping(f"random.ranges.{path}", box)
-        low, high, scale = box.get("low"), box.get("high"), box.get("scale", "linear")
-        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high))
-        if not ok or low >= high or scale not in ("linear", "log") or (scale == "log" and low <= 0):
-            raise InputError(f"random.ranges.{path} = {_short(box)}; expected {{low, high, scale}} with finite "
-                             "low < high, scale linear or log (log: low > 0)")
-        if method == "latin_hypercube":
-            u = (rng.permutation(n) + rng.random(n)) / n
-        else:
-            u = rng.random(n)
-        a, b = (math.log(low), math.log(high)) if scale == "log" else (low, high)
-        drawn = a + u * (b - a)
-        values[path] = tuple(float(v) for v in (np.exp(drawn) if scale == "log" else drawn))
-    return Axis("draw", values)
 
 
 def check_points(spec: SweepSpec) -> None:

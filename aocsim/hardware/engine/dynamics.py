@@ -12,6 +12,7 @@ fixed-count path of the driver. What an inference did, for time and energy, is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
 import numpy as np
@@ -22,6 +23,7 @@ from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.step import Constants, Layout, nonlinearity, node_noise_variance
 from aocsim.hardware.physics.energy import Activity
+from aocsim.solve.result import SolveResult
 
 
 class LoadedLoop(Protocol):
@@ -144,3 +146,16 @@ def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, 
         trips = np.full_like(its, float(window))
         return Activity(trips * rt, channels, channels * k, channels * k, round_trips=trips, channels=channels)
     return Activity(its * rt, channels, channels, 0, round_trips=its, channels=channels)
+
+
+@dataclass(frozen=True)
+class LoopSolve(SolveResult):
+    """A solve on the loop: `SolveResult` plus what the machine did per sample (`activity`: round
+    trips, conversions, time; `loop_activity`)."""
+
+    activity: Activity | None = None
+
+    @property
+    def hardware_time_s(self) -> torch.Tensor:
+        """[B] seconds on the machine (the activity's time: the solve's round trips, or the readout window)."""
+        return torch.as_tensor(self.activity.time_s, dtype=torch.float64)

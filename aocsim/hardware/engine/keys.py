@@ -42,6 +42,7 @@ class Stream(enum.IntEnum):
     REPEAT = 7  # the extra passes of a product averaged over several tile passes: (pass,)
     LOAD = 8  # a placed model's weight loads and their calibration: (map or part,)
     RUN = 9  # a placed model's inferences: drift, iterations, tile calls: (map or part,)
+    CALIBRATION = 14  # the probe passes that calibrate a weight load (its gains and offsets)
     # under a chip's root
     VARIATION = 10  # fixed-pattern variation of a calibrated array: (tile, array index)
     DARK = 11  # each detector's dark current: (tile,)

@@ -16,7 +16,7 @@ RIN and detector noise, counter (sample, channel) of the iteration's key.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Callable
 
 import numpy as np
@@ -26,8 +26,7 @@ from aocsim.errors import ConvergenceError, InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine import probes
 from aocsim.hardware.physics import sources
-from aocsim.hardware.engine.dynamics import LoopMap, loop_activity
-from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.engine.dynamics import LoopMap, LoopSolve, loop_activity
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, program_slm
@@ -39,19 +38,6 @@ from aocsim.solve.result import SolveResult
 
 GAINS = ("normalized", "absolute")
 Scalar = float | torch.Tensor | Schedule | Callable[[int], float] | None
-
-
-@dataclass(frozen=True)
-class LoopSolve(SolveResult):
-    """A solve on the loop: `SolveResult` plus what the machine did per sample (`activity`: round
-    trips, conversions, time; `loop_activity`)."""
-
-    activity: Activity | None = None
-
-    @property
-    def hardware_time_s(self) -> torch.Tensor:
-        """[B] seconds on the machine (the activity's time: the solve's round trips, or the readout window)."""
-        return torch.as_tensor(self.activity.time_s, dtype=torch.float64)
 
 
 class OpticalLoop:

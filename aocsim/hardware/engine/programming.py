@@ -29,9 +29,9 @@ VARIED_KEYS = (
 )
 
 
-def chip_key(values: Mapping[str, Any], tile: int = 0) -> keys.Key:
-    """The stream key of one chip's tile (from `variation.chip_seed`)."""
-    return keys.Key(keys._mix(values["variation.chip_seed"])).fold(1, tile)  # LEGACY derivation (refactor step)
+def chip_key(values: Mapping[str, Any]) -> keys.Key:
+    """The root of the chip's streams (`variation.chip_seed`; `keys.chip_root`)."""
+    return keys.chip_root(values["variation.chip_seed"])
 
 
 def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
@@ -44,7 +44,7 @@ def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, dev
     from aocsim.hardware.profiles.schema import BY_KEY, N
 
     s = values["variation.relative_std"] if values["variation.enabled"] else 0.0
-    key = chip_key(values, tile)
+    key = chip_key(values).fold(keys.Stream.VARIATION, tile)
     out: dict[str, torch.Tensor | None] = {}
     for key_name, spec in BY_KEY.items():
         if not (spec.shape and spec.shape[0] == N):
@@ -72,7 +72,7 @@ def dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, devic
     mean = dark_offset_units(values)
     if mean == 0.0:
         return None
-    draw = keys.normals(chip_key(values, tile).fold(6), (2 * n,), dtype=torch.float64, device=device)
+    draw = keys.normals(chip_key(values).fold(keys.Stream.DARK, tile), (2 * n,), dtype=torch.float64, device=device)
     return (mean * (1.0 + values["noise.dark.relative_spread"] * draw)).clamp_min(0.0).to(dtype)
 
 

@@ -1,0 +1,89 @@
+"""What the machine did, recorded by the code that does the work (docs/ARCHITECTURE.md): each placed
+kind's `Run.activity`, checked against counts worked out here from the device's figures and the
+placement's tile grids (one round trip per loop iteration or tile pass; every tile row gets the whole
+input through its DACs; one ADC conversion per output, per tile column with digital partial sums;
+K samples per channel in the readout window)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from aocsim import DEQ, DEQConfig, load_model
+from aocsim.execute import Placement, place
+from aocsim.experiments.workloads import default_workload
+from aocsim.hardware.profiles.profile import load_device
+
+AOC48 = load_device("aoc48")
+RT = float(AOC48["loop.round_trip_s"])
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return default_workload(load_model("digits-deq48"), samples=6)
+
+
+@pytest.mark.parametrize("stop", ["readout", "tolerance"])
+def test_a_native_inference_converts_what_its_stop_reads(stop: str, digits) -> None:
+    placed = place(load_model("digits-deq48"), AOC48, Placement(stop=stop), calibration=digits.calibration)
+    run = placed.run(digits.inputs, 3)
+    act, its = run.activity, run.solve.iterations.numpy()
+    n = 48
+    assert act.channels == n and np.all(act.dac_conversions == n)  # the input, once
+    if stop == "readout":  # the whole window, then K samples per channel through the ADC, averaged
+        k = AOC48["readout.samples"]
+        window = AOC48["readout.settle_iterations"] + (k - 1) * AOC48["readout.sample_interval_iterations"] + 1
+        assert np.all(act.adc_conversions == n * k) and np.all(act.digital_ops == n * k)
+        np.testing.assert_allclose(act.round_trips, window)
+        np.testing.assert_allclose(act.time_s, window * RT)
+    else:  # the solve's round trips, then the state read once
+        assert np.all(act.adc_conversions == n) and np.all(act.digital_ops == 0)
+        np.testing.assert_allclose(act.round_trips, its)
+        np.testing.assert_allclose(act.time_s, its * RT)
+
+
+@pytest.mark.parametrize("averaging", [1, 3])
+def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int) -> None:
+    model = DEQ(DEQConfig(96, 64, 10, split=48), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        model.weight.mul_(0.45 / torch.linalg.matrix_norm(model.operator(), ord=2))
+    x = torch.rand(70, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    placed = place(model, AOC48, Placement(averaging=averaging, max_iter=6, rtol=0.0), calibration=x)
+    run = placed.run(x[:4], 1)
+    its = run.solve.iterations.double().numpy()
+    m, width = placed.program.weight.shape  # 96 outputs; the program's columns (a dead input skipped)
+    rows, cols = math.ceil(m / 48), math.ceil(width / 48)
+    a = run.activity
+    np.testing.assert_allclose(a.round_trips, its * rows * cols * averaging)
+    np.testing.assert_allclose(a.time_s, its * rows * cols * averaging * RT)
+    np.testing.assert_allclose(a.dac_conversions, its * rows * width * averaging)
+    np.testing.assert_allclose(a.adc_conversions, its * m * averaging)
+    np.testing.assert_allclose(a.digital_ops, its * m * averaging if averaging > 1 else 0)
+
+
+@pytest.mark.parametrize("averaging", [1, 2])
+def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(averaging: int) -> None:
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=3, length_factor=1)
+    placed = place(model, AOC48, Placement(averaging=averaging, partial_sums="digital"), calibration=w.calibration)
+    run = placed.run(w.inputs, 5)
+    its = run.solve.iterations.double().numpy()
+
+    def per_product(name: str) -> tuple[float, float, float]:
+        m, width = placed.programs[name].weight.shape
+        rows, cols = math.ceil(m / 48), math.ceil(width / 48)
+        return rows * cols * averaging, rows * width * averaging, cols * m * averaging  # passes, DAC, ADC
+
+    once = np.array(per_product("inject"))
+    each = np.array(per_product("blocks.0.in_proj")) + np.array(per_product("blocks.0.out_proj"))
+    expected = once[:, None, None] + each[:, None, None] * its[None]
+    a = run.activity
+    np.testing.assert_allclose(a.round_trips, expected[0])
+    np.testing.assert_allclose(a.time_s, expected[0] * RT)
+    np.testing.assert_allclose(a.dac_conversions, expected[1])
+    np.testing.assert_allclose(a.adc_conversions, expected[2])
+    # digital partial sums: every reading added into its output; averaged passes: every pass's too
+    np.testing.assert_allclose(a.digital_ops, expected[2] * (2 if averaging > 1 else 1))

@@ -1,0 +1,93 @@
+"""One placement interface (aocsim/execute/placement.py, registry.py): every option declared once with
+the kinds it applies to; every kind placed and run through the registry with the same protocol."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from aocsim import DEQ, DEQConfig, compare, load_model
+from aocsim.errors import InputError
+from aocsim.execute import PLACEMENTS, Placement, Run, place, placement_class
+from aocsim.execute.placement import DECLARATIONS, HYBRID, KINDS, NATIVE, TILED
+from aocsim.experiments.workloads import default_workload
+from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.profiles.profile import load_device
+from aocsim.solve.result import SolveResult
+
+# A value each option accepts (not its default), to give to the kinds it does not apply to.
+GIVEN = {"tiling": True, "stop": "readout", "fit": False, "on_tiles": "in_proj", "mode": "simultaneous",
+         "elementwise": "analog", "tile_size": 16, "partial_sums": "digital", "averaging": 2, "predistort": True,
+         "max_iter": 5, "rtol": 0.01, "atol": 1e-3, "damping": 0.5}
+CASES = {  # a model of each kind on aoc48, and what it runs on
+    NATIVE: lambda: ("digits-deq48", default_workload(load_model("digits-deq48"), samples=3)),
+    TILED: lambda: (_big(), None),
+    HYBRID: lambda: ("parity-implicit", default_workload(load_model("parity-implicit"), sequences=2, length_factor=1)),
+}
+
+
+def _big() -> DEQ:
+    model = DEQ(DEQConfig(96, 64, 10, split=48), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        model.weight.mul_(0.45 / torch.linalg.matrix_norm(model.operator(), ord=2))
+    return model
+
+
+def test_every_option_is_declared_with_a_value_here() -> None:
+    assert set(GIVEN) == set(DECLARATIONS)
+    assert set(KINDS) == {cls.kind for cls in PLACEMENTS}
+    for name, d in DECLARATIONS.items():
+        assert d.kinds and set(d.kinds) <= set(KINDS) and d.help, name
+        assert Placement(**{name: GIVEN[name]}).given() == {name: d.read(name, GIVEN[name])}
+
+
+@pytest.mark.parametrize("name", list(DECLARATIONS))
+def test_an_option_given_to_a_kind_it_does_not_apply_to_is_a_one_line_error(name: str) -> None:
+    d = DECLARATIONS[name]
+    for kind in KINDS:
+        placement = Placement(**{name: GIVEN[name]})
+        if kind in d.kinds:
+            assert getattr(placement.resolved(kind), name) == placement.given()[name]
+            continue
+        with pytest.raises(InputError, match=rf"^{name} = .* applies to .*; the model runs as a {kind}$") as err:
+            placement.resolved(kind)
+        assert "\n" not in str(err.value)
+
+
+def test_defaults_are_the_kinds_own_and_bad_values_name_the_option() -> None:
+    assert Placement().resolved(NATIVE).rtol == 1e-5 and Placement().resolved(TILED).rtol == 1e-3
+    assert Placement().resolved(HYBRID).rtol == 0.1 and Placement().resolved(HYBRID).atol is None
+    assert Placement(rtol=0.2).resolved(HYBRID).rtol == 0.2
+    for name, bad in (("averaging", 0), ("stop", "never"), ("on_tiles", "inject,scan"), ("rtol", 1.5),
+                      ("predistort", "maybe"), ("tile_size", -1), ("damping", 0.0)):
+        with pytest.raises(InputError, match=rf"^{name} = ") as err:
+            Placement(**{name: bad})
+        assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match="placement.colour is not a placement option"):
+        compare("digits-deq48", "aoc48", torch.zeros(1, 64, dtype=torch.float64), placement={"colour": "red"})
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_each_kind_is_placed_and_run_through_the_registry(kind: str) -> None:
+    model, w = CASES[kind]()
+    model = load_model(model) if isinstance(model, str) else model
+    x = w.inputs if w is not None else torch.rand(3, 64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    calibration = w.calibration if w is not None else torch.rand(64, 64, dtype=torch.float64)
+    assert placement_class(model, load_device("aoc48")).kind == kind
+    placed = place(model, "aoc48", chip=1, calibration=calibration)
+    assert placed.kind == kind and placed.profile["variation.chip_seed"] == 1
+    run = placed.run(x, 7)
+    assert isinstance(run, Run) and isinstance(run.solve, SolveResult) and isinstance(run.activity, Activity)
+    shape = tuple(x.shape[:len(placed.dims)])
+    assert tuple(run.outputs.shape[:-1]) == shape and tuple(run.solve.iterations.shape) == shape
+    assert np.shape(run.activity.time_s) == shape and (np.asarray(run.activity.time_s) > 0).all()
+    again = place(model, "aoc48", chip=1, calibration=calibration).run(x, 7)
+    assert torch.equal(again.z, run.z)  # the same chip and seed: the same numbers
+    assert not torch.equal(placed.run(x, 8).z, run.z)  # another seed: another load and other noise
+
+
+def test_compare_takes_at_most_ten_parameters() -> None:
+    assert len(inspect.signature(compare).parameters) <= 10
