@@ -158,32 +158,22 @@ class DeviceLinear(nn.Module):
         self.run_key, self.calls = key.fold(keys.Stream.RUN), 0
         self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
 
-    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Node volts [R, M] of inputs t [R, K] (placed on their live columns) and the input scales [R]."""
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None,
+               passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """Node volts [R, M] of inputs t [R, K] (placed on their live columns; the mean of `passes`
+        passes) and the input scales [R]."""
         wide = t.new_zeros(t.shape[0], self.width)
         wide[:, self.columns] = t
-        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call, samples=samples)
+        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
+                         passes=passes)
         return out.y / out.input_scale[:, None], out.input_scale
 
     def _correct(self, node: torch.Tensor) -> torch.Tensor:
         return (node - self.offset) / self.gain
 
     def activity(self) -> Activity:
-        """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`), and
-        with K > 1 the K readings of each output added digitally."""
-        once = self.tiles.activity(self.partial_sums)
-        summed = Activity(0.0, digital_ops=once.adc_conversions * self.averaging) if self.averaging > 1 else None
-        return once * self.averaging + summed if summed else once * self.averaging
-
-    def _averaged_nodes(self, t: torch.Tensor, call: int, samples: torch.Tensor | None
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The node volts of `averaging` passes, averaged: pass 0 draws from the run's key (so one pass
-        is what it was without averaging), pass p >= 1 from its fold (REPEAT, p)."""
-        node, scale = self._nodes(t, self.run_key, call, samples)
-        for p in range(1, self.averaging):
-            node = node + self._nodes(t, self.run_key.fold(keys.Stream.REPEAT, p), call, samples)[0]
-        return node / self.averaging, scale
+        """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`)."""
+        return self.tiles.activity(self.partial_sums, self.averaging)
 
     def reset(self, generator: keys.Seed) -> None:
         """Restart the call count under a new noise key (a run's seed)."""
@@ -192,10 +182,10 @@ class DeviceLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.token_keys
         if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
-            node, scale = self._averaged_nodes(x.reshape(-1, self.in_features), rows.visit,
-                                               rows.samples(tuple(x.shape[:-1])))
+            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.visit,
+                                      rows.samples(tuple(x.shape[:-1])), self.averaging)
         else:
-            node, scale = self._averaged_nodes(x.reshape(-1, self.in_features), self.calls, None)
+            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls, None, self.averaging)
         self.calls += 1
         y = self._correct(node) * (self.sigma * scale[:, None])
         if self.bias is not None:

@@ -21,7 +21,7 @@ from typing import Union
 import torch
 
 from aocsim.errors import InputError
-from aocsim.hardware.engine.counter_rng import GOLDEN_GAMMA, _signed, normal_pair
+from aocsim.hardware.engine.counter_rng import GOLDEN_GAMMA, _signed, normal_pair, splitmix64
 
 MASK64 = (1 << 64) - 1
 
@@ -117,6 +117,17 @@ def as_key(seed: Seed, what: str = "generator") -> Key | None:
     raise InputError(f"{what} = {seed!r}; expected an integer seed >= 0, a torch.Generator, an aocsim Key or None")
 
 
+def fold_range(bases: list[Key], coordinates: tuple[int, ...], count: int, device: torch.device | str = "cpu"
+               ) -> torch.Tensor:
+    """int64 [len(bases), count]: base.fold(*coordinates, i).tensor() for every base and i < count (the
+    same bits as `Key.fold`; the last fold runs on tensors, `counter_rng.splitmix64` being `_mix`)."""
+    if _DRAWN is not None:  # recording: every key as a Key, so that its path is kept
+        return torch.stack([torch.stack([b.fold(*coordinates, i).tensor(device) for i in range(count)]) for b in bases])
+    prefix = torch.tensor([_signed(b.fold(*coordinates).value) for b in bases], dtype=torch.int64, device=device)
+    steps = splitmix64((torch.arange(count, dtype=torch.int64, device=device) + 1) * _signed(GOLDEN_GAMMA))
+    return splitmix64(prefix[:, None] ^ steps[None, :])
+
+
 def chip_root(chip_seed: int) -> Key:
     """The root of a chip's streams (`variation.chip_seed`): folded under CHIP_DOMAIN, so that it
     never equals a run's root `as_key(seed)` for any seed."""
@@ -125,6 +136,11 @@ def chip_root(chip_seed: int) -> Key:
 
 # Keys that turned into draws, while `recording()` is on (tests: no two purposes share a stream).
 _DRAWN: list[Key] | None = None
+
+
+def recording_on() -> bool:
+    """Whether `recording()` is on (caches of static draws are bypassed, so that every draw is seen)."""
+    return _DRAWN is not None
 
 
 class recording:

@@ -9,8 +9,9 @@ Static effects are drawn once, from keyed streams (`aocsim.hardware.engine.keys`
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -34,8 +35,43 @@ def chip_key(values: Mapping[str, Any]) -> keys.Key:
     return keys.chip_root(values["variation.chip_seed"])
 
 
-def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
-                   tile: int = 0) -> dict[str, torch.Tensor | None]:
+MEMO_SIZE = 512  # chip x tile x size entries of static draws kept (a few kB each)
+
+
+def _frozen(values: Mapping[str, Any], names: tuple[str, ...]) -> tuple:
+    """The values of `names` as a hashable tuple (arrays as nested tuples): a cache key."""
+    def freeze(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return (v.shape, v.tobytes())
+        return tuple(freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
+    return tuple(freeze(values[name]) for name in names)
+
+
+def _cached(build: Callable[..., Any]) -> Callable[..., Any]:
+    """`build(values, n, dtype=, device=, tile=)` memoised on the profile's values (all of them, so that
+    no edit of a profile can meet a stale entry): a chip's static draws are made once however many
+    weight loads (tiles, fits, seeds) it takes. While `keys.recording()` is on, built afresh (so that
+    the draws' keys are seen). Callers do not change the tensors returned."""
+    memo: OrderedDict[tuple, Any] = OrderedDict()
+
+    def cached(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device | str,
+               tile: int = 0) -> Any:
+        if keys.recording_on():
+            return build(values, n, dtype=dtype, device=device, tile=tile)
+        key = (_frozen(values, tuple(sorted(values))), n, dtype, torch.device(device), tile)
+        if key not in memo:
+            memo[key] = build(values, n, dtype=dtype, device=device, tile=tile)
+            if len(memo) > MEMO_SIZE:
+                memo.popitem(last=False)
+        memo.move_to_end(key)
+        return memo[key]
+
+    cached.__doc__ = build.__doc__
+    return cached
+
+
+def _channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+                    tile: int = 0) -> dict[str, torch.Tensor | None]:
     """Per-channel calibration arrays as tensors of size n, perturbed for the chip when variation is on.
 
     Variation multiplies every entry of each array in VARIED_KEYS by (1 + s n_ij), n_ij standard
@@ -63,8 +99,8 @@ def channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, dev
     return out
 
 
-def dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
-                 tile: int = 0) -> torch.Tensor | None:
+def _dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+                  tile: int = 0) -> torch.Tensor | None:
     """Each detector's dark current in detector units, [2N] = [P path; Q path]; None when off.
 
     I_dark (1 + spread n), n standard normal per detector from the chip's stream, clamped at 0.
@@ -74,6 +110,10 @@ def dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, devic
         return None
     draw = keys.normals(chip_key(values).fold(keys.Stream.DARK, tile), (2 * n,), dtype=torch.float64, device=device)
     return (mean * (1.0 + values["noise.dark.relative_spread"] * draw)).clamp_min(0.0).to(dtype)
+
+
+channel_arrays = _cached(_channel_arrays)
+dark_offsets = _cached(_dark_offsets)
 
 
 @dataclass(frozen=True)

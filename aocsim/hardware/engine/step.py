@@ -109,6 +109,12 @@ def nonlinearity(z: torch.Tensor, sigmoid: tuple[torch.Tensor, ...], tanh: bool)
     return torch.addcmul(z * g + f, v, scale)
 
 
+def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """bias + x w: x [B, K] and w [K, M] for one weight load (addmm, the loop's fast path), or a stack of
+    them, x [..., B, K] and w [..., K, M] with broadcasting leading dims (tiles, passes)."""
+    return torch.addmm(bias, x, w) if x.ndim == 2 else torch.matmul(x, w) + bias
+
+
 def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Both microLED cubics (Horner), with or without their constant terms p0: (P+(t), P-(t))."""
     p = t * (led[0, 2] + t * (led[0, 1] + t * led[0, 0]))
@@ -118,10 +124,10 @@ def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch
 
 def detector_signals(p: torch.Tensor, q: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(D_P, D_Q) [B, N] each: the folded optics acting on the LED light."""
-    d = torch.addmm(det_offset, torch.cat([p, q], dim=1), det_t)
-    n = p.shape[1]
-    return d[:, :n], d[:, n:]
+    """(D_P, D_Q) [..., B, N] each: the folded optics acting on the LED light."""
+    d = affine(det_offset, torch.cat([p, q], dim=-1), det_t)
+    n = p.shape[-1]
+    return d[..., :n], d[..., n:]
 
 
 def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -149,13 +155,17 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
 
 def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
             counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
-    """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`."""
+    """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`.
+
+    One weight load: t [B, N] and the load's constants. A stack of loads (tiles, and passes of them):
+    t [..., B, N] with constants stacked over the same leading dims (`stack_constants`), and the key
+    [..., 1, 1] one stream per load and pass."""
     if not layout.draws and layout.led_folded:  # one product on [t, t^2, t^3]: LED cubics folded in
         t2 = t * t
-        return torch.addmm(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=1), c.op3_t * gain)
+        return affine(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=-1), c.op3_t * gain)
     if not layout.draws:
         p, q = led_light(t, c.led, constant=False)
-        return torch.addmm(base + gain * c.c1, torch.cat([p, q], dim=1), c.op_t * gain)
+        return affine(base + gain * c.c1, torch.cat([p, q], dim=-1), c.op_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
     p, q = led_light(t, c.led, constant=True)
     if layout.rin:  # one intensity fluctuation per LED, seen by both of its paths
@@ -165,7 +175,22 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
         diff = torch.addcmul(d_pos - d_neg, difference_std(d_pos, d_neg, c.noise), det_draw)
         return torch.addcmul(base + gain * c.node_lam, diff, c.node_scale * gain)
-    return torch.addmm(base + gain * c.c1, torch.cat([p - c.led[0, 3], q - c.led[1, 3]], dim=1), c.op_t * gain)
+    return affine(base + gain * c.c1, torch.cat([p - c.led[0, 3], q - c.led[1, 3]], dim=-1), c.op_t * gain)
+
+
+def stack_constants(loads: list[Constants]) -> Constants:
+    """The constants of several weight loads (tiles of one chip) stacked for one batched `optical`:
+    matrices [T, 1, K, M] and vectors [T, 1, 1, M] (the 1s broadcast over passes and rows); what every
+    load shares (the nonlinearity, the LED cubics, the noise levels) stays as it is."""
+    def matrices(name: str) -> torch.Tensor:
+        return torch.stack([getattr(c, name) for c in loads])[:, None]
+
+    def vectors(name: str) -> torch.Tensor:
+        return torch.stack([getattr(c, name) for c in loads])[:, None, None]
+
+    first = loads[0]
+    return Constants(first.sigmoid, first.led, matrices("op_t"), matrices("op3_t"), vectors("c1"), matrices("det_t"),
+                     vectors("det_offset"), vectors("node_scale"), vectors("node_lam"), first.noise)
 
 
 def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants,

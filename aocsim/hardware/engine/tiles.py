@@ -48,7 +48,7 @@ from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.hardware.engine.step import optical
+from aocsim.hardware.engine.step import Constants, optical, stack_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.hardware.physics.energy import Activity
 
@@ -200,6 +200,7 @@ class TiledMatrix:
                 padded = F.pad(block, (0, n - block.shape[1], 0, n - block.shape[0]))
                 self.loops.append(OpticalLoop(self.profile, padded, gain="absolute", generator=self.key,
                                               tile=r * self.grid[1] + c))
+        self._stacked: tuple[Constants, torch.Tensor] | None = None
 
     def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(u, s_in): the DAC'd emitter drive [B, K] (volts) and the per-sample scale [B]."""
@@ -210,14 +211,15 @@ class TiledMatrix:
             drive = C.predistort_drive(drive, loop.poly_pos_f, loop.poly_neg_f)
         return self.loops[0].injection(drive), s_in
 
-    def activity(self, partial_sums: str) -> Activity:
-        """What one product does per sample: every tile one pass (a round trip), the DAC conversions of
-        every tile row's input, the ADC conversions of the outputs (`conversions`), and with digital
-        partial sums each reading added into its output."""
+    def activity(self, partial_sums: str, passes: int = 1) -> Activity:
+        """What one product does per sample: every tile `passes` times (a round trip each), the DAC
+        conversions of every tile row's input, the ADC conversions of the outputs (`conversions`), and
+        each reading added into its output digitally (digital partial sums; the K passes' mean)."""
         dac, adc = self.conversions(partial_sums)
-        passes = self.grid[0] * self.grid[1]
-        return Activity(passes * float(self.profile.values["loop.round_trip_s"]), dac, adc,
-                        adc if partial_sums == "digital" else 0, round_trips=passes, channels=self.channels)
+        tiles = self.grid[0] * self.grid[1]
+        added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
+        return Activity(tiles * passes * float(self.profile.values["loop.round_trip_s"]), dac * passes, adc * passes,
+                        added * passes, round_trips=tiles * passes, channels=self.channels)
 
     def conversions(self, partial_sums: str) -> tuple[int, int]:
         """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and
@@ -225,9 +227,27 @@ class TiledMatrix:
         (rows, cols), (m, k) = self.grid, self.weight.shape
         return rows * k, (m if partial_sums == "analog" else cols * m)
 
+    def stacked(self) -> tuple[Constants, torch.Tensor]:
+        """Every tile's constants stacked for one batched pass (`step.stack_constants`) and their folded
+        node constants k0 [T, 1, 1, N]; built once per weight load."""
+        if self._stacked is None:
+            self._stacked = (stack_constants([loop.constants() for loop in self.loops]),
+                             torch.stack([loop.k0() for loop in self.loops])[:, None, None])
+        return self._stacked
+
+    def pass_keys(self, key: keys.Key, passes: int) -> list[keys.Key]:
+        """The keys of `passes` passes of every tile: pass 0 `key` itself (so that one pass is what it was
+        without averaging), pass p >= 1 its fold (REPEAT, p)."""
+        return [key] + [key.fold(keys.Stream.REPEAT, p) for p in range(1, passes)]
+
     def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
-                 samples: object = None, call: int = 0, keep_partials: bool = False) -> TiledProduct:
-        """y = W t through the tiles (module docstring); `call` and `samples` index the noise streams."""
+                 samples: object = None, call: int = 0, keep_partials: bool = False, passes: int = 1) -> TiledProduct:
+        """y = W t through the tiles (module docstring); `call` and `samples` index the noise streams.
+
+        Every tile (and, with `passes` = K > 1, each of its K passes, `pass_keys`) runs as one batched
+        product of the step's own optical stage, its draws from key.fold(TILE_CALL, call, i) of its
+        pass; y is the mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
+        """
         m, k = self.weight.shape
         t = check_state("t", t, k).to(dtype=self.weight.dtype, device=self.weight.device)
         if partial_sums not in PARTIAL_SUMS:
@@ -236,37 +256,36 @@ class TiledMatrix:
         batch, (rows, cols), ts, n = t.shape[0], self.grid, self.tile_size, self.channels
         ids = keys.check_samples(samples, batch, t.device)
         key = self.key if generator is None else keys.as_key(generator)
-        draws = self.loops[0].layout().draws
-        if draws and key is None:
+        layout = self.loops[0].layout()
+        if layout.draws and key is None:
             raise InputError("generator = None; the profile draws noise on every pass (RIN or detector "
                              "noise), so expected a seed, torch.Generator or Key")
-        counters = keys.sample_counters(ids, n) if draws else None
         u, s_in = self.encode(t)
-        columns = []
-        for c in range(cols):
-            x = u[:, c * ts:(c + 1) * ts]
-            x = F.pad(x, (0, n - x.shape[1]))  # unused emitters at zero drive
-            outs = []
-            for r in range(rows):
-                i = r * cols + c
-                loop = self.loops[i]
-                tkey = key.fold(keys.Stream.TILE_CALL, call, i).tensor(t.device) if draws else None
-                node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), tkey, counters, loop.k0())
-                outs.append(node[:, :ts])
-            columns.append(torch.cat(outs, dim=1)[:, :m])
-        partials = torch.stack(columns)  # [cols, B, M] node volts
+        blocks = F.pad(u, (0, cols * ts - k)).view(batch, cols, ts)
+        x = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols) % cols]  # [T, B, N]: tile r c gets block c
+        constants, k0 = self.stacked()
+        gain = self.loops[0].node(0, t)[0]
+        if layout.draws:  # [T, K, 1, 1]: one stream per tile and pass; counters by (sample, channel)
+            streams = keys.fold_range(self.pass_keys(key, passes), (keys.Stream.TILE_CALL, call), rows * cols,
+                                      t.device).T[:, :, None, None]
+            node = optical(x[:, None], constants, gain, layout, streams, keys.sample_counters(ids, n), k0)
+        else:  # every pass draws nothing: one is the mean of all
+            node = optical(x[:, None], constants, gain, layout, None, None, k0)
+        node = node[..., :ts].reshape(rows, cols, node.shape[1], batch, ts)
+        partials = node.permute(1, 2, 3, 0, 4).reshape(cols, -1, batch, rows * ts)[..., :m]  # [cols, K, B, M] volts
         v = self.profile.values
         low, high = (float(b) for b in v["readout.range_v"])
         bits = v["readout.adc_bits"]
         adc_in = partials.sum(0) if partial_sums == "analog" else partials
         clipped = int(((adc_in < low) | (adc_in > high)).sum()) if bits is not None else 0
         reading = C.quantize_range(adc_in, low, high, bits)
-        y = (reading if partial_sums == "analog" else reading.sum(0)) * s_in[:, None]
+        summed = reading if partial_sums == "analog" else reading.sum(0)  # [K, B, M]
+        y = (summed[0] if summed.shape[0] == 1 else summed.mean(0)) * s_in[:, None]
         dac, adc = self.conversions(partial_sums)
         return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=dac,
                             adc_conversions_per_sample=adc,
                             adc_clipped=clipped, round_trip_s=float(v["loop.round_trip_s"]), input_scale=s_in,
-                            partials=partials if keep_partials else None)
+                            partials=(partials[:, 0] if passes == 1 else partials) if keep_partials else None)
 
 
 def tiled_matvec(device: DeviceProfile | str, weight: torch.Tensor, t: torch.Tensor, *,
