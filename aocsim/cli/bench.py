@@ -57,3 +57,28 @@ def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
                f"worker, {usable_cores()} cores ({busy or 0:.1f} busy with other work at the start)")
     click.echo(format_sweep_bench(rows))
 
+
+
+@bench.command("compare")
+@click.option("--sequences", default=256, show_default=True, type=click.IntRange(min=1), help="Fresh sequences.")
+@click.option("--length-factor", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Their length in multiples of the training length.")
+@click.option("--device", default="aoc48", show_default=True, help="Device profile.")
+@friendly
+def bench_compare_cmd(sequences: int, length_factor: int, device: str) -> None:
+    """Tokens per second of parity-implicit and a5-implicit (plain, and at the placement docs/DEVICE_RUNS.md
+    recommends) on their exact paths and in `aocsim compare` (one chip, one seed, sequential mode),
+    timed in this run on one torch thread."""
+    import torch
+
+    from aocsim.experiments.bench import bench_compare, format_compare_bench
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = bench_compare(device=device, sequences=sequences, length_factor=length_factor)
+    finally:
+        torch.set_num_threads(before)
+    click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, one chip and one seed, "
+               "sequential mode, 1 torch thread")
+    click.echo(format_compare_bench(rows))

@@ -147,3 +147,54 @@ def format_sweep_bench(rows: list[SweepBenchRow]) -> str:
     lines += [f"{r.workers:>8} {r.points:>7} {r.seconds:>8.1f} {r.points_per_s:>9.3f} {r.points_per_s / base:>6.2f}x"
               for r in rows]
     return "\n".join(lines)
+
+
+# The sequence models `aocsim bench compare` times: (label, model, placement).
+COMPARE_CASES = (
+    ("parity-implicit", "parity-implicit", None),
+    ("a5-implicit", "a5-implicit", None),
+    ("a5-implicit, recommended placement", "a5-implicit",
+     {"on_tiles": "in_proj,out_proj", "averaging": 16, "predistort": True}),
+)
+
+
+@dataclass(frozen=True)
+class CompareBenchRow:
+    """Tokens per second of a sequence model's exact path and of `aocsim.compare` on a device."""
+
+    case: str
+    tokens: int
+    exact_s: float  # the model's own sequential prediction (`ImplicitSSM.predict`, its default tolerance)
+    device_s: float  # `compare` on one chip and one seed: placement, exact reference and device run
+
+    @property
+    def ratio(self) -> float:
+        return self.device_s / self.exact_s
+
+
+def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASES, *, device: str = "aoc48",
+                  sequences: int = 256, length_factor: int = 4) -> list[CompareBenchRow]:
+    """Each case's exact path and its `compare` on `device` (one chip, one seed, sequential mode) on the
+    same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process."""
+    from aocsim.experiments.compare import compare
+    from aocsim.experiments.workloads import default_workload
+    from aocsim.io.model_files import load_model
+
+    rows = []
+    for label, name, placement in cases:
+        model = load_model(name)
+        w = default_workload(model, sequences=sequences, length_factor=length_factor)
+        start = time.perf_counter()
+        model.predict(w.inputs, mode="sequential")
+        exact = time.perf_counter() - start
+        start = time.perf_counter()
+        compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration)
+        rows.append(CompareBenchRow(label, w.inputs.numel(), exact, time.perf_counter() - start))
+    return rows
+
+
+def format_compare_bench(rows: list[CompareBenchRow]) -> str:
+    lines = [f"{'model':36s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
+    lines += [f"{r.case:36s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.tokens / r.device_s:15.0f} "
+              f"{r.ratio:14.1f}x" for r in rows]
+    return "\n".join(lines)
