@@ -39,10 +39,13 @@ def test_a_native_inference_converts_what_its_stop_reads(stop: str, digits) -> N
         assert np.all(act.adc_conversions == n * k) and np.all(act.digital_ops == n * k)
         np.testing.assert_allclose(act.round_trips, window)
         np.testing.assert_allclose(act.time_s, window * RT)
-    else:  # the solve's round trips, then the state read once
-        assert np.all(act.adc_conversions == n) and np.all(act.digital_ops == 0)
-        np.testing.assert_allclose(act.round_trips, its)
-        np.testing.assert_allclose(act.time_s, its * RT)
+    else:  # the ADC samples every m round trips; the stop comes at the first sample after the tolerance
+        m = AOC48["readout.sample_interval_iterations"]
+        samples = np.maximum(np.ceil(its / m), 1)
+        assert np.all(act.adc_conversions == n * samples) and np.all(act.digital_ops == n * samples)
+        np.testing.assert_allclose(act.round_trips, samples * m)
+        np.testing.assert_allclose(act.time_s, samples * m * RT)
+        assert (act.round_trips >= its).all() and (act.round_trips < its + m).all()
 
 
 @pytest.mark.parametrize("averaging", [1, 3])
@@ -87,3 +90,20 @@ def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(av
     np.testing.assert_allclose(a.adc_conversions, expected[2])
     # digital partial sums: every reading added into its output; averaged passes: every pass's too
     np.testing.assert_allclose(a.digital_ops, expected[2] * (2 if averaging > 1 else 1))
+
+
+def test_devices_show_and_compare_price_the_same_inference_alike(digits) -> None:
+    """The readout stop's window is the same whatever the iterations: `aocsim devices show` and a compare
+    Dataset give the same time and energy per inference, and name the stop rule."""
+    from click.testing import CliRunner
+
+    from aocsim import compare
+    from aocsim.cli import main
+
+    ds = compare("digits-deq48", "aoc48", digits.inputs[:3], placement={"stop": "readout"},
+                 calibration=digits.calibration)
+    time_s, energy = float(ds.hardware_time_s.sel(path="device").max()), float(ds.energy_j.max())
+    assert ds.hardware_time_s.attrs["description"].startswith("readout stop")
+    shown = CliRunner().invoke(main, ["devices", "show", "aoc48"]).output
+    line = next(row for row in shown.splitlines() if "readout stop" in row)
+    assert f"{time_s * 1e6:.3g} us" in line and f"{energy * 1e6:.3g} uJ" in line, (line, time_s, energy)

@@ -76,7 +76,9 @@ def test_noisy_aoc48_agrees_and_keeps_its_accuracy(noisy: xr.Dataset) -> None:
     settled = (status == SolveStatus.NOISE_FLOOR) | (status == SolveStatus.CONVERGED)
     assert bool(settled.all())
     time = noisy.hardware_time_s.sel(path="device")
-    assert bool((time == noisy.iterations.sel(path="device") * 20e-9).all())
+    # the early stop is seen at the ADC's samples, one every 8 round trips (20 ns each)
+    samples = np.maximum(np.ceil(noisy.iterations.sel(path="device") / 8), 1)
+    assert bool((abs(time - samples * 8 * 20e-9) < 1e-15).all())
     assert bool(noisy.hardware_time_s.sel(path="exact").isnull().all())
     # Seeds and chips draw differently: the noisy fixed points differ between them.
     fpe = noisy.fixed_point_error

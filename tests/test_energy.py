@@ -144,9 +144,10 @@ def test_loop_and_tile_activities_broadcast_add_and_scale() -> None:
     window = (125 + 39 * 8 + 1) * 2e-8  # the readout window whatever the solve's iterations
     act = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=True)
     np.testing.assert_allclose(act.time_s, [window] * 3)
-    stop = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=False)
-    np.testing.assert_allclose(stop.time_s, [10 * 2e-8, 125 * 2e-8, 200 * 2e-8])
-    assert stop.adc_conversions == 48 and act.adc_conversions == 48 * 40 and act.digital_ops == 48 * 40
+    stop = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=False)  # sampled every 8
+    np.testing.assert_allclose(stop.time_s, [16 * 2e-8, 128 * 2e-8, 200 * 2e-8])
+    np.testing.assert_allclose(stop.adc_conversions, [48 * 2, 48 * 16, 48 * 25])
+    assert act.adc_conversions == 48 * 40 and act.digital_ops == 48 * 40
     e = energy_j(dev, stop)
     assert e["total"].shape == (3,) and e["total"][0] < e["total"][1] < e["total"][2]
     one = TiledMatrix(dev, torch.ones(48, 40, dtype=torch.float64), generator=0).activity("analog")

@@ -176,8 +176,9 @@ def test_noisy_digits_deq_settles_at_the_noise_floor(multiplier: float) -> None:
     result = _digits_on("aoc48", {"noise.multiplier": multiplier})
     settled = float((result.status == SolveStatus.NOISE_FLOOR).double().mean())
     assert settled >= 0.99, result.summary()
-    assert result.hardware_time_s is not None
-    assert torch.allclose(result.hardware_time_s, result.iterations.double() * 20e-9)
+    # the machine sees the floor at its ADC samples, one every 8 round trips of 20 ns
+    samples = torch.clamp(torch.ceil(result.iterations.double() / 8), min=1)
+    assert torch.allclose(result.hardware_time_s, samples * 8 * 20e-9)
 
 
 def test_deterministic_digits_deq_converges_on_the_twin() -> None:

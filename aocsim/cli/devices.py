@@ -8,6 +8,9 @@ import click
 from aocsim.cli.common import friendly, parse_overrides
 
 
+EXAMPLE_ITERATIONS = 20  # an early stop's example: the digits DEQ's mean on aoc48 is about 18
+
+
 @click.group()
 def devices() -> None:
     """Device profiles of virtual AOC machines (devices/*.yaml)."""
@@ -55,12 +58,14 @@ def devices_show(name: str, overrides: tuple[str, ...]) -> None:
     click.echo("")
     click.echo(format_budget(noise_budget(dev)))
     click.echo("")
-    inference = None
-    if dev.channels is not None:  # one native inference with the readout stop: the machine's whole window
-        from aocsim.hardware.engine.dynamics import loop_activity
+    click.echo(format_energy(dev))
+    if dev.channels is not None:  # a native inference under each stop rule (what `aocsim compare` prices)
+        from aocsim.hardware.engine.dynamics import loop_activity, stop_rule
+        from aocsim.hardware.physics.energy import format_inference
 
-        inference = loop_activity(v, dev.channels, 0, readout=True)
-    click.echo(format_energy(dev, inference, "native DEQ, readout stop (settle window, then K ADC samples)"))
+        for readout, its in ((True, 0), (False, EXAMPLE_ITERATIONS)):
+            what = stop_rule(v, readout=readout) + ("" if readout else f", after {its} iterations")
+            click.echo(format_inference(dev, loop_activity(v, dev.channels, its, readout=readout), what))
 
 
 @devices.command("schema")

@@ -108,6 +108,11 @@ class HybridSSM:
         return Run(out.logits, out.z, per_token(out, tol), None, median_over_positions(out.trace))
 
     @staticmethod
+    def timing(profile: DeviceProfile, placement: Placement) -> str:
+        """What the hardware time counts."""
+        return "tile passes in sequence on one chip, one round trip each: the injection's once per token, the projections' every iteration"
+
+    @staticmethod
     def describe(model: ImplicitSSM, placement: Placement) -> str:
         tiles = ", ".join(placement.on_tiles)
         how = tile_options(placement.averaging, placement.predistort)

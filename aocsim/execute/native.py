@@ -18,6 +18,7 @@ from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.placement import NATIVE, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.dynamics import stop_rule
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.deq import DEQ
@@ -69,6 +70,11 @@ class NativeDEQ:
     @staticmethod
     def describe(model: DEQ, placement: Placement) -> str:
         return "native (W on the SLM, U x + b and V z + c digital)"
+
+    @staticmethod
+    def timing(profile: DeviceProfile, placement: Placement) -> str:
+        """What the hardware time counts (`loop_activity`)."""
+        return stop_rule(profile.values, readout=placement.stop == "readout")
 
     def __init__(self, model: DEQ, profile: DeviceProfile, placement: Placement, prepared: Any) -> None:
         self.model, self.profile, self.placement = model, profile, placement

@@ -95,6 +95,11 @@ class TiledDEQ:
         return Run(out.logits, out.z, out.solve, None, out.solve.trace)
 
     @staticmethod
+    def timing(profile: DeviceProfile, placement: Placement) -> str:
+        """What the hardware time counts."""
+        return "every tile pass of beta W in sequence on one chip, one round trip each, every iteration"
+
+    @staticmethod
     def describe(model: DEQ, placement: Placement) -> str:
         how = tile_options(placement.averaging, placement.predistort)
         return (f"tiled hybrid (beta W on optical tiles{', ' + how if how else ''}; tanh, leak, U x + b, V z + c "

@@ -131,21 +131,35 @@ class LoopMap:
 def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, readout: bool) -> Activity:
     """What one native inference does on the machine (per sample when `iterations` is an array).
 
-    The input goes in once through the DAC (N conversions) and stays; the loop runs in analog with no
-    conversions. With the readout stop the machine runs its whole window, `readout.settle_iterations`
-    then `readout.samples` = K samples per channel every `readout.sample_interval_iterations`, through
-    the ADC (N K conversions) and averaged digitally (N K operations): the solve's iterations do not
-    change the window. With the tolerance stop it runs `iterations` round trips and the final state
-    is read once (N conversions).
+    The input goes in once through the DAC (N conversions) and stays; the loop runs in analog. The ADC
+    can sample every channel once per `readout.sample_interval_iterations` = m round trips (its rate:
+    160 ns at 20 ns per round trip on the AOC), and each sample is compared or summed digitally (N
+    operations). Readout stop: the machine runs its whole window, `readout.settle_iterations` then
+    K = `readout.samples` samples every m round trips (N K conversions, averaged), whatever the
+    solve's iterations. Early stop (a tolerance, or the noise floor): the machine samples every m
+    round trips from the start and stops at the first sample after the criterion holds: ceil(k / m)
+    samples and as many windows of m round trips for k iterations (docs/PHYSICS.md section 6).
     """
     rt = float(values["loop.round_trip_s"])
+    m = int(values["readout.sample_interval_iterations"])
     its = np.asarray(iterations, dtype=np.float64)
     if readout:
         k = int(values["readout.samples"])
-        window = values["readout.settle_iterations"] + (k - 1) * values["readout.sample_interval_iterations"] + 1
+        window = values["readout.settle_iterations"] + (k - 1) * m + 1
         trips = np.full_like(its, float(window))
         return Activity(trips * rt, channels, channels * k, channels * k, round_trips=trips, channels=channels)
-    return Activity(its * rt, channels, channels, 0, round_trips=its, channels=channels)
+    samples = np.maximum(np.ceil(its / m), 1.0)
+    return Activity(samples * m * rt, channels, channels * samples, channels * samples, round_trips=samples * m,
+                    channels=channels)
+
+
+def stop_rule(values: Mapping[str, Any], *, readout: bool) -> str:
+    """The stop rule behind a native inference's time and energy, in words (`loop_activity`)."""
+    m = int(values["readout.sample_interval_iterations"])
+    if readout:
+        return (f"readout stop: {values['readout.settle_iterations']} round trips to settle, then "
+                f"{values['readout.samples']} ADC samples, one every {m}")
+    return f"early stop: the state sampled every {m} round trips, stopped at the first sample that meets the tolerance"
 
 
 @dataclass(frozen=True)

@@ -190,9 +190,15 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def format_energy(profile: DeviceProfile, inference: Activity | None = None, what: str = "one inference") -> str:
-    """The energy figures, static powers, TOPS/W and, given its `Activity`, one inference (`what` names
-    it), as text (`aocsim devices show`)."""
+def format_inference(profile: DeviceProfile, inference: Activity, what: str) -> str:
+    """One inference's time, energy and conversions (`what` names it), as one line."""
+    e = energy_j(profile, inference)
+    return (f"  inference    {_si(float(inference.time_s), 's')}, {_si(float(e['total']), 'J')} "
+            f"({int(inference.dac_conversions)} DAC + {int(inference.adc_conversions)} ADC conversions; {what})")
+
+
+def format_energy(profile: DeviceProfile) -> str:
+    """The energy figures, static powers and TOPS/W, as text (`aocsim devices show`)."""
     v = profile.values
     n = profile.channels
     lines = ["Energy (docs/PHYSICS.md section 6; figures and sources in the profile's energy section)",
@@ -213,8 +219,4 @@ def format_energy(profile: DeviceProfile, inference: Activity | None = None, wha
     lines.append(f"  TOPS/W       {tops_per_watt(profile):.4g} at {v['energy.precision_bits']} bits "
                  f"(loop running, 2 N^2 ops per {_si(v['loop.round_trip_s'], 's')} round trip; "
                  f"{'N DAC + N ADC conversions per round trip' if conv else 'no conversions per round trip'})")
-    if inference is not None:
-        e = energy_j(profile, inference)
-        lines.append(f"  inference    {what}: {_si(float(inference.time_s), 's')}, {_si(float(e['total']), 'J')} "
-                     f"({int(inference.dac_conversions)} DAC + {int(inference.adc_conversions)} ADC conversions)")
     return "\n".join(lines)
