@@ -27,7 +27,7 @@ from aocsim.train.evaluation import evaluate_lengths
 from aocsim.train.loop import Batch, TrainingRecipe, fit, new_model, write_checkpoint
 from aocsim.train.loop import jacobian_penalty as _jacobian_penalty
 
-__all__ = ["StateTrackingRecipe", "train", "model_card", "run_recipe", "write_checkpoint", "_jacobian_penalty"]
+__all__ = ["StateTrackingRecipe", "_jacobian_penalty", "model_card", "run_recipe", "train", "write_checkpoint"]
 
 log = logging.getLogger(__name__)
 
