@@ -28,18 +28,19 @@ def language_table(cards: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"recipe": card["training"]["name"], "revision": card["training"].get("revision", 1),
                      "seed": card["seed"], "parameters": card.get("parameters"), "length": heldout["length"],
                      "bits": {m: heldout[m]["bits_per_character"] for m in ("simultaneous", "sequential") if m in heldout},
-                     "minutes": card["training"]["train_seconds"] / 60})
+                     "minutes": card["training"]["train_seconds"] / 60,
+                     "cpu_minutes": card["training"].get("train_cpu_seconds", float("nan")) / 60})
     return rows
 
 
 def format_language_table(rows: list[dict[str, Any]], *, markdown: bool = False) -> str:
     """The language rows as text (or Markdown): held-out bits per character by mode ("-": not evaluated,
-    explicit models have one pass, evaluated once)."""
+    explicit models have one pass, evaluated once); training minutes, wall clock and CPU (one thread)."""
     head = ["language model", "rev", "seed", "parameters", "eval length", "bpc simultaneous", "bpc sequential",
-            "train min"]
+            "train min", "cpu min"]
     cells = [[r["recipe"], str(r["revision"]), str(r["seed"]), str(r["parameters"] or "-"), str(r["length"]),
               *(f"{r['bits'][m]:.4f}" if m in r["bits"] else "-" for m in ("simultaneous", "sequential")),
-              f"{r['minutes']:.1f}"] for r in rows]
+              f"{r['minutes']:.1f}", f"{r['cpu_minutes']:.1f}"] for r in rows]
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
                          + ["| " + " | ".join(c) + " |" for c in cells])
