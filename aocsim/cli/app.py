@@ -11,6 +11,7 @@ from aocsim.cli.bench import bench
 from aocsim.cli.compare import compare_cmd
 from aocsim.cli.devices import devices
 from aocsim.cli.evaluate import evaluate
+from aocsim.cli.generate import generate_cmd
 from aocsim.cli.sweep import plot_cmd, sweep_cmd
 from aocsim.cli.train import models, train
 
@@ -32,5 +33,5 @@ def main(verbose: int, threads: int | None) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-for command in (evaluate, train, models, devices, bench, compare_cmd, sweep_cmd, plot_cmd):
+for command in (evaluate, train, models, generate_cmd, devices, bench, compare_cmd, sweep_cmd, plot_cmd):
     main.add_command(command)

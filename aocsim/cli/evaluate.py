@@ -20,7 +20,8 @@ from aocsim.errors import InputError
               help="State tracking: sequences per length [default: 256].")
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
-                   "[default: MODEL-accuracy-by-position.png, or MODEL-comparison-by-position.png with --compare].")
+                   "[default: MODEL-accuracy-by-position.png, or MODEL-comparison-by-position.png with --compare]; "
+                   "language models: bits-by-position plot [default: none].")
 @click.option("--uniform", is_flag=True, help="State tracking: every element equally likely in the sequences.")
 @click.option("--factors", default=None, help="State tracking: lengths in multiples of L, e.g. 1,4,16 "
               "[default: the card's].")
@@ -39,6 +40,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     simultaneous and sequential mode, with iterations per token and the
     agreement of the two modes), on --threads cores; writes a plot of accuracy
     by position.
+    Language models (charlm-*): held-out bits per character, overall and by
+    position (implicit models in both modes, with iterations per token); a plot
+    of bits by position with --plot.
     """
     import torch
 
@@ -49,6 +53,17 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     fs = _parse_factors(factors)
     loaded = load_model(model, device=torch_device)
     name = loaded.card["name"]
+    if loaded.card.get("task") == "language":
+        given = [opt for opt, value in (("--float32", use_float32 or None), ("--task", task), ("--batch", batch),
+                                        ("--uniform", uniform or None), ("--factors", factors),
+                                        ("--compare", compare or None)) if value is not None]
+        if torch.device(torch_device).type != "cpu":
+            given.append(f"--device {torch_device}")
+        if given:
+            raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to other models; "
+                             f"{name} is a language model, evaluated on the CPU on its card's held-out split")
+        _evaluate_language(loaded, plot_path)
+        return
     if loaded.card.get("task") == "state_tracking":
         if use_float32:
             raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
@@ -146,3 +161,38 @@ def _print_state_tracking(models: list[Any], results: list[dict[str, Any]], path
         plot_accuracy_by_position(first["lengths"], path, title=f"{name} on {first['group']}")
     click.echo(f"plot: {path}")
 
+
+
+def _evaluate_language(model: Any, plot_path: Path | None) -> None:
+    """Held-out bits per character of a language model: a table by mode, a summary by position, a plot."""
+    from aocsim.experiments.language import bucket_means, evaluate_language, plot_bits_by_position, position_buckets
+    from aocsim.io.outputs import check_output_file
+
+    plot = check_output_file(plot_path, what="--plot") if plot_path is not None else None
+    with compute() as threads:
+        result = evaluate_language(model, progress=True, workers=threads)
+    h, name, implicit = result["heldout"], model.card["name"], result["implicit"]
+    modes = [m for m in ("simultaneous", "sequential") if m in h]
+    kind = "implicit" if implicit else f"explicit, {model.config.n_layers} layer(s)"
+    click.echo(f"model {name} ({kind}, {sum(p.numel() for p in model.parameters())} parameters), held-out split: "
+               f"{h['windows']} windows x {h['length']} characters, vocabulary {model.config.vocab_size}")
+    click.echo(f"{'mode':>13s} {'bits/char':>10s} {'iter/token':>11s} {'converged':>10s}")
+    for mode in modes:
+        e = h[mode]
+        its = f"{e['iterations_per_token']:11.2f}" if implicit else f"{'one pass':>11s}"
+        click.echo(f"{mode:>13s} {e['bits_per_character']:10.4f} {its} {e['converged_fraction']:10.4f}")
+    if "mode_agreement" in h:
+        click.echo(f"{'agreement':>13s} {h['mode_agreement']:10.4f} (same most likely next character)")
+    buckets = position_buckets(h["length"])
+    click.echo("bits per character by characters seen: " + "  ".join(
+        f"{a}" if a == b else f"{a}-{b}" for a, b in buckets))
+    for mode in modes:
+        click.echo(f"{mode:>13s} " + "  ".join(f"{v:.3f}" for v in bucket_means(h[mode]["bits_by_position"])))
+    if not result["same_corpus"]:
+        click.echo(f"note: this Python's corpus (SHA-256 {result['corpus']['sha256'][:12]}..., Python "
+                   f"{result['corpus']['python']}) is not the one in the card; the figures are on another text",
+                   err=True)
+    if plot is not None:
+        lines = {f"{name}, {mode}": h[mode]["bits_by_position"] for mode in modes}
+        plot_bits_by_position(lines, plot, train_length=result["train_length"], title=f"{name}: held-out split")
+        click.echo(f"plot: {plot}")

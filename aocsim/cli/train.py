@@ -18,7 +18,7 @@ from aocsim.errors import UnknownNameError
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="Override the optimiser steps (state-tracking recipes).")
+              help="Override the optimiser steps (state-tracking and language recipes).")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @friendly
 def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, steps: int | None,
@@ -26,12 +26,14 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     """Train RECIPE and write a model directory (model card + HDF5 weights).
 
     Recipes: digits-deq48; parity-implicit, parity-explicit{1,2,4}, a5-implicit,
-    a5-explicit{1,2,4}, a5xm4-implicit, a5xm4-explicit1. State-tracking runs
-    also write a metrics log and HDF5 checkpoints to runs/RECIPE-sSEED/.
+    a5-explicit{1,2,4}, a5xm4-implicit, a5xm4-explicit1; charlm-implicit,
+    charlm-explicit{1,2} (character-level language models). State-tracking and
+    language runs also write a metrics log and HDF5 checkpoints to
+    runs/RECIPE-sSEED/.
     """
     from aocsim.io.outputs import check_output_dir, check_writable_folder
     from aocsim.train import RECIPES, run
-    from aocsim.train.recipes import STATE_TRACKING
+    from aocsim.train.recipes import SEQUENCE
 
     if recipe not in RECIPES:
         raise UnknownNameError("recipe", recipe, list(RECIPES))
@@ -44,8 +46,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
         options["epochs"] = epochs
     if steps is not None:
         options["steps"] = steps
-    if recipe in STATE_TRACKING:
-        options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else STATE_TRACKING[recipe].seed}"
+    if recipe in SEQUENCE:
+        options["run_dir"] = Path("runs") / f"{recipe}-s{seed if seed is not None else SEQUENCE[recipe].seed}"
         check_writable_folder(options["run_dir"], what="run folder")
     with compute():
         path = run(recipe, out, **options)
@@ -55,9 +57,18 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
     if card.get("task") == "state_tracking":
         accs = ", ".join(f"{k} {v['simultaneous']['accuracy']:.4f}" for k, v in card["metrics"].items())
         click.echo(f"wrote {path} (per-token accuracy, simultaneous mode: {accs})")
+    elif card.get("task") == "language":
+        click.echo(f"wrote {path} (held-out {_bits_summary(card)})")
     else:
         test = card["metrics"].get("test", {})
         click.echo(f"wrote {path} (test accuracy {test.get('accuracy', float('nan')):.4f})")
+
+
+def _bits_summary(card: dict[str, Any]) -> str:
+    """"bits per character 2.1234 (simultaneous), 2.1235 (sequential)" from a language model's card."""
+    heldout = card["metrics"]["heldout"]
+    modes = [m for m in ("simultaneous", "sequential") if m in heldout]
+    return "bits per character " + ", ".join(f"{heldout[m]['bits_per_character']:.4f} ({m})" for m in modes)
 
 
 @click.group()
@@ -78,6 +89,8 @@ def models_list() -> None:
             summary = "per-token accuracy " + ", ".join(
                 f"{k} {v['simultaneous']['accuracy']:.3f}" for k, v in metrics.items())
             task = f"{card['data']['group']} words"
+        elif card.get("task") == "language":
+            summary, task = f"held-out {_bits_summary(card)}", "characters"
         else:
             acc = metrics.get("test", {}).get("accuracy")
             summary = f"test accuracy {acc:.4f}" if acc is not None else ""
@@ -92,16 +105,24 @@ def models_list() -> None:
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")
 @friendly
 def models_table(roots: tuple[Path, ...], mode: str, markdown: bool) -> None:
-    """Mean and best per-token accuracy across seeds of the state-tracking models under ROOTS.
+    """Mean and best per-token accuracy across seeds of the state-tracking models under ROOTS,
+    then held-out bits per character of the language models (both modes).
 
     ROOTS default to the bundled models folder (with its seeds/ subfolder).
     """
-    from aocsim.experiments.study import collect_cards, format_seed_table, markdown_seed_table, seed_table
+    from aocsim.experiments.study import collect_cards, format_language_table, format_seed_table
+    from aocsim.experiments.study import language_table, markdown_seed_table, seed_table
     from aocsim.paths import models_dir
 
-    cards = collect_cards(list(roots) or [models_dir(), models_dir() / "seeds"])
-    if not cards:
-        raise click.ClickException("no state-tracking model cards found")
-    rows = seed_table(cards, mode)
-    click.echo(markdown_seed_table(rows) if markdown else format_seed_table(rows))
+    folders = list(roots) or [models_dir(), models_dir() / "seeds"]
+    cards, language = collect_cards(folders), collect_cards(folders, task="language")
+    if not cards and not language:
+        raise click.ClickException("no state-tracking or language model cards found")
+    if cards:
+        rows = seed_table(cards, mode)
+        click.echo(markdown_seed_table(rows) if markdown else format_seed_table(rows))
+    if language:
+        if cards:
+            click.echo()
+        click.echo(format_language_table(language_table(language), markdown=markdown))
 

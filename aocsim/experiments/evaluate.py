@@ -57,7 +57,14 @@ def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
             raise ModelFileError(f"solve options {sorted(solve_options)} apply to DEQ models; state-tracking "
                                  "models evaluate with the settings in their card")
         return evaluate_state_tracking(model)
-    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits', 'state_tracking']")
+    if task == "language":
+        if solve_options:
+            raise ModelFileError(f"solve options {sorted(solve_options)} apply to DEQ models; language "
+                                 "models evaluate with the settings in their card")
+        from aocsim.experiments.language import evaluate_language
+
+        return evaluate_language(model)
+    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits', 'language', 'state_tracking']")
 
 
 def state_tracking_recipe(model: nn.Module, group_name: str | None = None):

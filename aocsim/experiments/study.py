@@ -1,4 +1,4 @@
-"""Summaries across trained state-tracking models (several recipes and seeds)."""
+"""Summaries across trained models: state tracking (several recipes and seeds), language models."""
 
 from __future__ import annotations
 
@@ -9,15 +9,44 @@ from typing import Any
 from aocsim.io.model_files import CARD_FILE, read_card
 
 
-def collect_cards(roots: list[Path]) -> list[dict[str, Any]]:
-    """Model cards of every state-tracking model directory directly under `roots`."""
+def collect_cards(roots: list[Path], task: str = "state_tracking") -> list[dict[str, Any]]:
+    """Model cards of every model directory of `task` directly under `roots`."""
     cards = []
     for root in roots:
         for card_path in sorted(root.glob(f"*/{CARD_FILE}")):
             card = read_card(card_path.parent)
-            if card.get("task") == "state_tracking":
+            if card.get("task") == task:
                 cards.append(card)
     return cards
+
+
+def language_table(cards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per language model card: held-out bits per character in each evaluated mode."""
+    rows = []
+    for card in sorted(cards, key=lambda c: (c["training"]["name"], c["seed"])):
+        heldout = card["metrics"]["heldout"]
+        rows.append({"recipe": card["training"]["name"], "revision": card["training"].get("revision", 1),
+                     "seed": card["seed"], "parameters": card.get("parameters"), "length": heldout["length"],
+                     "bits": {m: heldout[m]["bits_per_character"] for m in ("simultaneous", "sequential") if m in heldout},
+                     "minutes": card["training"]["train_seconds"] / 60,
+                     "cpu_minutes": card["training"].get("train_cpu_seconds", float("nan")) / 60})
+    return rows
+
+
+def format_language_table(rows: list[dict[str, Any]], *, markdown: bool = False) -> str:
+    """The language rows as text (or Markdown): held-out bits per character by mode ("-": not evaluated,
+    explicit models have one pass, evaluated once); training minutes, wall clock and CPU (one thread)."""
+    head = ["language model", "rev", "seed", "parameters", "eval length", "bpc simultaneous", "bpc sequential",
+            "train min", "cpu min"]
+    cells = [[r["recipe"], str(r["revision"]), str(r["seed"]), str(r["parameters"] or "-"), str(r["length"]),
+              *(f"{r['bits'][m]:.4f}" if m in r["bits"] else "-" for m in ("simultaneous", "sequential")),
+              f"{r['minutes']:.1f}", f"{r['cpu_minutes']:.1f}"] for r in rows]
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+                         + ["| " + " | ".join(c) + " |" for c in cells])
+    widths = [max(len(x) for x in column) for column in zip(head, *cells)]
+    return "\n".join(" ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(line, widths)))
+                     for line in [head, *cells])
 
 
 def _eval_prob(card: dict[str, Any]) -> float:

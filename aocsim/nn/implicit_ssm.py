@@ -247,48 +247,64 @@ class ImplicitSSM(nn.Module):
         b, L, _ = u.shape
         caches = [block.init_cache(b, u) for block in self.blocks]
         zs, iters, res, steps = [], [], [], []
-        z_t = u.new_zeros(b, self.config.d_model)
         for t in range(L):  # the RNN: constant memory in L
-            u_t = u[:, t]
-            last: list[list[TokenCache]] = []  # per row, the caches of its latest iterate
-            before: list[torch.Tensor] = []
-            seen: list[torch.Tensor] = []  # relative residual per evaluation, with `trace`
-            visits = [0]
-
-            def token_map(z: torch.Tensor) -> torch.Tensor:
-                self._announce(t, t + 1, visits[0])
-                visits[0] += 1
-                out, after = self.f_token(z, u_t, caches)
-                if before:  # a stopped row is evaluated on at its final iterate: keep that evaluation
-                    moved = (z != before[0]).any(-1)
-                    after = [TokenCache(torch.where(moved[:, None, None], a.conv, c.conv),
-                                        torch.where(moved[:, None, None, None], a.ssm, c.ssm))
-                             for a, c in zip(after, last[0])]
-                last[:], before[:] = [after], [z]
-                if trace:
-                    seen.append(torch.linalg.vector_norm(out - z, dim=-1)
-                                / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30))
-                return out
-
-            result = solve(token_map, torch.zeros_like(z_t), solver=Picard(tau), atol=0.0, rtol=tol,
-                           max_iter=max_iter, return_best=False)
-            z_t = result.z
-            # Commit the states at the fixed point: solve returns each row's last iterate
-            # (return_best=False), whose caches token_map kept, without a recompute.
-            caches = last[0]
+            z_t, caches, its, r, seen = self.solve_token(u[:, t], caches, t, tau=tau, tol=tol, max_iter=max_iter,
+                                                         trace=trace)
             zs.append(z_t)
-            iters.append(result.iterations)
-            res.append(result.rel_residual)
-            if trace:  # a stopped row is evaluated on with the others: not its iterations
-                r = torch.stack(seen, 1)
-                steps.append(torch.where(torch.arange(r.shape[1], device=r.device) <= result.iterations[:, None],
-                                         r, torch.full_like(r, float("nan"))))
+            iters.append(its)
+            res.append(r)
+            steps.append(seen)
         out = None
         if trace:
             out = u.new_full((b, L, max(s.shape[1] for s in steps)), float("nan"))
             for t, s in enumerate(steps):
                 out[:, t, : s.shape[1]] = s
         return torch.stack(zs, 1), torch.stack(iters, 1), torch.stack(res, 1), out
+
+    def solve_token(self, u_t: torch.Tensor, caches: list[TokenCache], t: int = 0, *, tau: float = 0.8,
+                    tol: float = 1e-4, max_iter: int = 100, trace: bool = False):
+        """One token of sequential mode: its fixed point with the previous tokens' states `caches` fixed.
+
+        u_t [B, d_in_proj] (the token's injection), caches one per block (`block.init_cache` before the
+        first token), t the token's position (for `pass_hook`). Returns (z_t [B, d_model], the caches
+        committed at the fixed point, iterations [B], relative residuals [B], the residual per
+        iteration [B, I] with `trace`, else None). An explicit model makes one pass from z = 0.
+        """
+        if not self.config.implicit:
+            self._announce(t, t + 1, 0)
+            z_t, caches = self.f_token(u_t.new_zeros(u_t.shape[0], self.config.d_model), u_t, caches)
+            zeros = u_t.new_zeros(u_t.shape[0])
+            return z_t, caches, zeros.long(), zeros, zeros[:, None] if trace else None
+        last: list[list[TokenCache]] = []  # per row, the caches of its latest iterate
+        before: list[torch.Tensor] = []
+        seen: list[torch.Tensor] = []  # relative residual per evaluation, with `trace`
+        visits = [0]
+
+        def token_map(z: torch.Tensor) -> torch.Tensor:
+            self._announce(t, t + 1, visits[0])
+            visits[0] += 1
+            out, after = self.f_token(z, u_t, caches)
+            if before:  # a stopped row is evaluated on at its final iterate: keep that evaluation
+                moved = (z != before[0]).any(-1)
+                after = [TokenCache(torch.where(moved[:, None, None], a.conv, c.conv),
+                                    torch.where(moved[:, None, None, None], a.ssm, c.ssm))
+                         for a, c in zip(after, last[0])]
+            last[:], before[:] = [after], [z]
+            if trace:
+                seen.append(torch.linalg.vector_norm(out - z, dim=-1)
+                            / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30))
+            return out
+
+        result = solve(token_map, u_t.new_zeros(u_t.shape[0], self.config.d_model), solver=Picard(tau), atol=0.0,
+                       rtol=tol, max_iter=max_iter, return_best=False)
+        steps = None
+        if trace:  # a stopped row is evaluated on with the others: not its iterations
+            r = torch.stack(seen, 1)
+            steps = torch.where(torch.arange(r.shape[1], device=r.device) <= result.iterations[:, None],
+                                r, torch.full_like(r, float("nan")))
+        # Commit the states at the fixed point: solve returns each row's last iterate
+        # (return_best=False), whose caches token_map kept, without a recompute.
+        return result.z, last[0], result.iterations, result.rel_residual, steps
 
 
 def _rebuild(config: SSMConfig, dtype: torch.dtype, state: dict[str, torch.Tensor], card: dict[str, Any] | None,

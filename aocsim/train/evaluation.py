@@ -1,9 +1,11 @@
 """The metrics a recipe writes into its model card, and `aocsim evaluate` reports: a DEQ classifier's
 accuracy and convergence (`evaluate_deq`), a state-tracking model's per-token accuracy by position at
-multiples of its training length in each mode (`evaluate_lengths`). Exact path only."""
+multiples of its training length in each mode (`evaluate_lengths`), a language model's held-out bits
+per character overall and by position in each mode (`evaluate_bits`). Exact path only."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 import torch
@@ -11,7 +13,6 @@ import torch
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
 from aocsim.tasks.groups import group, word_problems
-
 
 
 class EvaluationSettings(Protocol):
@@ -47,17 +48,28 @@ def evaluate_deq(model: DEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: 
     }
 
 
+def _as_model(model: ImplicitSSM | tuple[dict, dict]) -> ImplicitSSM:
+    """`model`, or the model rebuilt from (config, weights) as shipped to a worker process."""
+    if isinstance(model, ImplicitSSM):
+        return model
+    config, state = model
+    rebuilt = ImplicitSSM(SSMConfig(**config)).to(next(iter(state.values())).dtype)
+    rebuilt.load_state_dict(state)
+    return rebuilt.eval()
+
+
+def _shipped(model: ImplicitSSM, workers: int) -> ImplicitSSM | tuple[dict, dict]:
+    """What the pieces of work carry: the model itself on one worker, else its config and weights."""
+    if workers <= 1:
+        return model
+    return model.config.to_dict(), {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
 def _solve_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, mode: str, tau: float, tol: float,
                 max_iter: int, lookahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(predictions, iterations, residuals) of `tokens` in `mode`; `model` may come as (config, weights)."""
-    if not isinstance(model, ImplicitSSM):
-        config, state = model
-        dtype = next(iter(state.values())).dtype
-        model = ImplicitSSM(SSMConfig(**config)).to(dtype)
-        model.load_state_dict(state)
-        model.eval()
     with torch.no_grad():
-        res = model(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
+        res = _as_model(model)(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
     return res.logits.argmax(-1), res.iterations, res.residuals
 
 
@@ -94,8 +106,7 @@ def evaluate_lengths(model: ImplicitSSM, r: EvaluationSettings, *, factors: tupl
     p_id = r.eval_prob if identity_prob is None else identity_prob
     if not r.implicit:
         workers = 1  # one pass per sequence: less work than starting a process (about 2 s)
-    shipped = model if workers <= 1 else (model.config.to_dict(), {k: v.detach().cpu() for k, v in
-                                                                   model.state_dict().items()})
+    shipped = _shipped(model, workers)
     jobs, where, data = [], [], {}
     for factor in factors or r.eval_factors:
         length = factor * r.train_length
@@ -142,3 +153,74 @@ def evaluate_lengths(model: ImplicitSSM, r: EvaluationSettings, *, factors: tupl
     return out
 
 
+
+
+class LanguageEvaluationSettings(Protocol):
+    """What `evaluate_bits` reads of a recipe (`aocsim.train.language.LanguageRecipe`)."""
+
+    implicit: bool
+    tau: float
+    eval_tol: float
+    eval_max_iter: int
+
+
+def bits_per_character(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """-log2 p(target) per position, float64 [B, L], from logits [B, L, V] and target ids [B, L].
+
+    The softmax in float64; a model that gives every class the same logit scores log2(V) everywhere.
+    """
+    logp = torch.log_softmax(logits.double(), dim=-1).gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+    return -logp / math.log(2.0)
+
+
+def _bits_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, targets: torch.Tensor, mode: str,
+               tau: float, tol: float, max_iter: int, lookahead: int | None = None) -> tuple[torch.Tensor, ...]:
+    """(bits, predictions, iterations, residuals) per position of `tokens` in `mode`."""
+    with torch.no_grad():
+        res = _as_model(model)(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
+    return bits_per_character(res.logits, targets), res.logits.argmax(-1), res.iterations, res.residuals
+
+
+def evaluate_bits(model: ImplicitSSM, r: LanguageEvaluationSettings, inputs: torch.Tensor, targets: torch.Tensor, *,
+                  modes: tuple[str, ...] | None = None, workers: int = 1, progress: bool = False,
+                  desc: str = "evaluate") -> dict[str, Any]:
+    """Bits per character of next-character prediction on windows (inputs, targets) [W, L], per mode.
+
+    For each mode (default: simultaneous and sequential for an implicit model, simultaneous alone
+    for an explicit one, whose modes compute the same function): `bits_per_character` (the mean
+    over every window and position), `bits_by_position` (the mean over windows at each position;
+    position t has seen t + 1 characters), `iterations_per_token` and `converged_fraction`; with
+    two modes, `mode_agreement` (fraction of positions with the same most likely character) and
+    `mode_bits_gap` (the difference of the two means). Solved in pieces of ROWS[mode] windows
+    on `workers` processes with the solver settings of `r` (as `evaluate_lengths`).
+    """
+    from aocsim.parallel import run_parts, split_rows
+    from aocsim.progress import bar
+
+    modes = modes or (("simultaneous", "sequential") if r.implicit else ("simultaneous",))
+    shipped = _shipped(model, workers if r.implicit else 1)
+    length = inputs.shape[1]
+    jobs, where = [], []
+    for mode in modes:
+        cap = max(r.eval_max_iter, 3 * length) if mode == "simultaneous" else r.eval_max_iter
+        lookahead = LOOKAHEAD if mode == "simultaneous" else None
+        for rows in split_rows(len(inputs), -(-len(inputs) // ROWS[mode])):
+            jobs.append((shipped, inputs[rows], targets[rows], mode, r.tau, r.eval_tol, cap, lookahead))
+            where.append((mode, rows.start))
+    pieces: dict[str, dict[int, tuple]] = {mode: {} for mode in modes}
+    done = run_parts(_bits_part, jobs, workers if r.implicit else 1)
+    for i, result in bar(done, desc=desc, total=len(jobs), enabled=progress):
+        pieces[where[i][0]][where[i][1]] = result
+    out: dict[str, Any] = {"length": length, "windows": len(inputs), "characters": targets.numel()}
+    preds = {}
+    for mode in modes:
+        bits, preds[mode], iterations, residuals = (torch.cat(x) for x in zip(*(pieces[mode][s]
+                                                                                for s in sorted(pieces[mode]))))
+        out[mode] = {"bits_per_character": float(bits.mean()),
+                     "bits_by_position": [round(float(b), 4) for b in bits.mean(0)],
+                     "iterations_per_token": float(iterations.double().mean()),
+                     "converged_fraction": float((residuals <= r.eval_tol).double().mean()) if r.implicit else 1.0}
+    if len(modes) == 2:
+        out["mode_agreement"] = float((preds[modes[0]] == preds[modes[1]]).double().mean())
+        out["mode_bits_gap"] = out[modes[1]]["bits_per_character"] - out[modes[0]]["bits_per_character"]
+    return out

@@ -11,6 +11,7 @@ from aocsim.errors import InputError, UnknownNameError
 from aocsim.io.outputs import check_output_dir, check_writable_folder
 from aocsim.tasks import groups as _groups
 from aocsim.train import digits as _digits
+from aocsim.train import language as _lm
 from aocsim.train import state_tracking as _st
 
 # State tracking at CPU scale: parity (Z2) and A5 trained at L = 16; explicit baselines at the
@@ -56,12 +57,27 @@ for _prefix, _base, _depths in (("parity", _PARITY, (1, 2, 4)), ("a5", _long_bud
 STATE_TRACKING["parity-implicit-hw"] = replace(STATE_TRACKING["parity-implicit"], name="parity-implicit-hw",
                                                hw_weight_bits=6, hw_noise=0.1)
 
+# Character-level language modelling on the pydoc corpus (docs/LANGUAGE.md): the implicit model and
+# explicit baselines of the same width with the same budget (steps, batch, windows, learning-rate
+# schedule); the 1-layer baseline has exactly the implicit model's parameters. Sized for one core
+# (docs/LANGUAGE.md, training time); the scan chunk of 32 is about 1.5x faster than 64 at L = 128.
+_CHARLM = {"train_length": 128, "eval_length": 256, "d_model": 64, "d_state": 16, "batch_size": 16,
+           "steps": 4000, "lr": 3e-3, "warmup_steps": 200, "lr_final": 0.05, "train_chunk": 32}
+LANGUAGE: dict[str, _lm.LanguageRecipe] = {
+    "charlm-implicit": _lm.LanguageRecipe(name="charlm-implicit", implicit=True, jac_reg=0.1, **_CHARLM),
+    **{f"charlm-explicit{n}": _lm.LanguageRecipe(name=f"charlm-explicit{n}", implicit=False, n_layers=n, **_CHARLM)
+       for n in (1, 2)},
+}
+# The recipes that train an implicit SSM on sequences (they write a metrics log and checkpoints).
+SEQUENCE = {**STATE_TRACKING, **LANGUAGE}
+
 RECIPES: dict[str, Callable[..., Path]] = {
     "digits-deq48": _digits.run_recipe,
     # Hardware-aware digits (docs/DEVICE_RUNS.md, section 5): the same recipe with beta W on the SLM's
     # 9 bits (straight-through) and a static error of 15 % of max |U x + b| on the loop's input.
     "digits-deq48-hw": partial(_digits.run_recipe, hw_weight_bits=9, hw_noise=0.15, name="digits-deq48-hw"),
     **{name: partial(_st.run_recipe, recipe) for name, recipe in STATE_TRACKING.items()},
+    **{name: partial(_lm.run_recipe, recipe) for name, recipe in LANGUAGE.items()},
 }
 
 

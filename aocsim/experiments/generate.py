@@ -1,0 +1,130 @@
+"""Text from a character-level language model: the next character drawn from the softmax, one at a time.
+
+The sampling loop (`sample`) sees the model only as a callable `next_logits(tokens) -> logits`: the
+token ids so far, int64 [T], to the logits of the next token [V]. That callable is the hook for
+other executors: the exact path is `ExactNextLogits` (the model's sequential mode, incremental: each
+call solves only the tokens it has not seen, with the previous tokens' states committed); a device
+path is another callable of the same form (for example a placed model run on the prefix), passed to
+`generate(..., next_logits=...)`.
+
+Characters of the prompt outside the model's vocabulary map to its `unknown_id` (`Generation.unknown`
+lists them); the unknown id is decoded as U+FFFD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from aocsim._checks import integer, real, short
+from aocsim.errors import InputError
+from aocsim.tasks.corpus import Vocabulary
+from aocsim.train.language import card_vocabulary
+
+NextLogits = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """prompt and the generated `text` (without the prompt); `tokens` int64 [length] the generated ids;
+    `unknown` the prompt's characters outside the vocabulary; `iterations_per_token` the mean fixed-point
+    iterations of the exact path's solves (None for another executor)."""
+
+    prompt: str
+    text: str
+    tokens: torch.Tensor
+    unknown: list[str]
+    iterations_per_token: float | None = None
+
+
+def sample(next_logits: NextLogits, prompt: torch.Tensor, length: int, *, temperature: float = 1.0,
+           generator: torch.Generator) -> torch.Tensor:
+    """`length` token ids after `prompt` (int64 [T], T >= 1), each drawn from softmax(logits / temperature).
+
+    temperature 0: the most likely token (greedy). Draws come from `generator` alone: the same generator
+    state and the same logits give the same tokens.
+    """
+    tokens = prompt.long().reshape(-1)
+    for _ in range(length):
+        logits = next_logits(tokens).double().reshape(-1)
+        if temperature == 0:
+            nxt = logits.argmax().reshape(1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1).cpu()
+            nxt = torch.multinomial(probs, 1, generator=generator)
+        tokens = torch.cat([tokens, nxt.to(tokens.device)])
+    return tokens[len(tokens) - length:]
+
+
+class ExactNextLogits:
+    """The exact path as `next_logits`: the model's sequential mode, one token at a time.
+
+    A call with tokens that extend those of the previous call solves only the new tokens (the SSM
+    states of the earlier ones are kept); any other prefix starts over. The logits equal those of
+    `model(tokens, mode="sequential")` at the last position, with the same solver settings.
+    """
+
+    def __init__(self, model: Any, *, tau: float, tol: float, max_iter: int) -> None:
+        self.model, self.options = model, {"tau": tau, "tol": tol, "max_iter": max_iter}
+        self.seen = torch.zeros(0, dtype=torch.long)
+        self.caches: list[Any] = []
+        self.z: torch.Tensor | None = None
+        self.iterations: list[int] = []
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        model, n = self.model, len(self.seen)
+        if n == 0 or len(tokens) < n or not torch.equal(tokens[:n].cpu(), self.seen):
+            n, self.z = 0, None
+            like = model.head.weight
+            self.caches = [block.init_cache(1, like) for block in model.blocks]
+        for t in range(n, len(tokens)):
+            u_t = model.injection(tokens[t].reshape(1, 1).to(model.head.weight.device))[:, 0]
+            self.z, self.caches, its, _, _ = model.solve_token(u_t, self.caches, t, **self.options)
+            self.iterations.append(int(its[0]))
+        self.seen = tokens.detach().cpu().clone()
+        if self.z is None:
+            raise InputError("next_logits called with no tokens; expected at least one")
+        return model.head(self.z)[0]
+
+
+def check_request(model: nn.Module, prompt: str, length: int, *, seed: int = 0, temperature: float = 1.0
+                  ) -> Vocabulary:
+    """The checks of `generate`'s arguments (one-line InputErrors); returns the model's vocabulary."""
+    vocab = card_vocabulary(model)
+    if not isinstance(prompt, str) or not prompt:
+        raise InputError(f"prompt = {short(prompt)}; expected a string of at least one character")
+    integer(length, "length", minimum=1)
+    integer(seed, "seed", minimum=0)
+    real(temperature, "temperature", low=0.0)
+    return vocab
+
+
+def generate(model: nn.Module, prompt: str, length: int, *, seed: int = 0, temperature: float = 1.0,
+             next_logits: NextLogits | None = None) -> Generation:
+    """`length` characters after `prompt` from a language model (a loaded `charlm-*` model).
+
+    Args:
+        model: a model whose card has task "language" (its vocabulary and solver settings).
+        prompt: at least one character; characters outside the vocabulary become its unknown id.
+        length: characters to generate, >= 1.
+        seed: seed of the torch.Generator the characters are drawn with.
+        temperature: softmax temperature, >= 0 (0: greedy).
+        next_logits: the executor (module docstring); default the exact path, `ExactNextLogits`.
+
+    Example: `generate(load_model("charlm-implicit"), "The ", 80, seed=1).text`.
+    """
+    vocab = check_request(model, prompt, length, seed=seed, temperature=temperature)
+    exact = None
+    if next_logits is None:
+        training = model.card["training"]
+        exact = next_logits = ExactNextLogits(model, tau=training["tau"], tol=training["eval_tol"],
+                                              max_iter=training["eval_max_iter"])
+    tokens = sample(next_logits, torch.from_numpy(vocab.encode(prompt)), length, temperature=temperature,
+                    generator=torch.Generator().manual_seed(seed))
+    its = exact.iterations if exact is not None and model.config.implicit else None
+    return Generation(prompt, vocab.decode(tokens), tokens, vocab.unknown_characters(prompt),
+                      sum(its) / len(its) if its else None)
