@@ -116,11 +116,21 @@ def fit_program(profile: DeviceProfile, start: Program, *, alpha: float, operato
     return Program(w.detach(), float(g.detach()), c.detach())
 
 
-def affine_fit(target: torch.Tensor, node: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per column j, (g_j, o_j) minimising ||node_j - g_j target_j - o_j||^2."""
+def affine_fit(target: torch.Tensor, node: torch.Tensor, *, spread: float | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column j, (g_j, o_j) minimising ||node_j - g_j target_j - o_j||^2.
+
+    spread: a gain outside [m / spread, m spread], m the median gain, is taken as m (and its offset
+    refitted): a column whose target barely moves (a weak output of a matrix) is mostly noise, and
+    dividing by its fitted gain would amplify that noise without bound.
+    """
     tm, nm = target.mean(0), node.mean(0)
     tc, nc = target - tm, node - nm
     var = (tc * tc).sum(0)
     gain = torch.where(var > 0, (tc * nc).sum(0) / var.clamp_min(1e-300), torch.ones_like(var))
     gain = torch.where(gain.abs() > 1e-12, gain, torch.ones_like(gain))  # a dead output: report raw
+    if spread is not None:
+        typical = gain.median()
+        odd = (gain < typical / spread) | (gain > typical * spread)
+        gain = torch.where(odd, typical, gain)
     return gain, nm - gain * tm
