@@ -96,6 +96,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     dtype = torch.float32 if use_float32 else torch.float64
     with compute():
         m = evaluate_model(loaded, dtype=dtype)
+    if "profile" in m:  # a twin DEQ: its exact path is the nominal pipeline
+        _print_twin(name, m)
+        return
     click.echo(f"model {name} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path, "
                f"atol {m['atol']:g})")
     click.echo(f"  accuracy            {m['accuracy']:.4f}")
@@ -104,6 +107,22 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     click.echo(f"  max residual        {m['residual_max']:.2e}")
     click.echo(f"  without feedback    {m['accuracy_without_feedback']:.4f} accuracy with W = 0 (max |beta W| = "
                f"{m['feedback_max']:.3g}): how much the loop matters")
+
+
+def _print_twin(name: str, m: dict[str, Any]) -> None:
+    bits = f"{m['slm_bits']}-bit SLM" if m["slm_bits"] is not None else "unquantised SLM"
+    click.echo(f"model {name} ({m['task']}, {m['split']} set, n = {m['n']}, {m['dtype']}, exact path: the nominal "
+               f"{m['profile']} pipeline, {bits}, plain iteration to rtol {m['rtol']:g})")
+    metric, fmt = ("accuracy", "{:.4f}") if m["task"] == "digits" else ("mse", "{:.3g}")
+    click.echo(f"  {metric:<19s} {fmt.format(m[metric])}")
+    click.echo(f"  converged           {m['converged_fraction']:.4f} of samples")
+    click.echo(f"  iterations          mean {m['iterations_mean']:.2f}, max {m['iterations_max']}")
+    click.echo(f"  max residual        {m['residual_max']:.2e}")
+    cut = fmt.format(m[metric + "_without_feedback"])
+    click.echo(f"  without feedback    {cut} {metric} with the optical path off (beta = 0 instead of {m['beta']:.3g}: "
+               "the readout channels see no input): how much the loop matters")
+    click.echo(f"  with W = 0          {fmt.format(m[metric + '_zero_weight'])} {metric} (only the SLM's darkness "
+               "couples the channels)")
 
 
 def _parse_factors(factors: str | None) -> tuple[int, ...] | None:

@@ -16,7 +16,8 @@ from aocsim.errors import UnknownNameError
 @click.option("--out", type=Path_(path_type=Path), default=None,
               help="Output model directory [default: models/RECIPE].")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
-@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs (digits-deq48).")
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="Override the epochs (digits and twin recipes).")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Override the optimiser steps (state-tracking and language recipes).")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
@@ -25,11 +26,11 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
           force: bool) -> None:
     """Train RECIPE and write a model directory (model card + HDF5 weights).
 
-    Recipes: digits-deq48; parity-implicit, parity-explicit{1,2,4}, a5-implicit,
-    a5-explicit{1,2,4}, a5xm4-implicit, a5xm4-explicit1; charlm-implicit,
-    charlm-explicit{1,2} (character-level language models). State-tracking and
-    language runs also write a metrics log and HDF5 checkpoints to
-    runs/RECIPE-sSEED/.
+    Recipes: digits-deq48, digits-twin48, regression-twin16; parity-implicit,
+    parity-explicit{1,2,4}, a5-implicit, a5-explicit{1,2,4}, a5xm4-implicit,
+    a5xm4-explicit1; charlm-implicit, charlm-explicit{1,2} (character-level language
+    models). State-tracking and language runs also write a metrics log and HDF5
+    checkpoints to runs/RECIPE-sSEED/.
     """
     from aocsim.io.outputs import check_output_dir, check_writable_folder
     from aocsim.train import RECIPES, run
@@ -59,6 +60,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
         click.echo(f"wrote {path} (per-token accuracy, simultaneous mode: {accs})")
     elif card.get("task") == "language":
         click.echo(f"wrote {path} (held-out {_bits_summary(card)})")
+    elif "mse" in card["metrics"].get("test", {}):
+        click.echo(f"wrote {path} (test MSE {card['metrics']['test']['mse']:.3g})")
     else:
         test = card["metrics"].get("test", {})
         click.echo(f"wrote {path} (test accuracy {test.get('accuracy', float('nan')):.4f})")
@@ -92,8 +95,9 @@ def models_list() -> None:
         elif card.get("task") == "language":
             summary, task = f"held-out {_bits_summary(card)}", "characters"
         else:
-            acc = metrics.get("test", {}).get("accuracy")
-            summary = f"test accuracy {acc:.4f}" if acc is not None else ""
+            acc, mse = metrics.get("test", {}).get("accuracy"), metrics.get("test", {}).get("mse")
+            summary = (f"test accuracy {acc:.4f}" if acc is not None else
+                       f"test MSE {mse:.3g}" if mse is not None else "")
             task = card.get("task", "?")
         click.echo(f"{name:20s} {card.get('kind', '?'):13s} {task:12s} {summary}")
 

@@ -9,7 +9,8 @@ from torch import nn
 
 from aocsim.errors import InputError, ModelFileError
 from aocsim.nn.deq import DEQ
-from aocsim.train.evaluation import evaluate_deq, evaluate_lengths
+from aocsim.nn.twin_deq import EXACT_SOLVE, TwinDEQ
+from aocsim.train.evaluation import evaluate_deq, evaluate_lengths, evaluate_regression, twin_ablations
 
 # Forward-solve tolerance per dtype. float32 carries about 7 digits: 1e-9 sits at its
 # rounding floor, where Anderson's differences vanish (its least-squares system turns
@@ -40,6 +41,8 @@ def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
         **solve_options: `aocsim.solve` settings for the forward solve.
     """
     task = getattr(model, "card", {}).get("task")
+    if isinstance(model, TwinDEQ) and task in ("digits", "regression"):
+        return evaluate_twin(model, dtype=dtype, **solve_options)
     if task == "digits":
         from aocsim.tasks import digits
 
@@ -64,7 +67,43 @@ def evaluate_model(model: nn.Module, *, dtype: torch.dtype = torch.float64,
         from aocsim.experiments.language import evaluate_language
 
         return evaluate_language(model)
-    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits', 'language', 'state_tracking']")
+    raise ModelFileError(f"model card task = {task!r}; evaluate knows: ['digits', 'language', 'regression' (twin "
+                         "DEQs), 'state_tracking']")
+
+
+def evaluate_twin(model: TwinDEQ, *, dtype: torch.dtype = torch.float64, **solve_options: Any) -> dict[str, Any]:
+    """A twin DEQ on its task's test set: the exact path (its nominal pipeline iterated to a relative
+    residual of 1e-10 in float64, 1e-5 in float32), and the same with the loop cut (`twin_ablations`):
+    beta = 0 ("without_feedback": the readout channels see no input) and W = 0 ("zero_weight")."""
+    if dtype not in DEFAULT_ATOL:
+        raise InputError(f"dtype = {dtype!r}; expected torch.float64 or torch.float32")
+    card = model.card
+    if card["task"] == "digits":
+        from aocsim.tasks import digits
+
+        data = digits.load_split(dtype)
+    else:
+        from aocsim.tasks import functions
+
+        meta = card.get("data", {})
+        data = functions.load_split(meta.get("function", "gaussian"), n_train=meta.get("n_train", 1000),
+                                    n_test=meta.get("n_test", 1000), dtype=dtype)
+    model = model.to(dtype)
+    opts = {**EXACT_SOLVE, **({"rtol": 1e-5, "atol": 1e-7} if dtype == torch.float32 else {}), **solve_options}
+    x, y = data.x_test, data.y_test
+    cut = twin_ablations(model, x, **opts)
+    out: dict[str, Any] = {"task": card["task"], "split": "test", "n": len(y), "dtype": str(dtype),
+                           "atol": opts["atol"], "rtol": opts["rtol"], "profile": model.config.profile,
+                           "slm_bits": model.config.slm_bits, "beta": float(model.beta.detach())}
+    if card["task"] == "digits":
+        out.update(evaluate_deq(model, x, y, **opts))
+        for key, logits in cut.items():
+            out[f"accuracy_{key}"] = float((logits.argmax(1).cpu() == y.cpu()).double().mean())
+    else:
+        out.update(evaluate_regression(model, x, y, **opts))
+        for key, pred in cut.items():
+            out[f"mse_{key}"] = float(((pred.cpu() - y.cpu()) ** 2).mean())
+    return out
 
 
 def state_tracking_recipe(model: nn.Module, group_name: str | None = None):

@@ -193,16 +193,20 @@ class DEQ(nn.Module):
             return abs(self.config.alpha) + float(torch.linalg.matrix_norm(self.operator(), ord=2))
 
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.config.input_size
-        if not isinstance(x, torch.Tensor):
-            raise InputError(f"x = {short(x)}; expected a tensor [B, {k}] (input_size = {k})")
-        if x.dtype == torch.bool or x.is_complex():  # converting would drop the imaginary part / mean 0 and 1
-            raise InputError(f"x has dtype {str(x.dtype).replace('torch.', '')}; expected real numbers "
-                             "(a floating-point or integer tensor)")
-        if x.ndim != 2 or x.shape[1] != k:
-            raise InputError(f"x has shape {tuple(x.shape)}; expected [B, {k}] (input_size = {k})")
-        if x.shape[0] == 0:
-            raise InputError(f"x has shape {tuple(x.shape)}; expected at least one sample [B >= 1, {k}]")
-        if not bool(torch.isfinite(x).all()):
-            raise InputError("x contains NaN or infinite values; expected finite numbers")
-        return x.to(device=self.weight.device, dtype=self.weight.dtype)
+        return check_input(x, self.config.input_size, self.weight)
+
+
+def check_input(x: torch.Tensor, k: int, like: torch.Tensor) -> torch.Tensor:
+    """x as a finite real tensor [B >= 1, k] in `like`'s dtype and device, or a one-line InputError."""
+    if not isinstance(x, torch.Tensor):
+        raise InputError(f"x = {short(x)}; expected a tensor [B, {k}] (input_size = {k})")
+    if x.dtype == torch.bool or x.is_complex():  # converting would drop the imaginary part / mean 0 and 1
+        raise InputError(f"x has dtype {str(x.dtype).replace('torch.', '')}; expected real numbers "
+                         "(a floating-point or integer tensor)")
+    if x.ndim != 2 or x.shape[1] != k:
+        raise InputError(f"x has shape {tuple(x.shape)}; expected [B, {k}] (input_size = {k})")
+    if x.shape[0] == 0:
+        raise InputError(f"x has shape {tuple(x.shape)}; expected at least one sample [B >= 1, {k}]")
+    if not bool(torch.isfinite(x).all()):
+        raise InputError("x contains NaN or infinite values; expected finite numbers")
+    return x.to(device=like.device, dtype=like.dtype)

@@ -11,6 +11,7 @@ from torch import nn
 from aocsim.errors import UnknownNameError
 from aocsim.nn.deq import DEQ, DEQConfig
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.nn.twin_deq import TwinDEQ, TwinDEQConfig
 
 Builder = Callable[[dict[str, Any], torch.dtype], nn.Module]
 
@@ -25,10 +26,15 @@ def _build_ssm(config: dict[str, Any], dtype: torch.dtype) -> ImplicitSSM:
     return ImplicitSSM(SSMConfig(**config)).to(dtype)
 
 
+def _build_twin_deq(config: dict[str, Any], dtype: torch.dtype) -> TwinDEQ:
+    return TwinDEQ(TwinDEQConfig(**config), dtype=dtype)
+
+
 # card "kind" -> builder(config dict, dtype) -> the untrained module
 KINDS: dict[str, Builder] = {
     "deq": _build_deq,
     "implicit_ssm": _build_ssm,
+    "twin_deq": _build_twin_deq,
 }
 
 

@@ -1,7 +1,8 @@
 """The metrics a recipe writes into its model card, and `aocsim evaluate` reports: a DEQ classifier's
-accuracy and convergence (`evaluate_deq`), a state-tracking model's per-token accuracy by position at
-multiples of its training length in each mode (`evaluate_lengths`), a language model's held-out bits
-per character overall and by position in each mode (`evaluate_bits`). Exact path only."""
+accuracy and convergence (`evaluate_deq`; a regression's mean squared error, `evaluate_regression`), a
+twin DEQ's outputs with its loop cut (`twin_ablations`), a state-tracking model's per-token accuracy by
+position at multiples of its training length in each mode (`evaluate_lengths`), a language model's
+held-out bits per character overall and by position in each mode (`evaluate_bits`). Exact path only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.nn.twin_deq import TwinDEQ
 from aocsim.tasks.groups import group, word_problems
 
 
@@ -63,6 +65,36 @@ def _shipped(model: ImplicitSSM, workers: int) -> ImplicitSSM | tuple[dict, dict
     if workers <= 1:
         return model
     return model.config.to_dict(), {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def evaluate_regression(model: DEQ | TwinDEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: Any
+                        ) -> dict[str, float]:
+    """Mean squared error and convergence of a DEQ regression on (x, y [B, outputs]); keys as `evaluate_deq`
+    with `mse` instead of `accuracy`."""
+    with torch.no_grad():
+        out = model(x, **solve_options)
+    it = out.solve.iterations.double()
+    return {
+        "mse": float(((out.logits.cpu() - y.cpu()) ** 2).mean()),
+        "converged_fraction": float(out.solve.converged.double().mean()),
+        "iterations_mean": float(it.mean()),
+        "iterations_max": int(it.max()),
+        "residual_max": float(out.solve.abs_residual.max()),
+    }
+
+
+def twin_ablations(model: TwinDEQ, x: torch.Tensor, **solve_options: Any) -> dict[str, torch.Tensor]:
+    """A twin DEQ's outputs [B, outputs] with its loop cut, on the nominal pipeline.
+
+    "without_feedback": beta = 0, the optical path switched off: z* = (clip(U x + b) + k0) / (1 - alpha),
+    so with a split the readout channels see only their bias (chance accuracy). "zero_weight": W = 0 on
+    the SLM; the SLM's darkness (an "off" pixel's light, docs/PHYSICS.md section 2 step 4) still
+    couples every input channel into every output, equally.
+    """
+    with torch.no_grad():
+        zero = torch.zeros_like(model.weight)
+        return {"without_feedback": model(x, loop=model.loop(beta=0.0), **solve_options).logits,
+                "zero_weight": model(x, loop=model.loop(weight=zero), **solve_options).logits}
 
 
 def _solve_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, mode: str, tau: float, tol: float,

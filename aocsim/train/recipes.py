@@ -13,6 +13,7 @@ from aocsim.tasks import groups as _groups
 from aocsim.train import digits as _digits
 from aocsim.train import language as _lm
 from aocsim.train import state_tracking as _st
+from aocsim.train import twin as _twin
 
 # State tracking at CPU scale: parity (Z2) and A5 trained at L = 16; explicit baselines at the
 # same width (d_model, d_state, expand) with 1, 2 and 4 layers and the same budget (steps, data
@@ -76,6 +77,9 @@ RECIPES: dict[str, Callable[..., Path]] = {
     # Hardware-aware digits (docs/DEVICE_RUNS.md, section 5): the same recipe with beta W on the SLM's
     # 9 bits (straight-through) and a static error of 15 % of max |U x + b| on the loop's input.
     "digits-deq48-hw": partial(_digits.run_recipe, hw_weight_bits=9, hw_noise=0.15, name="digits-deq48-hw"),
+    # Twin DEQs (docs/TWIN_MODELS.md): the model is the calibrated pipeline of aoc48-twin / aoc16-twin.
+    "digits-twin48": partial(_twin.run_recipe, **_twin.DIGITS48),
+    "regression-twin16": partial(_twin.run_recipe, **_twin.REGRESSION16),
     **{name: partial(_st.run_recipe, recipe) for name, recipe in STATE_TRACKING.items()},
     **{name: partial(_lm.run_recipe, recipe) for name, recipe in LANGUAGE.items()},
 }
