@@ -128,7 +128,7 @@ def test_readout_stop_reports_the_adc_average(digits) -> None:
                                               "aoc48-twin runs as a native DEQ"),
     ({"placement": {"averaging": 2}}, "averaging = 2 applies to tiled DEQs and hybrid SSMs; digits-deq48 on "
                                       "aoc48-twin runs as a native DEQ"),
-    ({"model": torch.nn.Linear(2, 2)}, "model is a Linear; expected a DEQ or an implicit SSM"),
+    ({"model": torch.nn.Linear(2, 2)}, "model is a Linear; expected a DEQ, a twin DEQ or an implicit SSM"),
     ({"model": "parity-implicit"}, "tokens must be an integer tensor"),  # images given to a sequence model
     ({"calibration": torch.zeros(5, 8, dtype=torch.float64)}, r"calibration has shape \(5, 8\); expected a tensor"),
 ])

@@ -12,7 +12,7 @@ import torch
 from aocsim import DEQ, DEQConfig, compare, load_model
 from aocsim.errors import InputError
 from aocsim.execute import PLACEMENTS, Placement, Run, place, placement_class
-from aocsim.execute.placement import DECLARATIONS, HYBRID, KINDS, NATIVE, TILED
+from aocsim.execute.placement import DECLARATIONS, HYBRID, KINDS, NATIVE, TILED, TWIN
 from aocsim.experiments.workloads import default_workload
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import load_device
@@ -26,6 +26,7 @@ CASES = {  # a model of each kind on aoc48, and what it runs on
     NATIVE: lambda: ("digits-deq48", default_workload(load_model("digits-deq48"), samples=3)),
     TILED: lambda: (_big(), None),
     HYBRID: lambda: ("parity-implicit", default_workload(load_model("parity-implicit"), sequences=2, length_factor=1)),
+    TWIN: lambda: ("digits-twin48", default_workload(load_model("digits-twin48"), samples=3)),
 }
 
 

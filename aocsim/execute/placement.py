@@ -11,7 +11,8 @@ A field left at None takes the default of the kind it is used with (`Placement.r
 given for a kind it does not apply to is refused, never ignored.
 
 Kinds (aocsim/execute/registry.py): a DEQ whose state fits the device runs natively (`NATIVE`),
-a larger one with its feedback on tiles (`TILED`), an implicit SSM as a hybrid (`HYBRID`).
+a larger one with its feedback on tiles (`TILED`), an implicit SSM as a hybrid (`HYBRID`), a DEQ
+defined by the calibrated pipeline with its own weights (`TWIN`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any, Callable, Mapping
 
 from aocsim.errors import InputError
 
-NATIVE, TILED, HYBRID = "native DEQ", "tiled DEQ", "hybrid SSM"
-KINDS = (NATIVE, TILED, HYBRID)
+NATIVE, TILED, HYBRID, TWIN = "native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ"
+KINDS = (NATIVE, TILED, HYBRID, TWIN)
 MAP_KINDS = ("inject", "in_proj", "out_proj")  # an implicit SSM's linear maps that can go onto tiles
 ON_TILES = (TILED, HYBRID)  # kinds that run products on tiles
 
@@ -141,8 +142,8 @@ class Placement:
         {NATIVE: True, TILED: True}, switch,
         "DEQs larger than the device: run beta W on optical tiles (else refuse them).", "switch")
     stop: str | None = option(
-        {NATIVE: "tolerance"}, choice("tolerance", "readout"),
-        "native DEQs: 'tolerance' (the loop's state at its fixed point) or 'readout' (the ADC's average "
+        {NATIVE: "tolerance", TWIN: "tolerance"}, choice("tolerance", "readout"),
+        "DEQs on the loop: 'tolerance' (the loop's state at its fixed point) or 'readout' (the ADC's average "
         "after the settle window: where readout.adc_bits matters).")
     fit: bool | None = option(
         {NATIVE: True}, switch,
@@ -171,15 +172,15 @@ class Placement:
         {TILED: False, HYBRID: False}, switch,
         "models on tiles: linearise the emitter drive digitally before the DAC.", "switch")
     max_iter: int | None = option(
-        {NATIVE: 2000, TILED: 100, HYBRID: None}, count,
+        {NATIVE: 2000, TILED: 100, HYBRID: None, TWIN: 2000}, count,
         "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: 30 per token sequentially, "
         "3 L + 20 simultaneously].")
     rtol: float | None = option(
-        {NATIVE: 1e-5, TILED: 1e-3, HYBRID: 0.1}, fraction,
+        {NATIVE: 1e-5, TILED: 1e-3, HYBRID: 0.1, TWIN: 1e-5}, fraction,
         "relative residual ||f(z) - z|| / ||f(z)|| at which a device solve stops (per sample; per token for "
         "implicit SSMs) [native 1e-5, tiled 1e-3, implicit SSMs 0.1: about aoc48's noise floor].")
     atol: float | None = option(
-        {NATIVE: 1e-6, TILED: 1e-6}, nonnegative,
+        {NATIVE: 1e-6, TILED: 1e-6, TWIN: 1e-6}, nonnegative,
         "DEQs: absolute residual ||f(z) - z|| added to rtol's, in the units of the iterated state (device "
         "volts natively, model units on tiles) [1e-6].")
 

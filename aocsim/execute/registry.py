@@ -23,6 +23,7 @@ from aocsim.execute.native import NativeDEQ
 from aocsim.execute.placement import Placement, as_placement
 from aocsim.execute.run import Run
 from aocsim.execute.tiled import TiledDEQ
+from aocsim.execute.twin import TwinPlaced
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 
 
@@ -55,7 +56,7 @@ class PlacedModel(Protocol):
 
 
 # The placement classes, asked in order whether they take a model on a profile (`fits`).
-PLACEMENTS: tuple[type, ...] = (NativeDEQ, TiledDEQ, HybridSSM)
+PLACEMENTS: tuple[type, ...] = (NativeDEQ, TiledDEQ, HybridSSM, TwinPlaced)
 
 
 def resolve_profile(device: DeviceProfile | str, chip: int | None = None) -> DeviceProfile:
@@ -77,8 +78,8 @@ def placement_class(model: Any, profile: DeviceProfile, placement: Placement | N
     for cls in PLACEMENTS:
         if cls.fits(model, profile, placement):
             return cls
-    raise InputError(f"model is a {type(model).__name__}; expected a DEQ or an implicit SSM (the kinds with a "
-                     "placement: aocsim.execute.registry.PLACEMENTS)")
+    raise InputError(f"model is a {type(model).__name__}; expected a DEQ, a twin DEQ or an implicit SSM (the kinds "
+                     "with a placement: aocsim.execute.registry.PLACEMENTS)")
 
 
 @dataclass(frozen=True)
