@@ -108,12 +108,12 @@ def _load(names: tuple[str, ...]) -> dict[str, Any]:
     loaded: dict[str, Any] = {}
     for name in names:
         model = load_model(name)
-        if model.card.get("task") == "state_tracking" and not model.config.implicit:
+        if model.card.get("task") in ("state_tracking", "language") and not model.config.implicit:
             raise click.ClickException(f"model {name!r} is an explicit SSM: it has no fixed point to run on the "
                                        "device loop; expected a DEQ or an implicit SSM")
-        if model.card.get("task") not in ("digits", "state_tracking"):
+        if model.card.get("task") not in ("digits", "state_tracking", "language"):
             raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; compare runs digits "
-                                       "DEQs and state-tracking implicit SSMs")
+                                       "DEQs, state-tracking implicit SSMs and language models")
         if model.card["name"] in loaded:
             raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
                                        "expected distinct models (one NetCDF group each)")
@@ -138,7 +138,7 @@ def _placements(loaded: dict[str, Any], profile: Any, given: Any, workload_optio
         if others:
             click.echo(f"note: {flag} does not apply to {', '.join(others)} ({', '.join(kinds[n] for n in others)})",
                        err=True)
-    if workload_options and not any(m.card["task"] == "state_tracking" for m in loaded.values()):
+    if workload_options and not any(m.card["task"] in ("state_tracking", "language") for m in loaded.values()):
         raise click.ClickException("--sequences and --length-factor apply to sequence models; "
                                    f"{', '.join(loaded)} {'is a DEQ' if len(loaded) == 1 else 'are DEQs'}")
     return {name: Placement(**{k: v for k, v in given.given().items() if kinds[name] in DECLARATIONS[k].kinds})
@@ -167,6 +167,10 @@ def _print_compare(s: dict[str, Any]) -> None:
     unit = s.get("unit", "sample")
     mode = f", {s['mode']} mode" if s.get("mode") else ""
     click.echo(f"model {s['model']} on {s['device']}{mode}: {s['runs']} runs (chips x seeds) x {s['samples']} {unit}s")
+    if s.get("bits") is not None and unit == "token":
+        b = s["bits"]
+        click.echo(f"  bits per token     exact {b['exact']:.4f}, device {b['device'][0]:.4f} +- {b['device'][1]:.4f} "
+                   f"(max {b['device'][2]:.4f})")
     if s["accuracy"] is not None:
         click.echo(f"  accuracy exact     {100 * s['accuracy']['exact']:7.2f} %")
         click.echo(f"  accuracy device    {spread(s['accuracy']['device'])}")

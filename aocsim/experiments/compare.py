@@ -21,7 +21,7 @@ import xarray as xr
 from aocsim._checks import integer
 from aocsim.errors import InputError
 from aocsim.execute.registry import resolve, resolve_profile
-from aocsim.experiments.results import ACTIVITY, comparison_dataset
+from aocsim.experiments.results import ACTIVITY, comparison_dataset, nll_bits
 from aocsim.hardware.physics.energy import Activity, energy_j
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.io.model_files import load_model
@@ -92,7 +92,7 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
     device: dict[str, np.ndarray] = {}
     traces: dict[tuple[int, int], np.ndarray] = {}
     parts = [(placed.cls, m, resolve_profile(base, chip_ids[ci]), placed.placement, prepared, x, exact.z,
-              [seed_ids[i] for i in range(s.start, s.stop)]) for ci, s in _parts(len(chip_ids), len(seed_ids), workers)]
+              [seed_ids[i] for i in range(s.start, s.stop)], y) for ci, s in _parts(len(chip_ids), len(seed_ids), workers)]
     where = list(_parts(len(chip_ids), len(seed_ids), workers))
     runs = bar(run_parts(chip_runs, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
     for i, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
@@ -117,7 +117,7 @@ def _parts(chips: int, seeds: int, workers: int) -> list[tuple[int, slice]]:
 
 
 def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, prepared: Any, x: torch.Tensor,
-              exact_z: torch.Tensor, seeds: list[int]) -> list[dict[str, Any]]:
+              exact_z: torch.Tensor, seeds: list[int], targets: torch.Tensor | None = None) -> list[dict[str, Any]]:
     """One chip: the model placed once, then run with every seed; what `compare` records per run, as
     numpy arrays (a module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
     placed = cls(model, profile, placement, prepared)
@@ -130,6 +130,8 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
             "status": solve.status.numpy(), "residual": getattr(solve, cls.residual).double().numpy(),
             "fixed_point_error": ((run.z - exact_z).norm(dim=-1) / exact_z.norm(dim=-1)).double().numpy(),
             "trace": None if run.trace is None else run.trace.double().numpy()}
+        if targets is not None:
+            one["nll_bits"] = nll_bits(run.outputs, targets)
         for name in ACTIVITY:
             one[name] = np.broadcast_to(np.asarray(getattr(act, name), dtype=np.float64), one["iterations"].shape)
         one["channels"] = np.full(one["iterations"].shape, act.channels or 0, dtype=np.int64)

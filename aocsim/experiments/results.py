@@ -38,6 +38,12 @@ def model_checksum(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def nll_bits(outputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """-log2 of the probability the logits give each target (a softmax over the last dimension)."""
+    logp = torch.log_softmax(outputs.double(), dim=-1).gather(-1, targets[..., None].long())[..., 0]
+    return (-logp / np.log(2.0)).numpy()
+
+
 def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfile, exact: Any,
                        device: dict[str, np.ndarray], activity: Activity, traces: dict[tuple[int, int], np.ndarray],
                        targets: torch.Tensor | None, seeds: list[int], chips: list[int]) -> xr.Dataset:
@@ -62,6 +68,8 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         data[name] = (dims[1:], np.asarray(getattr(activity, name), dtype=np.float64))
     if targets is not None:
         data["correct"] = (dims, pred == targets.numpy())
+        data["nll_bits"] = (dims, np.stack([np.broadcast_to(nll_bits(exact.outputs, targets), device["nll_bits"].shape),
+                                            device["nll_bits"]]))
     coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds,
               **{d: np.arange(n) for d, n in zip(cls.dims, lengths)}}
     ds = xr.Dataset(data, coords=coords)
@@ -69,6 +77,9 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
     ds["residual"].attrs["units"] = cls.residual_units
     ds["hardware_time_s"].attrs.update(units="s", description=cls.timing(profile, placed.placement))
     ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
+    if "nll_bits" in ds:
+        ds["nll_bits"].attrs.update(units="bits", description="-log2 of the probability the output gives the target "
+                                                              "(bits per character for a language model)")
     for name, what in DESCRIPTIONS.items():
         ds[name].attrs["description"] = f"{what} per {dims[-1]} on the device path (recorded by the engine)"
     ds["energy_j"].attrs.update(units="J", description=(
@@ -126,6 +137,10 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None,
     }
+    if "nll_bits" in ds:
+        bits = ds.nll_bits.sel(path="device").mean(per_run)
+        out["bits"] = {"exact": float(ds.nll_bits.sel(path="exact").isel(chip=0, seed=0).mean()),
+                       "device": (float(bits.mean()), float(bits.std()), float(bits.max()))}
     if "correct" in ds:
         device = ds.correct.sel(path="device").mean(per_run)
         out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),

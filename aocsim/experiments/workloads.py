@@ -7,7 +7,10 @@ One function (`default_workload`) builds it from the model card's task:
 - state-tracking implicit SSMs: `sequences` fresh word problems of `length_factor` times the
   training length, every element equally likely (generator `SEQUENCE_GENERATOR`), calibrated on 16
   sequences of the training length with identity tokens at probability 0.5 (generator
-  `CALIBRATION_GENERATOR`).
+  `CALIBRATION_GENERATOR`);
+- character-level language models: the first `sequences` consecutive windows of `length_factor`
+  times the training length of the held-out text (encoded with the card's vocabulary; the target
+  of a position is the next character), calibrated on 16 random windows of the training text.
 """
 
 from __future__ import annotations
@@ -53,6 +56,14 @@ def default_calibration(model: Any) -> torch.Tensor | None:
         tokens, _ = word_problems(group(data["group"]), CALIBRATION_SEQUENCES, data["train_length"],
                                   identity_prob=0.5, generator=CALIBRATION_GENERATOR)
         return tokens
+    if task == "language":
+        import numpy as np
+
+        from aocsim.tasks.corpus import pydoc_corpus
+        from aocsim.train.language import card_recipe
+
+        rng = np.random.default_rng(CALIBRATION_GENERATOR)
+        return pydoc_corpus().sample(rng, CALIBRATION_SEQUENCES, card_recipe(model).train_length)[0]
     return None
 
 
@@ -78,5 +89,12 @@ def default_workload(model: Any, *, samples: int | None = None, sequences: int =
         tokens, targets = word_problems(g, sequences, length_factor * model.card["data"]["train_length"],
                                         identity_prob=1 / g.order, generator=SEQUENCE_GENERATOR)
         return Workload(tokens, targets, default_calibration(model))
-    raise InputError(f"model {name!r} has task {task!r}; bundled workloads exist for digits DEQs and "
-                     "state-tracking implicit SSMs")
+    if task == "language":
+        from aocsim.tasks.corpus import pydoc_corpus
+        from aocsim.train.language import card_recipe, card_vocabulary
+
+        inputs, targets = pydoc_corpus().heldout_windows(length_factor * card_recipe(model).train_length,
+                                                         card_vocabulary(model))
+        return Workload(inputs[:sequences], targets[:sequences], default_calibration(model))
+    raise InputError(f"model {name!r} has task {task!r}; bundled workloads exist for digits DEQs, "
+                     "state-tracking implicit SSMs and character-level language models")
