@@ -58,7 +58,7 @@ def test_noisy_aoc48_is_reproducible_on_any_number_of_workers_and_keeps_parity(d
     ({"placement": {"mode": "both"}}, "mode = 'both'"),
     ({"placement": {"rtol": 2.0}}, "rtol = 2.0"),
     ({"placement": {"max_iter": 0}}, "max_iter = 0"),
-    ({"placement": {"stop": "readout"}}, "stop = 'readout' applies to native DEQs; parity-implicit on aoc48-twin "
+    ({"placement": {"stop": "readout"}}, "stop = 'readout' applies to native DEQs and twin DEQs; parity-implicit on aoc48-twin "
                                          "runs as a hybrid SSM"),
     ({"placement": {"fit": False}}, "fit = False applies to native DEQs"),
     ({"placement": {"bogus": 1}}, "placement.bogus is not a placement option"),

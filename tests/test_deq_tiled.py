@@ -74,7 +74,7 @@ def test_compare_runs_a_larger_deq_tiled_and_refuses_it_without_tiling(big) -> N
                                          "tiling is off") as err:
         compare(model, "aoc48-twin", x, placement=dict(tiling=False))
     assert "\n" not in str(err.value)
-    with pytest.raises(InputError, match="stop = 'readout' applies to native DEQs; this DEQ on aoc48-twin runs as a "
+    with pytest.raises(InputError, match="stop = 'readout' applies to native DEQs and twin DEQs; this DEQ on aoc48-twin runs as a "
                                          "tiled DEQ"):
         compare(model, "aoc48-twin", x, placement=dict(stop="readout"))
     placed = place(model, "aoc48-twin", calibration=x)

@@ -127,7 +127,7 @@ def test_bad_placements_are_one_line_errors(parity) -> None:
     model, _, _, cal = parity
     from aocsim.execute import place
 
-    with pytest.raises(InputError, match="stop = 'readout' applies to native DEQs; parity-implicit on aoc48 runs as "
+    with pytest.raises(InputError, match="stop = 'readout' applies to native DEQs and twin DEQs; parity-implicit on aoc48 runs as "
                                          "a hybrid SSM"):
         place(model, "aoc48", {"stop": "readout"}, calibration=torch.zeros(1, 4, dtype=torch.long))
     with pytest.raises(InputError, match="calibration = None"):

@@ -40,7 +40,7 @@ def model_checksum(model: torch.nn.Module) -> str:
 
 def nll_bits(outputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
     """-log2 of the probability the logits give each target (a softmax over the last dimension)."""
-    logp = torch.log_softmax(outputs.double(), dim=-1).gather(-1, targets[..., None].long())[..., 0]
+    logp = torch.log_softmax(outputs.detach().double(), dim=-1).gather(-1, targets[..., None].long())[..., 0]
     return (-logp / np.log(2.0)).numpy()
 
 
