@@ -138,9 +138,10 @@ def chip_root(chip_seed: int) -> Key:
 _DRAWN: list[Key] | None = None
 
 
-def recording_on() -> bool:
-    """Whether `recording()` is on (caches of static draws are bypassed, so that every draw is seen)."""
-    return _DRAWN is not None
+def note_drawn(drawn: list[Key]) -> None:
+    """Count `drawn` as drawn now, while `recording()` is on (a cached draw's keys, used again)."""
+    if _DRAWN is not None:
+        _DRAWN.extend(drawn)
 
 
 class recording:

@@ -50,21 +50,22 @@ def _frozen(values: Mapping[str, Any], names: tuple[str, ...]) -> tuple:
 def _cached(build: Callable[..., Any]) -> Callable[..., Any]:
     """`build(values, n, dtype=, device=, tile=)` memoised on the profile's values (all of them, so that
     no edit of a profile can meet a stale entry): a chip's static draws are made once however many
-    weight loads (tiles, fits, seeds) it takes. While `keys.recording()` is on, built afresh (so that
-    the draws' keys are seen). Callers do not change the tensors returned."""
-    memo: OrderedDict[tuple, Any] = OrderedDict()
+    weight loads (tiles, fits, seeds) it takes. An entry keeps the keys its build drew, which
+    `keys.recording()` sees again on every use. Callers do not change the tensors returned."""
+    memo: OrderedDict[tuple, tuple[Any, list[keys.Key]]] = OrderedDict()
 
     def cached(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device | str,
                tile: int = 0) -> Any:
-        if keys.recording_on():
-            return build(values, n, dtype=dtype, device=device, tile=tile)
         key = (_frozen(values, tuple(sorted(values))), n, dtype, torch.device(device), tile)
         if key not in memo:
-            memo[key] = build(values, n, dtype=dtype, device=device, tile=tile)
+            with keys.recording() as drawn:
+                memo[key] = (build(values, n, dtype=dtype, device=device, tile=tile), list(drawn))
             if len(memo) > MEMO_SIZE:
                 memo.popitem(last=False)
         memo.move_to_end(key)
-        return memo[key]
+        value, drawn = memo[key]
+        keys.note_drawn(drawn)
+        return value
 
     cached.__doc__ = build.__doc__
     return cached
