@@ -186,7 +186,8 @@ def _pairs(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--pareto", type=click.Choice(["energy", "time"]), default=None,
               help="Instead: the Pareto front of accuracy against energy or time per inference.")
 @click.option("--out", "out_path", type=Path_(dir_okay=False, path_type=Path), default=None,
-              help="The figure (.png/.svg/.pdf) [default: RESULTS with .png, or -pareto.png].")
+              help="The figure (.png/.svg/.pdf) [default: next to RESULTS, named by what it draws: "
+                   "results-accuracy.png, results-pareto-energy.png].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing figure.")
 @friendly
 def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
@@ -195,10 +196,12 @@ def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Pa
     from aocsim.experiments.sweep.plots import open_results, plot_pareto, plot_sweep
     from aocsim.io.outputs import check_output_file
 
-    default = results.with_name(results.stem + ("-pareto" if pareto else "") + ".png")
+    ds = open_results(results)
+    if metric is None and not pareto:
+        metric = "accuracy" if "accuracy" in ds else next(iter(ds.data_vars))
+    default = results.with_name(f"{results.stem}-{'pareto-' + pareto if pareto else metric}.png")
     out = check_output_file(out_path or default, what="--out")
     if out.exists() and not overwrite:
         raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
-    ds = open_results(results)
     written: Any = plot_pareto(ds, out, cost=pareto) if pareto else plot_sweep(ds, out, metric=metric)
     click.echo(f"wrote {written}")
