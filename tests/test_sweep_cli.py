@@ -161,3 +161,32 @@ def test_a_spec_device_file_is_found_next_to_the_spec(tmp_path: Path, monkeypatc
     spec = load_spec(Path("..") / "studies" / "s.yaml")
     assert spec.device == "my48.yaml"  # as written: a point's key does not depend on where the spec lies
     assert Path(spec.device_path) == (studies / "my48.yaml").resolve()
+
+
+def test_the_worked_example_of_the_docs_runs_on_small_specs(tmp_path: Path) -> None:
+    """docs/SWEEPS.md section 5 answers a researcher's question with the CLI only; its commands run here as
+    written, on the two specs cut to the first and last value of each axis and a few inputs."""
+    import shlex
+
+    text = (ROOT / "docs" / "SWEEPS.md").read_text()
+    block = text.split("<!-- worked example:", 1)[1].split("-->", 1)[1]
+    commands = [line.strip() for line in block.split("\n\n", 2)[1].splitlines()]
+    assert len(commands) == 6 and all(c.startswith("aocsim ") for c in commands)
+    small = {"parity-shot-noise.yaml": {"data": {"sequences": 1, "length_factor": 1}, "seeds": 1, "chips": 1},
+             "digits-bits.yaml": {"data": {"samples": 8}, "seeds": 1}}
+    for name, change in small.items():
+        spec = yaml.safe_load((ROOT / "notebooks" / "sweeps" / name).read_text())
+        spec["axes"] = {k: [v[0], v[-1]] if len(v) > 1 else v for k, v in spec["axes"].items()}
+        (tmp_path / name).write_text(yaml.safe_dump({**spec, **change}))
+    outputs = []
+    for command in commands:
+        args = [a.replace("notebooks/sweeps/", f"{tmp_path}/").replace("runs/", f"{tmp_path}/runs/")
+                for a in shlex.split(command)[1:]]
+        out = cli(*args)
+        assert out.exit_code == 0, (command, out.output)
+        outputs.append(out.output)
+    assert outputs[0].splitlines() == ["noise.power_per_unit_w = 0.0001 W", "slm.bits = 9", "readout.adc_bits = 12"]
+    power = _table(outputs[2], "noise.power_per_unit_w")
+    assert [r[:2] for r in power] == [["1", "uW"], ["1", "mW"]] and float(power[1][2]) == 100.0
+    bits = _table(outputs[5], "slm.bits")
+    assert [r[0] for r in bits] == ["2", "9"] and all(r[1] == "readout" for r in bits)

@@ -85,8 +85,23 @@ def _number(value: float, metric: str) -> str:
     return f"{value:.2f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def _value(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v.item() if isinstance(v, np.generic) else v)
+def _value(v: Any, unit: str = "") -> str:
+    """A setting as printed: numbers with 3 significant digits, with an SI prefix where the profile schema
+    gives a unit (3e-05 W: '30 uW')."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if unit and isinstance(v, (int, float)) and not isinstance(v, bool):
+        from matplotlib.ticker import EngFormatter
+
+        return EngFormatter(unit=unit, places=None, sep=" ")(float(v)).replace("\u00b5", "u").replace("\u03bc", "u")
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _units(params: list[str]) -> dict[str, str]:
+    """The profile schema's unit of each swept device key ('' for placement settings)."""
+    from aocsim.hardware.profiles.schema import BY_KEY
+
+    return {p: BY_KEY[p].unit if p in BY_KEY else "" for p in params}
 
 
 def rows(ds: xr.Dataset) -> list[dict[str, Any]]:
@@ -128,12 +143,12 @@ def point_table(ds: xr.Dataset, *, limit: int = 12, few: int = 5) -> str:
         shown = sorted(set(range(few)) | set(best))
         note = (f"... {len(table) - len(shown)} of {len(table)} points left out (shown: the first {few} and the best "
                 f"{few} by {key}); all of them: aocsim sweep show DIR --metric {key}")
-    models = len(ds.model) > 1
+    models, units = len(ds.model) > 1, _units(params)
     names = [*(["model"] if models else []), *params, *(header(ds, m) for m in metrics)]
     lines = []
     for i in shown:
         r = table[i]
-        lines.append([*([r["model"]] if models else []), *(_value(r["settings"][p]) for p in params),
+        lines.append([*([r["model"]] if models else []), *(_value(r["settings"][p], units[p]) for p in params),
                       *(_number(_unit(ds, m)[0] * r["mean"][m], m) for m in metrics)])
     title = f"mean over {ds.sizes['chip']} chip(s) x {ds.sizes['seed']} seed(s) per point"
     return "\n".join([title, *_render(names, lines), *([note] if note else [])])
@@ -155,7 +170,7 @@ def show(ds: xr.Dataset, metric: str, by: str | None = None, at: Mapping[str, An
         values = [r["settings"][name] for r in table]
         if not any(_same(v, value) for v in values):
             raise InputError(f"--at {name}={value!r}: not a value of that axis; expected one of "
-                             f"{', '.join(dict.fromkeys(_value(v) for v in values))}")
+                             f"{', '.join(dict.fromkeys(str(v.item() if isinstance(v, np.generic) else v) for v in values))}")
         table = [r for r in table if _same(r["settings"][name], value)]
     by = by or next(iter(params), None)
     others = [p for p in params if p != by and p not in (at or {})]
@@ -165,8 +180,9 @@ def show(ds: xr.Dataset, metric: str, by: str | None = None, at: Mapping[str, An
     models = len(ds.model) > 1
     names = [*(["model"] if models else []), *([by] if by else []), *others,
              f"{SHORT.get(metric, metric)} mean +- std" + (f" ({unit})" if unit and len(unit) <= 3 else "")]
-    lines = [[*([r["model"]] if models else []), *([_value(r["settings"][by])] if by else []),
-              *(_value(r["settings"][p]) for p in others),
+    units = _units(list(params))
+    lines = [[*([r["model"]] if models else []), *([_value(r["settings"][by], units[by])] if by else []),
+              *(_value(r["settings"][p], units[p]) for p in others),
               f"{_number(scale * r['mean'][metric], metric)} +- {_number(scale * r['std'][metric], metric)}"]
              for r in table]
     fixed = "".join(f", {k} = {v}" for k, v in (at or {}).items())
