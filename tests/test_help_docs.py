@@ -21,7 +21,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The commands whose options the docs use, longest first (a subcommand before its group).
 COMMANDS = ("sweep status", "sweep show", "sweep run", "sweep", "devices show", "devices list", "bench loop",
             "bench sweep", "bench compare", "compare", "plot", "train", "evaluate", "models table")
-MENTION = re.compile(r"`(?:[^`]*?\s)?aocsim((?:\s+(?:--threads\s+\S+|-v+))*)\s+([a-z][^`]*)`", re.S)
+SPAN = re.compile(r"`([^`]+)`")  # inline code, which may wrap onto the next line
+COMMAND = re.compile(r"(?:^|\s)aocsim(?:\s+(?:--threads\s+\S+|-v+))*\s+([a-z].*)$", re.S)
 
 
 def _help(command: str) -> str:
@@ -34,9 +35,13 @@ def _mentions() -> list[tuple[str, str, str]]:
     """(file, command, option) for every option written after `aocsim COMMAND` in a code span or block."""
     found = []
     for doc in DOCS:
-        text = doc.read_text()
-        blocks = re.findall(r"^    (aocsim .*)$", text, flags=re.M)  # indented code blocks
-        spans = [m.group(2) for m in MENTION.finditer(text)] + [b.split(None, 1)[1] for b in blocks]
+        parts = doc.read_text().split("```")  # fenced code blocks: the odd parts
+        code = [line for part in parts[1::2] for line in part.splitlines()]
+        lines = [line for part in parts[0::2] for line in part.splitlines()]
+        code += [line for line in lines if line.startswith("    ")]  # indented code blocks
+        prose = "\n".join(line for line in lines if not line.startswith("    "))
+        spans = [c.group(1) for m in SPAN.finditer(prose) if (c := COMMAND.search(m.group(1)))]
+        spans += [c.group(1) for line in code for part in line.split("&&") if (c := COMMAND.search(part.strip()))]
         for span in spans:
             span = " ".join(span.split()).split("#")[0].split(" && ")[0]
             command = next((c for c in COMMANDS if span == c or span.startswith(c + " ")), None)
