@@ -91,8 +91,8 @@ def trust_notes(ds: xr.Dataset) -> list[str]:
                      f"likely cause: {cause}")
     if at_chance and shares[SolveStatus.CONVERGED] > 0.5:
         notes.append(f"{100 * shares[SolveStatus.CONVERGED]:.0f} % of the device solves converged (their residual "
-                     f"met the tolerance), yet the accuracy is at chance: the loop settles on the fixed points of another map than the "
-                     f"model's; likely cause: {cause}")
+                     f"met the tolerance), yet the accuracy is at chance: the loop settles on the fixed points of "
+                     f"another map than the model's; likely cause: {cause}")
     return notes
 
 

@@ -169,8 +169,8 @@ def show(ds: xr.Dataset, metric: str, by: str | None = None, at: Mapping[str, An
             raise InputError(f"--at {name}: not an axis of the sweep; expected one of {', '.join(params)}")
         values = [r["settings"][name] for r in table]
         if not any(_same(v, value) for v in values):
-            raise InputError(f"--at {name}={value!r}: not a value of that axis; expected one of "
-                             f"{', '.join(dict.fromkeys(str(v.item() if isinstance(v, np.generic) else v) for v in values))}")
+            known = dict.fromkeys(str(v.item() if isinstance(v, np.generic) else v) for v in values)
+            raise InputError(f"--at {name}={value!r}: not a value of that axis; expected one of {', '.join(known)}")
         table = [r for r in table if _same(r["settings"][name], value)]
     by = by or next(iter(params), None)
     others = [p for p in params if p != by and p not in (at or {})]
