@@ -187,3 +187,17 @@ def test_set_reads_numbers_as_profile_files_do() -> None:
         out = run("devices", "show", "aoc48", "--set", f"noise.bandwidth_hz={value}")
         assert out.exit_code == 0, out.output
         assert "'noise.bandwidth_hz': 50000000" in out.output
+
+
+def test_devices_show_prints_single_values_with_their_units() -> None:
+    """What-ifs without files (issue 26, finding 8): `--key` prints a profile value with its schema unit."""
+    out = run("devices", "show", "aoc48", "--key", "noise.power_per_unit_w", "--key", "slm.bits",
+              "--key", "loop.round_trip_s")
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines() == ["noise.power_per_unit_w = 0.0001 W", "slm.bits = 9",
+                                       "loop.round_trip_s = 2e-08 s"]
+    what_if = run("devices", "show", "aoc48", "--set", "noise.power_per_unit_w=3e-6", "--key", "noise.power_per_unit_w")
+    assert what_if.output.splitlines() == ["noise.power_per_unit_w = 3e-06 W"]
+    bad = run("devices", "show", "aoc48", "--key", "noise.power_per_unit")
+    assert bad.exit_code == 1 and bad.output.count("\n") == 1
+    assert "--key 'noise.power_per_unit' is not a profile key (did you mean 'noise.power_per_unit_w'?)" in bad.output

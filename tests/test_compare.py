@@ -211,6 +211,13 @@ def test_cli_writes_one_group_per_model(tmp_path: Path) -> None:
     xr.testing.assert_identical(groups[0].prediction, groups[1].prediction)
     for g in groups:
         g.close()
+    # the file's root does not open empty: it names the groups and how to open one (issue 26, finding 4)
+    with xr.open_dataset(out, engine="h5netcdf") as root:
+        assert root.attrs["groups"] == f"{MODEL}, digits-copy"
+        assert root.attrs["open_with"] == f'xr.open_dataset("{out}", group="{MODEL}")'
+    for name in (MODEL, "digits-copy"):
+        assert f'  xr.open_dataset("{out}", group="{name}")' in result.output.splitlines()
+    assert 'xr.open_dataset("compare.nc", group="parity-implicit")' in " ".join(_cli("--help").output.split())
 
 
 def test_residual_traces_start_at_the_injection_and_end_where_each_sample_stopped(noisy: xr.Dataset, digits) -> None:

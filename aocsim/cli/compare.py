@@ -60,9 +60,16 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
     tiles; implicit SSMs run as hybrids (linear maps on calibrated tiles) on fresh sequences. Prints
     accuracy (exact vs device, mean +- std over chips x seeds), agreement of the device's predictions
     with the exact ones, iterations, device statuses, hardware time and energy, and writes the
-    labelled results to --out (one NetCDF group per model when there are several). A placement
-    option that applies to none of the models is refused; one that applies to some is noted for
-    the others.
+    labelled results to --out. Several models go to one NetCDF group each, named by the model (the
+    file's root holds only the list of groups); open one with
+
+    \b
+        xr.open_dataset("compare.nc", group="parity-implicit")
+
+    A placement option that applies to none of the models is refused; one that applies to some is
+    noted for the others. A result that cannot be trusted (device accuracy at chance while the exact
+    path is well above it, agreement far below the model's own accuracy, most solves converged at
+    chance) gets a WARNING line naming the likely cause and trusted = 0 in the Dataset's attributes.
     """
     from aocsim.execute.placement import Placement
     from aocsim.execute.registry import resolve_profile
@@ -81,10 +88,7 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
     loaded = _load(names)
     placements = _placements(loaded, profile, given, sequences is not None or length_factor is not None)
     results = run_compares(loaded, profile, placements, seeds, chips, sequences or 32, length_factor or 4)
-    tmp = out.with_name(f".{out.name}.tmp")
-    for i, (name, ds) in enumerate(results.items()):
-        ds.to_netcdf(tmp, engine="h5netcdf", mode="w" if i == 0 else "a", group=None if len(results) == 1 else name)
-    os.replace(tmp, out)
+    write_groups(results, out)
     from aocsim.experiments.results import summarize
 
     for ds in results.values():
@@ -93,6 +97,33 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
 
     plot_compare(results, plot)
     click.echo(f"wrote {out} and {plot}")
+    if len(results) > 1:
+        click.echo(f"{out} holds one group per model (xr.open_dataset of the file alone lists them); open one with")
+        for name in results:
+            click.echo(f"  {open_line(out, name)}")
+
+
+def open_line(out: Path, group: str) -> str:
+    """The Python line that opens one model's group of a compare file."""
+    return f'xr.open_dataset("{out}", group="{group}")'
+
+
+def write_groups(results: dict[str, Any], out: Path) -> None:
+    """One model: its Dataset at the file's root. Several: one group each, and at the root only attributes
+    naming them and the line that opens one (so that xr.open_dataset(out) does not look empty). Written to
+    a temporary name and renamed: a failed write leaves no half file."""
+    import xarray as xr
+
+    tmp = out.with_name(f".{out.name}.tmp")
+    if len(results) == 1:
+        next(iter(results.values())).to_netcdf(tmp, engine="h5netcdf", mode="w")
+    else:
+        index = xr.Dataset(attrs={"groups": ", ".join(results), "open_with": open_line(out, next(iter(results))),
+                                  "description": "aocsim compare: one group per model"})
+        index.to_netcdf(tmp, engine="h5netcdf", mode="w")
+        for name, ds in results.items():
+            ds.to_netcdf(tmp, engine="h5netcdf", mode="a", group=name)
+    os.replace(tmp, out)
 
 
 def _with_overrides(device: str, overrides: tuple[str, ...]) -> Any:
@@ -179,3 +210,8 @@ def _print_compare(s: dict[str, Any]) -> None:
     click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
     click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean; {s['timing']})")
     click.echo(f"  energy             {1e6 * s['energy_j']:.2f} uJ per {unit} (mean; docs/PHYSICS.md section 6)")
+    click.echo("  where")
+    for term, meaning in s["terms"].items():
+        click.echo(f"    {term:12s} {meaning}")
+    for note in s["warnings"]:
+        click.echo(f"  WARNING {note}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 
 import click
 
@@ -32,9 +33,12 @@ def devices_list() -> None:
 @click.argument("name")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Dotted-key override, YAML value (repeatable), e.g. --set slm.bits=6.")
+@click.option("--key", "keys", multiple=True, metavar="KEY",
+              help="Print only this profile value with its unit (repeatable), e.g. --key noise.power_per_unit_w.")
 @friendly
-def devices_show(name: str, overrides: tuple[str, ...]) -> None:
-    """Show profile NAME (bundled name or .yaml path), its noise budget and its energy figures.
+def devices_show(name: str, overrides: tuple[str, ...], keys: tuple[str, ...]) -> None:
+    """Show profile NAME (bundled name or .yaml path), its noise budget and its energy figures; with
+    --key, only the values asked for, one line each with the unit of the profile schema.
 
     The budget gives, per noise source, the standard deviation it adds at the
     loop node (millivolts), the SNR against a full-scale sine and the
@@ -47,6 +51,10 @@ def devices_show(name: str, overrides: tuple[str, ...]) -> None:
     from aocsim.hardware.profiles.profile import load_device
 
     dev = load_device(name, parse_overrides(overrides))
+    if keys:
+        for key in keys:
+            click.echo(key_line(dev, key))
+        return
     v = dev.values
     click.echo(f"{dev.name}: {v['description']}")
     click.echo(f"  source   {v['provenance.source']} ({v['provenance.date']}; {v['provenance.licence']})")
@@ -75,3 +83,22 @@ def devices_schema() -> None:
 
     click.echo(markdown(), nl=False)
 
+
+
+def key_line(dev: Any, key: str) -> str:
+    """'KEY = VALUE UNIT' for one profile key (the unit from aocsim/hardware/profiles/schema.py)."""
+    import numpy as np
+
+    from aocsim.hardware.profiles.checks import suggest
+    from aocsim.hardware.profiles.schema import BY_KEY
+
+    if key not in BY_KEY:
+        raise click.ClickException(f"--key {key!r} is not a profile key{suggest(key)}; expected a dotted key of "
+                                   "devices/SCHEMA.md")
+    value = dev.values[key]
+    if isinstance(value, np.ndarray):
+        text = " ".join(np.array2string(value, separator=", ", threshold=12).split())  # one line
+    else:
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+    unit = BY_KEY[key].unit
+    return f"{key} = {text}" + (f" {unit}" if unit and value is not None else "")

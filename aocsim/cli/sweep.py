@@ -8,26 +8,58 @@ from typing import Any
 import click
 
 from aocsim.cli.common import Path_, compute, friendly
+from aocsim.execute.placement import DECLARATIONS
+
+LARGE = 1000  # points above which a sweep prints its size and rough duration and waits for --yes
 
 
 class _SweepGroup(click.Group):
-    """`aocsim sweep SPEC ...` runs a sweep; `aocsim sweep status DIR` reports on one."""
+    """`aocsim sweep SPEC ...` runs a sweep (the `run` command); `aocsim sweep status|show DIR` reports on one.
+
+    A first argument that is neither a command nor a spec (a .yaml/.yml name or an existing file) is an
+    unknown command, named with the commands it may have meant."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
-            args = ["run", *args]
+            first = Path(args[0]) if "\x00" not in args[0] else Path("?")
+            if args[0].startswith("-") or first.suffix.lower() in (".yaml", ".yml") or first.exists():
+                args = ["run", *args]
         return super().parse_args(ctx, args)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] not in self.commands:
+            import difflib
 
-@click.group("sweep", cls=_SweepGroup)
+            close = difflib.get_close_matches(args[0], list(self.commands), n=2, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {args[0]!r}.{hint} Expected SPEC (a .yaml file) or one of: "
+                     f"{', '.join(self.commands)}.")
+        return super().resolve_command(ctx, args)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The group's help lists the options of `aocsim sweep SPEC` (the run command) too."""
+        super().format_options(ctx, formatter)
+        run = self.commands["run"]
+        records = [r for p in run.get_params(ctx) if isinstance(p, click.Option) and p.name != "help"
+                   and (r := p.get_help_record(ctx)) is not None]
+        with formatter.section("Options of aocsim sweep SPEC (the run command)"):
+            formatter.write_dl(records)
+
+
+SWEEP_HELP = f"""Noise-sensitivity and co-design sweeps: `aocsim sweep SPEC --out DIR`, `aocsim sweep status DIR`,
+`aocsim sweep show DIR --metric M --by AXIS`.
+
+SPEC is a YAML file: model(s), device (a profile name, or a .yaml file relative to the spec's folder),
+data, axes (dotted device profile keys such as slm.bits, noise.power_per_unit_w (W), readout.adc_bits,
+or placement.NAME for NAME among {', '.join(DECLARATIONS)}), optional zip and random blocks, seeds,
+chips, root_seed, metrics (docs/SWEEPS.md). Each worker process runs torch on one thread. A sweep
+of more than {LARGE} points says how long it will take, roughly, and starts only with --yes.
+"""
+
+
+@click.group("sweep", cls=_SweepGroup, help=SWEEP_HELP)
 def sweep_cmd() -> None:
-    """Noise-sensitivity and co-design sweeps: `aocsim sweep SPEC --out DIR`, `aocsim sweep status DIR`.
-
-    SPEC is a YAML file: model(s), device, data, axes (dotted device profile keys such as slm.bits,
-    noise.power_per_unit_w (W), readout.adc_bits, or placement.tile_size / partial_sums / mode /
-    stop / elementwise), optional zip and random blocks, seeds, chips, root_seed, metrics
-    (docs/SWEEPS.md). Each worker process runs torch on one thread.
-    """
+    pass
 
 
 @sweep_cmd.command("run")
@@ -39,42 +71,113 @@ def sweep_cmd() -> None:
                    "or --threads].")
 @click.option("--scheduler", default=None, help="A Dask scheduler, tcp://HOST:PORT (instead of local processes).")
 @click.option("--resume", is_flag=True, help="Finish the sweep in --out: run only the points not written yet.")
-@click.option("--overwrite", is_flag=True, help="Start the sweep in --out again (removes only its own files).")
+@click.option("--overwrite", is_flag=True,
+              help="Start the sweep in --out again (removes only its own files); replaces an existing --plot.")
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
-              help="A figure of the results (.png/.svg/.pdf) [default: --out/results.png].")
+              help="Also draw the results (.png/.svg/.pdf) [default: none; aocsim plot DIR/results.nc draws them].")
+@click.option("--yes", is_flag=True, help=f"Start a sweep of more than {LARGE} points (it prints its size and a "
+                                          "rough duration and waits for this otherwise).")
 @friendly
 def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, resume: bool, overwrite: bool,
-            plot_path: Path | None) -> None:
-    """Run SPEC's points (each one `aocsim compare`) and write --out/results.nc."""
+            plot_path: Path | None, yes: bool) -> None:
+    """Run SPEC's points (each one `aocsim compare`), write --out/results.nc and print a table of the
+    metrics per point (mean over chips and seeds)."""
     import time
 
     from aocsim.experiments.sweep import load_spec, sweep
-    from aocsim.experiments.sweep.plots import plot_sweep
+    from aocsim.experiments.sweep.table import point_table
     from aocsim.io.outputs import check_output_file
 
     loaded = load_spec(spec)
-    plot = check_output_file(plot_path or out / "results.png", what="--plot")
+    plot = check_output_file(plot_path, what="--plot") if plot_path is not None else None
+    if plot is not None and plot.exists() and not overwrite:
+        raise click.ClickException(f"--plot {plot} exists; expected a new file name (or --overwrite, which also "
+                                   "starts the sweep again)")
+    _check_size(loaded, out, resume, workers, yes)
     start = time.perf_counter()
     with compute() as threads:
         ds = sweep(loaded, out, workers=workers or threads, scheduler=scheduler, resume=resume, overwrite=overwrite,
                    progress=True)
     click.echo(f"{len(loaded.points())} points x {len(loaded.chips)} chips x {len(loaded.seeds)} seeds in "
                f"{time.perf_counter() - start:.1f} s ({workers or threads} workers)" + (" resumed" if resume else ""))
-    plot_sweep(ds, plot)
-    click.echo(f"wrote {out / 'results.nc'} and {plot}")
+    click.echo(point_table(ds))
+    click.echo(f"wrote {out / 'results.nc'}")
+    if plot is not None:
+        from aocsim.experiments.sweep.plots import plot_sweep
+
+        click.echo(f"wrote {plot_sweep(ds, plot)}")
+    click.echo(f"figures: aocsim plot {out / 'results.nc'} (--metric M, --pareto energy); one metric against one "
+               f"axis: aocsim sweep show {out} --metric M --by AXIS")
+
+
+def _check_size(spec: Any, out: Path, resume: bool, workers: int | None, yes: bool) -> None:
+    """More than LARGE points left to run: their number and a rough duration, and a one-line refusal
+    without --yes (nothing is run or written)."""
+    from aocsim.experiments.sweep.estimate import estimate
+    from aocsim.experiments.sweep.store import SweepStore
+    from aocsim.threads import usable_cores
+
+    points = spec.points()
+    done = SweepStore(out).done() if resume else set()
+    left = sum(p.key not in done for p in points)
+    if left <= LARGE:
+        return
+    ctx = click.get_current_context()
+    workers = workers or ctx.find_root().params.get("threads") or usable_cores()
+    size = estimate(spec, left, workers).describe()
+    if not yes:
+        raise click.ClickException(f"the sweep has {size}; pass --yes to start it (or fewer values, "
+                                   "docs/SWEEPS.md)")
+    click.echo(f"note: {size}", err=True)
 
 
 @sweep_cmd.command("status")
 @click.argument("folder", metavar="DIR", type=Path_(file_okay=False, path_type=Path))
 @friendly
 def status_cmd(folder: Path) -> None:
-    """What is done in the sweep folder DIR."""
+    """What is done in the sweep folder DIR, and a table of the metrics of the points done so far."""
     from aocsim.experiments.sweep import status
+    from aocsim.experiments.sweep.table import open_sweep, point_table
 
     s = status(folder)
     share = 100 * s["done"] / s["total"] if s["total"] else 100.0
     click.echo(f"{folder}: {s['done']} of {s['total']} points done ({share:.0f} %); results.nc "
                + ("written" if s["results"] else "not written yet (aocsim sweep SPEC --out DIR --resume)"))
+    if s["done"]:
+        click.echo(point_table(open_sweep(folder)))
+
+
+@sweep_cmd.command("show")
+@click.argument("source", metavar="DIR", type=Path_(exists=True, path_type=Path))
+@click.option("--metric", default=None, help="The metric [default: accuracy, else the first].")
+@click.option("--by", default=None, metavar="AXIS", help="The axis (a swept parameter) to order by [default: the "
+                                                         "first]; the other axes are listed beside it.")
+@click.option("--at", "fixed", multiple=True, metavar="AXIS=VALUE",
+              help="Only the points where another axis has this value (repeatable), e.g. --at slm.bits=9.")
+@friendly
+def show_cmd(source: Path, metric: str | None, by: str | None, fixed: tuple[str, ...]) -> None:
+    """One metric of the sweep in DIR (or of a results.nc file): its mean +- std over chips and seeds per
+    point, ordered by AXIS, the other axes listed (or fixed with --at). Works on a sweep still running
+    (the points done so far)."""
+    from aocsim.experiments.sweep.table import open_sweep, show
+
+    ds = open_sweep(source)
+    if metric is None:
+        metric = "accuracy" if "accuracy" in ds else next(iter(ds.data_vars))
+    click.echo(show(ds, metric, by, _pairs(fixed)))
+
+
+def _pairs(items: tuple[str, ...]) -> dict[str, Any]:
+    """AXIS=VALUE pairs, each VALUE read as YAML (1e-5 is a number, analog a string)."""
+    from aocsim.hardware.profiles.profile import read_value
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r}; expected AXIS=VALUE", param_hint="--at")
+        out[key.strip()] = read_value(raw)
+    return out
 
 
 @click.command("plot")
@@ -83,7 +186,8 @@ def status_cmd(folder: Path) -> None:
 @click.option("--pareto", type=click.Choice(["energy", "time"]), default=None,
               help="Instead: the Pareto front of accuracy against energy or time per inference.")
 @click.option("--out", "out_path", type=Path_(dir_okay=False, path_type=Path), default=None,
-              help="The figure (.png/.svg/.pdf) [default: RESULTS with .png, or -pareto.png].")
+              help="The figure (.png/.svg/.pdf) [default: next to RESULTS, named by what it draws: "
+                   "results-accuracy.png, results-pareto-energy.png].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing figure.")
 @friendly
 def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
@@ -92,10 +196,12 @@ def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Pa
     from aocsim.experiments.sweep.plots import open_results, plot_pareto, plot_sweep
     from aocsim.io.outputs import check_output_file
 
-    default = results.with_name(results.stem + ("-pareto" if pareto else "") + ".png")
+    ds = open_results(results)
+    if metric is None and not pareto:
+        metric = "accuracy" if "accuracy" in ds else next(iter(ds.data_vars))
+    default = results.with_name(f"{results.stem}-{'pareto-' + pareto if pareto else metric}.png")
     out = check_output_file(out_path or default, what="--out")
     if out.exists() and not overwrite:
         raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
-    ds = open_results(results)
     written: Any = plot_pareto(ds, out, cost=pareto) if pareto else plot_sweep(ds, out, metric=metric)
     click.echo(f"wrote {written}")

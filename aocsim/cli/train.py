@@ -26,10 +26,21 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
           force: bool) -> None:
     """Train RECIPE and write a model directory (model card + HDF5 weights).
 
-    Recipes: digits-deq48, digits-twin48, regression-twin16; parity-implicit,
-    parity-explicit{1,2,4}, a5-implicit, a5-explicit{1,2,4}, a5xm4-implicit,
-    a5xm4-explicit1; charlm-implicit, charlm-explicit{1,2} (character-level language
-    models). State-tracking and language runs also write a metrics log and HDF5
+    \b
+    Recipes (aocsim.train.RECIPES):
+      digits-deq48, digits-deq48-hw (hardware-aware: 9-bit beta W, static
+        loop error in training; docs/DEVICE_RUNS.md section 5)
+      parity-implicit, parity-implicit-hw (6-bit weights and noise on the
+        maps that run on tiles), parity-explicit1, parity-explicit2,
+        parity-explicit4
+      a5-implicit, a5-explicit1, a5-explicit2, a5-explicit4
+      a5xm4-implicit, a5xm4-explicit1
+      digits-twin48, regression-twin16 (twin-native DEQs: trained through the
+        calibrated pipeline; docs/TWIN_MODELS.md)
+      charlm-implicit, charlm-explicit1, charlm-explicit2 (character-level
+        language models; docs/LANGUAGE.md)
+
+    State-tracking and language runs also write a metrics log and HDF5
     checkpoints to runs/RECIPE-sSEED/.
     """
     from aocsim.io.outputs import check_output_dir, check_writable_folder

@@ -11,6 +11,8 @@ import torch
 import xarray as xr
 
 from aocsim._version import __version__
+from aocsim.execute.placement import HYBRID, NATIVE
+from aocsim.experiments.trust import trust_attributes, trust_notes
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.solve.result import SolveStatus
@@ -96,7 +98,9 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
         "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
         "kind": cls.kind, "placement": cls.describe(model, placed.placement), **placed.placement.attributes(), **extra,
+        "classes": int(exact.outputs.shape[-1]),
     })
+    ds.attrs.update(trust_attributes(ds))  # `trusted` and `warnings` (aocsim.experiments.trust)
     return ds
 
 
@@ -120,7 +124,9 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
 
     Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
     mean iterations per path, device status counts, mean hardware time and energy per sample (s, J) and the number
-    of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`).
+    of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`). `terms`: one
+    line defining each of agreement and the statuses, with the tolerance and iteration cap the run used
+    (`terms`); `warnings`: the notes of `aocsim.experiments.trust` (empty when nothing looks wrong).
     """
     runs = ds.sizes["chip"] * ds.sizes["seed"]
     per_run = [d for d in ("sample", "position") if d in ds.dims]
@@ -135,7 +141,7 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "timing": ds.hardware_time_s.attrs.get("description", ""),
         "energy_j": float(ds.energy_j.mean()),
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
-        "accuracy": None,
+        "accuracy": None, "terms": terms(ds), "warnings": trust_notes(ds),
     }
     if "nll_bits" in ds:
         bits = ds.nll_bits.sel(path="device").mean(per_run)
@@ -146,3 +152,28 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
                            "device": (float(device.mean()), float(device.std()), float(device.min()))}
     return out
+
+
+def terms(ds: xr.Dataset) -> dict[str, str]:
+    """One line per term of the summary: agreement and each device status, with the tolerance (the resolved
+    placement's `placement.rtol` / `placement.atol` attributes) and the iteration cap the run used."""
+    unit = "token" if "position" in ds.dims else "sample"
+    rtol, atol = (f"{v:g}" if v is not None else "?" for v in (ds.attrs.get("placement.rtol"),
+                                                              ds.attrs.get("placement.atol")))
+    if ds.attrs.get("kind") == HYBRID:
+        rule = f"relative residual ||f(z) - z|| / ||f(z)|| <= rtol {rtol} per token"
+    else:
+        state = "the loop's state, device volts" if ds.attrs.get("kind") == NATIVE else "model units"
+        rule = f"||f(z) - z|| <= atol {atol} + rtol {rtol} ||f(z)|| ({state})"
+    cap = ds.attrs.get("placement.max_iter")
+    if cap is not None:
+        cap_text = f"{int(cap)} iterations"
+    else:  # the hybrid's cap depends on its mode (aocsim/execute/placement.py, max_iter)
+        cap_text = "30 per token" if ds.attrs.get("placement.mode") == "sequential" else "3 L + 20 iterations"
+    return {
+        "agreement": f"share of {unit}s whose device prediction == exact prediction",
+        "converged": f"met the tolerance: {rule}",
+        "noise_floor": "stopped above the tolerance, the residual within the device's predicted noise",
+        "max_iter": f"the iteration cap ({cap_text}) reached before the tolerance",
+        "diverged": "non-finite values (the map diverged)",
+    }

@@ -9,10 +9,11 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
+from aocsim.experiments.sweep.labels import (SHARES, axis_label, log_cost_ticks, metric_label, percent_axis,
+                                             settings_text, value_ticks)
 
 RUN_DIMS = ("chip", "seed")
-COSTS = {"energy": ("energy_per_inference_j", "energy per inference (J)"),
-         "time": ("time_per_inference_s", "hardware time per inference (s)")}
+COSTS = {"energy": ("energy_per_inference_j", "J"), "time": ("time_per_inference_s", "s")}  # variable, unit
 
 
 def open_results(path: str | Path) -> xr.Dataset:
@@ -41,10 +42,26 @@ def _coordinate(ds: xr.Dataset, dim: str) -> tuple[str, np.ndarray]:
     return names[0], np.asarray(ds.coords[names[0]].values)
 
 
+def _unit(path: str) -> str:
+    """The profile schema's unit of a swept device key ("" for placement settings and dimensionless keys)."""
+    from aocsim.hardware.profiles.schema import BY_KEY
+
+    return BY_KEY[path].unit if path in BY_KEY else ""
+
+
+def _tick_text(values: np.ndarray, unit: str) -> list[str]:
+    from matplotlib.ticker import EngFormatter
+
+    fmt = EngFormatter(unit=unit, sep=" ")
+    return [fmt(float(v)) if unit and isinstance(v, (float, np.floating, int, np.integer)) and not isinstance(
+        v, (bool, np.bool_)) else (f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v)) for v in values]
+
+
 def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -> Path:
     """One axis: the metric per model against it, a band of +-1 std over chips x seeds; two or more: a
     heat map over the first two (mean over chips, seeds and any further axes) per model. `metric`
-    defaults to accuracy, or the first metric of the results when they have none."""
+    defaults to accuracy, or the first metric of the results when they have none. Axes are labelled
+    in words with the profile schema's units (`labels.axis_label`), fractions in %."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,23 +73,25 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
     if metric not in names:
         raise InputError(f"metric = {metric!r} is not in the results; expected one of {', '.join(names)}")
     da, axes = ds[metric], _axes(ds)
-    units = da.attrs.get("units", "")
-    label = f"{metric} ({units})" if units else metric
+    label = metric_label(metric, da.attrs.get("units", ""))
     models = list(ds.model.values)
     if len(axes) >= 2:
-        fig, grid = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+        fig, grid = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.2), squeeze=False)
         for ax, model in zip(grid[0], models):
             mean = da.sel(model=model).mean([*RUN_DIMS, *axes[2:]]).transpose(axes[0], axes[1])
             (xname, xs), (yname, ys) = _coordinate(ds, axes[1]), _coordinate(ds, axes[0])
             image = ax.imshow(mean.values, origin="lower", aspect="auto", cmap="viridis")
-            ax.set_xticks(range(len(xs)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in xs])
-            ax.set_yticks(range(len(ys)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in ys])
-            ax.set_xlabel(xname)
-            ax.set_ylabel(yname)
-            ax.set_title(str(model))
-            fig.colorbar(image, ax=ax, label=label)
+            ax.set_xticks(range(len(xs)), _tick_text(xs, _unit(xname)))
+            ax.set_yticks(range(len(ys)), _tick_text(ys, _unit(yname)))
+            ax.set_xlabel(axis_label(xname))
+            ax.set_ylabel(axis_label(yname))
+            over = [a for a in axes[2:] if ds.sizes[a] > 1]
+            ax.set_title(str(model) + (f"\nmean over {', '.join(over)}" if over else ""), fontsize=9)
+            bar = fig.colorbar(image, ax=ax, label=label)
+            if metric in SHARES:
+                percent_axis(bar.ax.yaxis)
     else:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
         for model in models:
             one = da.sel(model=model)
             mean, std = one.mean(RUN_DIMS), one.std(RUN_DIMS)
@@ -89,17 +108,23 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
                 m, s = mean.transpose(axes[0]).values[order], std.transpose(axes[0]).values[order]
                 ax.plot(xs, m, marker="o", label=str(model))
                 ax.fill_between(xs, m - s, m + s, alpha=0.25)
-                ax.set_xlabel(xname)
-                if numeric and np.all(xs > 0) and xs.max() / xs.min() > 50:
+                ax.set_xlabel(axis_label(xname))
+                log = bool(numeric and np.all(xs > 0) and xs.max() / xs.min() > 50)
+                if log:
                     ax.set_xscale("log")
+                if numeric:
+                    value_ticks(ax.xaxis, xs, _unit(xname), log)
             else:
                 ax.errorbar([str(model)], [float(mean)], yerr=[float(std)], fmt="o")
         ax.set_ylabel(label)
-        ax.legend(title="mean +- std over chips x seeds", fontsize=8)
-    fig.suptitle(f"{metric} on {ds.attrs.get('device', '?')}")
+        if metric in SHARES:
+            percent_axis(ax.yaxis)
+        ax.grid(alpha=0.3)
+        ax.legend(title="mean +- std over chips x seeds", fontsize=8, title_fontsize=8)
+    fig.suptitle(f"{metric_label(metric)} on {ds.attrs.get('device', '?')}")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
 
@@ -116,23 +141,29 @@ def pareto_front(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
     return np.asarray(front, dtype=int)
 
 
-def _labels(ds: xr.Dataset, da: xr.DataArray) -> list[str]:
-    """Each configuration's settings, short ("16, analog"), in the order of da.values.ravel()."""
-    dims = [d for d in da.dims]
+def _settings(ds: xr.Dataset, da: xr.DataArray) -> list[str]:
+    """Each configuration's settings, named ("tile_size=16, partial_sums=analog"), in the order of
+    da.values.ravel(); every parameter along a zip or draw dimension."""
+    along = {}
+    for dim in (d for d in da.dims if da.sizes[d] > 1):  # a single value is the same for all: in the title
+        params = [c for c in ds.coords if ds.coords[c].dims == (dim,) and c != dim] or [dim]
+        along[dim] = [(str(p), np.asarray(ds.coords[p].values) if p in ds.coords else np.arange(ds.sizes[dim]))
+                      for p in params]
     out = []
     for index in np.ndindex(*da.shape):
-        parts = []
-        for dim, i in zip(dims, index):
-            name, values = _coordinate(ds, dim)
-            value = values[i]
-            parts.append(f"{value:.3g}" if isinstance(value, (float, np.floating)) else str(value))
-        out.append(", ".join(parts))
+        names, values = [], []
+        for dim, i in zip(da.dims, index):
+            for name, vals in along.get(dim, ()):
+                names.append(name)
+                values.append(vals[i])
+        out.append(settings_text(names, values))
     return out
 
 
 def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Path:
     """Every configuration (mean over chips x seeds) as accuracy against energy or time per inference,
-    the Pareto front drawn through the ones nothing beats."""
+    the Pareto front drawn through the ones nothing beats. Each front point is named by its settings in
+    the legend (outside the axes: labels never overlap each other or the data); cost ticks in SI prefixes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,30 +171,47 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
 
     if cost not in COSTS:
         raise InputError(f"cost = {cost!r}; expected one of {', '.join(COSTS)}")
-    variable, xlabel = COSTS[cost]
+    variable, unit = COSTS[cost]
     for needed in (variable, "accuracy"):
         if needed not in ds:
             raise InputError(f"the results have no {needed!r}; expected a sweep whose metrics include it")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for model in ds.model.values:
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    markers = "osD^vP*Xph"
+    for mi, model in enumerate(ds.model.values):
         cost_mean = ds[variable].sel(model=model).mean(RUN_DIMS)
         c = cost_mean.values.ravel()
         a = ds.accuracy.sel(model=model).mean(RUN_DIMS).values.ravel()
-        labels = _labels(ds, cost_mean)
+        labels = _settings(ds, cost_mean)
         keep = np.flatnonzero(np.isfinite(c) & np.isfinite(a))
         c, a, labels = c[keep], a[keep], [labels[i] for i in keep]
-        ax.scatter(c, a, s=14, alpha=0.5, label=f"{model}: configurations")
+        color = f"C{mi}"
+        prefix = f"{model}: " if len(ds.model) > 1 else ""
+        ax.scatter(c, a, s=16, alpha=0.35, color=color, label=f"{prefix}every configuration")
         front = pareto_front(c, a)
-        ax.step(c[front], a[front], where="post", marker="o", label=f"{model}: Pareto front")
-        if len(c) <= 30:  # few enough to name
-            for x, y, text in zip(c, a, labels):
-                ax.annotate(text, (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6)
+        ax.step(c[front], a[front], where="post", color=color, lw=1.2, label=f"{prefix}Pareto front")
+        for k, i in enumerate(front):
+            ax.plot(c[i], a[i], markers[k % len(markers)], color=color, ms=7, mec="black", mew=0.6, ls="none",
+                    label=f"{prefix}{labels[i]}")
     ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("accuracy (mean over chips x seeds)")
-    ax.legend(fontsize=8)
+    low, high = ax.get_xlim()
+    log_cost_ticks(ax.xaxis, unit, high / low)
+    ax.set_xlabel(metric_label(variable))
+    ax.set_ylabel("device accuracy (%), mean over chips x seeds")
+    percent_axis(ax.yaxis)
+    ax.grid(alpha=0.3, which="major")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fixed = _fixed(ds)
+    ax.set_title(f"accuracy against {cost} per inference on {ds.attrs.get('device', '?')}"
+                 + (f" ({fixed} throughout)" if fixed else ""), fontsize=9)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
+
+
+def _fixed(ds: xr.Dataset) -> str:
+    """The settings of the axes with a single value ("on_tiles=in_proj,out_proj"): the same for every point."""
+    single = [str(c) for c in ds.coords if ds.coords[c].ndim == 1 and ds.coords[c].dims[0] not in ("model", *RUN_DIMS)
+              and ds.sizes[ds.coords[c].dims[0]] == 1]
+    return settings_text(single, [ds.coords[c].values[0] for c in single])

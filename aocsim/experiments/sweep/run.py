@@ -166,7 +166,7 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
 
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     workers = integer(workers, "workers", minimum=1)
-    base = load_device(spec.device)  # read once: every point uses this profile
+    base = load_device(spec.profile)  # read once: every point uses this profile
     check_models(spec, base)
     store = SweepStore(out)
     client = None

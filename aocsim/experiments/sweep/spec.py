@@ -82,6 +82,12 @@ class SweepSpec:
     root_seed: int
     metrics: tuple[str, ...]
     source: dict[str, Any] = field(repr=False)
+    device_path: str = ""  # the profile to load: `device`, a relative .yaml path resolved against the spec's folder
+
+    @property
+    def profile(self) -> str:
+        """What `load_device` reads: a bundled name, or the profile file (`device_path`)."""
+        return self.device_path or self.device
 
     def points(self) -> list[Point]:
         """Every (model, coordinates) of the grid, in a fixed order."""
@@ -132,11 +138,14 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> SweepSpec:
             at = f" at line {mark.line + 1}" if mark is not None else ""
             raise InputError(f"spec {path}: not valid YAML{at}; expected a mapping of {', '.join(TOP_KEYS)}") from None
         where = str(path)
-    return parse_spec(raw, where=where)
+    return parse_spec(raw, where=where, folder=None if isinstance(source, Mapping) else Path(source).parent)
 
 
-def parse_spec(raw: Any, *, where: str = "spec", check: bool = True) -> SweepSpec:
-    """A spec from its mapping; `check` builds and validates every point's profile (`check_points`)."""
+def parse_spec(raw: Any, *, where: str = "spec", check: bool = True, folder: Path | None = None) -> SweepSpec:
+    """A spec from its mapping; `check` builds and validates every point's profile (`check_points`).
+    `folder`: where the spec file lies; a relative profile path (`device: my48.yaml`) is read from there,
+    not from the current directory (the spec keeps the path as written, so its points' keys do not
+    depend on where it lies)."""
     if not isinstance(raw, dict):
         raise InputError(f"{where}: a {type(raw).__name__}; expected a mapping with keys {', '.join(TOP_KEYS)}")
     unknown = [k for k in raw if k not in TOP_KEYS]
@@ -164,10 +173,18 @@ def parse_spec(raw: Any, *, where: str = "spec", check: bool = True) -> SweepSpe
         raise InputError(f"parameter {repeated[0]!r} is swept twice; expected each path under one of axes, zip, random")
     spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
                      _ids("chips", raw.get("chips", 1)), count("root_seed", raw.get("root_seed", 0)),
-                     _metrics(raw.get("metrics")), source=raw)
+                     _metrics(raw.get("metrics")), source=raw, device_path=_device_path(device, folder))
     if check:
         check_points(spec)
     return spec
+
+
+def _device_path(device: str, folder: Path | None) -> str:
+    """A relative profile file path (.yaml, .yml) against the spec's folder; a name or an absolute path as is."""
+    path = Path(device)
+    if folder is None or path.suffix not in (".yaml", ".yml") or path.is_absolute():
+        return device
+    return str((folder / path).resolve())
 
 
 def _models(value: Any) -> tuple[str, ...]:
@@ -228,7 +245,7 @@ def check_points(spec: SweepSpec) -> None:
                 raise InputError(f"unknown parameter {path!r}{hint}; expected a device profile key (devices/SCHEMA.md) "
                                  f"or one of {', '.join(PLACEMENT)}")
     try:
-        base = load_device(spec.device)
+        base = load_device(spec.profile)
     except AocsimError as exc:
         raise InputError(f"device = {spec.device!r}: {exc}") from None
     seen: set[str] = set()

@@ -108,9 +108,11 @@ def _atomic_netcdf(ds: xr.Dataset, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str]) -> xr.Dataset:
-    """Every point's metrics in one Dataset [model, axes..., chip, seed] with coordinates and provenance."""
-    points = spec.points()
+def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, partial: bool = False) -> xr.Dataset:
+    """Every point's metrics in one Dataset [model, axes..., chip, seed] with coordinates and provenance;
+    `partial`: the points finished so far, NaN where a point is missing (`aocsim sweep status`)."""
+    done = store.done()
+    points = [p for p in spec.points() if not partial or p.key in done]
     dims = ("model", *(a.dim for a in spec.axes), "chip", "seed")
     shape = (*spec.shape, len(spec.chips), len(spec.seeds))
     data = {m: np.full(shape, np.nan) for m in spec.metrics}

@@ -1,0 +1,90 @@
+"""Sweep figures a paper can use (issue 26, finding 9): axes labelled in words with the profile schema's
+units, log axes with labelled ticks, Pareto fronts whose labels name their settings and do not overlap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pytest
+import xarray as xr
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from aocsim.experiments.sweep import plots  # noqa: E402
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures the plot functions draw, kept open for inspection instead of closed after saving."""
+    kept: list = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    return kept
+
+
+def _power_sweep() -> xr.Dataset:
+    power = np.array([1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3])
+    acc = np.array([0.49, 0.55, 0.97, 1.0, 1.0, 1.0, 1.0])[None, :, None, None] * np.ones((1, 7, 2, 2))
+    energy = np.array([16.4, 16.5, 17.0, 18.4, 6.2, 3.4, 7.6])[None, :, None, None] * 1e-6 * np.ones((1, 7, 2, 2))
+    dims = ("model", "noise.power_per_unit_w", "chip", "seed")
+    ds = xr.Dataset({"accuracy": (dims, acc), "energy_per_inference_j": (dims, energy)},
+                    coords={"model": ["parity-implicit"], "noise.power_per_unit_w": power, "chip": [0, 1],
+                            "seed": [0, 1]})
+    ds["energy_per_inference_j"].attrs["units"] = "J"
+    return ds
+
+
+def _tile_sweep() -> xr.Dataset:
+    dims = ("model", "placement.tile_size", "placement.partial_sums", "chip", "seed")
+    acc = np.array([[1.0, 1.0], [1.0, 1.0], [0.77, 1.0], [1.0, 1.0]])[None, :, :, None, None] * np.ones((1, 4, 2, 1, 2))
+    energy = np.array([[132, 134], [51, 52], [7.2, 6.7], [6.1, 6.9]])[None, :, :, None, None] * 1e-6 * np.ones(
+        (1, 4, 2, 1, 2))
+    return xr.Dataset({"accuracy": (dims, acc), "energy_per_inference_j": (dims, energy)},
+                      coords={"model": ["parity-implicit"], "placement.tile_size": [16, 24, 32, 48],
+                              "placement.partial_sums": ["analog", "digital"], "chip": [0], "seed": [0, 1]})
+
+
+def _texts(fig) -> list:
+    fig.canvas.draw()
+    out = [t for ax in fig.axes for t in ax.texts if t.get_text()]
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:
+            out += [t for t in legend.get_texts() if t.get_text()]
+    return out
+
+
+def test_a_line_plot_names_its_axes_in_words_with_units(tmp_path: Path, figures: list) -> None:
+    plots.plot_sweep(_power_sweep(), tmp_path / "p.png")
+    ax = figures[-1].axes[0]
+    xlabel, ylabel = ax.get_xlabel(), ax.get_ylabel()
+    assert "optical power on one photodetector" in xlabel and "(W)" in xlabel and "noise.power_per_unit_w" in xlabel
+    assert "accuracy" in ylabel and "(%)" in ylabel
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert len(labels) == 7 and all("W" in text for text in labels)  # a labelled tick at every swept power
+    assert "1 µW" in labels and "1 mW" in labels
+
+
+def test_the_pareto_front_names_its_settings_without_overlap(tmp_path: Path, figures: list) -> None:
+    plots.plot_pareto(_tile_sweep(), tmp_path / "front.png")
+    fig = figures[-1]
+    ax = fig.axes[0]
+    texts = _texts(fig)
+    settings = [t.get_text() for t in texts if "tile_size" in t.get_text()]
+    assert settings and all("partial_sums" in s and "=" in s for s in settings)
+    boxes = [t.get_window_extent() for t in texts]
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not boxes[i].overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert len(ticks) >= 3 and all("J" in text for text in ticks)  # 6 to 134 uJ: more than a decade's end
+    assert "energy" in ax.get_xlabel() and "(J)" in ax.get_xlabel()
+
+
+def test_a_heat_map_names_both_axes(tmp_path: Path, figures: list) -> None:
+    ds = _tile_sweep()
+    plots.plot_sweep(ds, tmp_path / "heat.png")
+    ax = figures[-1].axes[0]
+    assert ax.get_xlabel().startswith("partial sums") and ax.get_ylabel().startswith("tile size (channels")

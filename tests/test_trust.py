@@ -1,0 +1,105 @@
+"""Results that cannot be trusted are flagged where printed and stored (issue 26, findings 1 and 6).
+
+A device run at chance, with agreement far below the model's own accuracy, or with most solves
+"converged" at chance, gets a one-line note naming the likely cause under the printed summary and
+`trusted = 0` with the notes in the Dataset's attributes; a sound run gets neither. The printed
+summary defines its terms (agreement, each status with the tolerance the run used).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from aocsim.cli import main
+from aocsim.experiments.results import summarize
+from aocsim.experiments.trust import chance_band, trust_notes
+from aocsim.solve.result import SolveStatus
+
+
+def _compare_like(correct_share: float, status: SolveStatus, *, kind: str = "hybrid SSM", classes: int = 2,
+                  device: str = "aoc16") -> xr.Dataset:
+    """A sequence model's compare Dataset (2 chips x 2 seeds x 8 sequences x 64 tokens), exact path right
+    everywhere, the device right on `correct_share` of the tokens and every solve ending with `status`."""
+    rng = np.random.default_rng(0)
+    shape = (2, 2, 8, 64)
+    targets = rng.integers(0, classes, shape[2:])
+    right = rng.random(shape) < correct_share
+    device_pred = np.where(right, targets, (targets + 1) % classes)
+    pred = np.stack([np.broadcast_to(targets, shape), device_pred])
+    dims = ("path", "chip", "seed", "sample", "position")
+    ds = xr.Dataset({"prediction": (dims, pred), "correct": (dims, pred == targets),
+                     "agreement": (dims[1:], pred[1] == pred[0]),
+                     "status": (dims, np.full((2, *shape), status.value)),
+                     "iterations": (dims, np.full((2, *shape), 7)), "residual": (dims, np.full((2, *shape), 0.01)),
+                     "hardware_time_s": (dims, np.full((2, *shape), 1e-6)),
+                     "energy_j": (dims[1:], np.full(shape, 1e-6))},
+                    coords={"path": ["exact", "device"]})
+    ds.attrs.update({"model": "m", "device": device, "kind": kind, "classes": classes,
+                     "placement.rtol": 0.1, "placement.mode": "sequential"})
+    ds["residual"].attrs["units"] = "relative"
+    return ds
+
+
+def test_a_chance_answer_with_most_solves_converged_is_flagged_with_its_cause() -> None:
+    """What aocsim compare parity-implicit --device aoc16 gave: ~50 % on 2 classes, every solve 'converged'."""
+    notes = summarize(_compare_like(0.5, SolveStatus.CONVERGED))["warnings"]
+    assert len(notes) == 3
+    chance, agreement, status = notes
+    assert "is at chance (1/2 = 50.0 %" in chance and "exact path has 100.00 %" in chance
+    assert "more than 10 points below the model's own accuracy 100.00 %" in agreement
+    assert "100 % of the device solves converged" in status
+    for note in notes:
+        assert "\n" not in note and "likely cause: tile programs that did not calibrate on aoc16" in note
+        assert "docs/DEVICE_RUNS.md section 1b" in note
+
+
+def test_sound_results_and_results_off_by_less_than_the_gap_are_not_flagged() -> None:
+    assert trust_notes(_compare_like(1.0, SolveStatus.CONVERGED)) == []
+    assert trust_notes(_compare_like(0.95, SolveStatus.MAX_ITER)) == []
+    # far below the model but not at chance: only the agreement note, and its cause names the statuses
+    notes = trust_notes(_compare_like(0.8, SolveStatus.MAX_ITER, kind="native DEQ", classes=10))
+    assert len(notes) == 1 and "more than 10 points below" in notes[0] and "stopped without converging" in notes[0]
+
+
+def test_the_chance_band_is_the_wider_of_three_standard_errors_and_five_points() -> None:
+    assert chance_band(2, 100) == pytest.approx(3 * 0.5 / 10)
+    assert chance_band(2, 100_000) == 0.05
+    assert chance_band(10, 45) == pytest.approx(3 * (0.09 / 45) ** 0.5)
+
+
+def test_the_cli_prints_the_note_and_stores_the_flag(tmp_path: Path) -> None:
+    """Digits under 1e5 times aoc48's noise: 8.9 % device accuracy (chance 10 %), exit code 0 without a word before."""
+    out = tmp_path / "r.nc"
+    result = CliRunner().invoke(main, ["--threads", "1", "compare", "digits-deq48", "--set", "noise.multiplier=1e5",
+                                       "--seeds", "1", "--chips", "1", "--max-iter", "30", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.strip().startswith("WARNING")]
+    assert len(warnings) == 2 and "is at chance (1/10 = 10.0 %" in warnings[0]
+    assert "more than 10 points below the model's own accuracy" in warnings[1]
+    assert all("likely cause: noise swamps the state" in w for w in warnings)
+    with xr.open_dataset(out, engine="h5netcdf") as ds:
+        assert ds.attrs["trusted"] == 0 and ds.attrs["classes"] == 10
+        assert ds.attrs["warnings"].split("\n") == [w.strip().removeprefix("WARNING ") for w in warnings]
+
+
+def test_the_summary_defines_its_terms_with_the_tolerance_used(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--threads", "1", "compare", "digits-deq48", "--device", "aoc48-twin",
+                                       "--seeds", "1", "--chips", "1", "--rtol", "2e-5", "--out",
+                                       str(tmp_path / "r.nc")])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "WARNING" not in text
+    terms = {line.split()[0]: line for line in text.splitlines()[text.splitlines().index("  where"):]
+             if line.startswith("    ")}
+    assert "device prediction == exact prediction" in terms["agreement"]
+    assert "||f(z) - z|| <= atol 1e-06 + rtol 2e-05 ||f(z)||" in terms["converged"]
+    assert "device volts" in terms["converged"]  # the tolerance's units: the loop's state natively
+    assert "2000 iterations" in terms["max_iter"]
+    assert {"noise_floor", "diverged"} <= set(terms)
+    with xr.open_dataset(tmp_path / "r.nc", engine="h5netcdf") as ds:
+        assert ds.attrs["trusted"] == 1 and ds.attrs["warnings"] == ""
