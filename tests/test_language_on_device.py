@@ -45,3 +45,29 @@ def test_on_the_ideal_device_both_paths_give_the_same_bits(lm) -> None:
     np.testing.assert_allclose(device.values, exact.values, atol=1e-3)  # float32 model, rtol 1e-6 vs 1e-11
     s = summarize(ds)
     assert s["bits"]["exact"] == pytest.approx(float(exact.mean())) and s["unit"] == "token"
+
+
+def test_generation_on_the_ideal_device_is_the_exact_generation(lm) -> None:
+    """Greedy decoding, noise off, tight tolerance: the device's text is the exact path's."""
+    from aocsim.experiments.generate import DeviceNextLogits, generate
+
+    model, w = lm
+    exact = generate(model, "The ", 6, temperature=0)
+    device = generate(model, "The ", 6, temperature=0, next_logits=DeviceNextLogits(
+        model, "ideal", max_length=10, placement={"rtol": 1e-6, "max_iter": 300}, calibration=w.calibration))
+    assert device.text == exact.text
+
+
+def test_generate_on_a_device_prints_both_texts_and_refuses_bad_requests() -> None:
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+
+    out = CliRunner().invoke(main, ["--threads", "1", "generate", "charlm-implicit", "--prompt", "def ",
+                                    "--length", "3", "--device", "aoc48", "--seed", "2"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.strip().splitlines()
+    assert lines[-2].startswith("exact path: def ") and lines[-1].startswith("aoc48 (chip 0): def ")
+    for args, message in ((["--device", "aoc99"], "unknown device"), (["--length", "0"], "length = 0")):
+        bad = CliRunner().invoke(main, ["generate", "charlm-implicit", "--prompt", "a", *args])
+        assert bad.exit_code == 1 and message in bad.output and bad.output.count("\n") == 1, bad.output

@@ -13,7 +13,9 @@ mode freezes converged prefixes per batch). The placement class is aocsim/execut
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -91,15 +93,31 @@ class PlacedSSM:
                           layer.program_error, layer.calibration_error, layer.dead_positions)
             for name, layer in self.maps.items()]
 
+    @contextlib.contextmanager
+    def keyed(self, generator: keys.Seed, sequences: torch.Tensor, length: int) -> Iterator[ImplicitSSM]:
+        """While open, the placed model's passes draw noise keyed by `generator` (`reset`), the
+        sequences' ids [B] and their positions in sequences of `length` tokens; yields the model."""
+        self.reset(generator)
+        context = TokenKeys(sequences.long(), length)
+        parts = [*self.maps.values(), *self.functions.values()]
+        for layer in parts:
+            layer.token_keys = context
+        self.model.pass_hook = context.announce
+        try:
+            yield self.model
+        finally:
+            self.model.pass_hook = None
+            for layer in parts:
+                layer.token_keys = None
+
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, sequences: torch.Tensor | None = None,
                  **options):
-        """`ImplicitSSM.forward` on the device (same options), after `reset(generator)`.
+        """`ImplicitSSM.forward` on the device (same options), its noise keyed by `generator`.
 
         `sequences`: the ids [B] of the sequences (default 0 ... B - 1), which key their noise: run a
         sequence with the id it has in a larger batch and it draws what it draws there.
         """
-        self.reset(generator)
         tokens = self.model.check_tokens(tokens)
         b, length = tokens.shape
         if sequences is None:
@@ -107,17 +125,8 @@ class PlacedSSM:
         if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
                 or tuple(sequences.shape) != (b,) or bool((sequences < 0).any())):
             raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{b}] of ids >= 0")
-        context = TokenKeys(sequences.long(), length)
-        parts = [*self.maps.values(), *self.functions.values()]
-        for layer in parts:
-            layer.token_keys = context
-        self.model.pass_hook = context.announce
-        try:
-            return self.model(tokens, **options)
-        finally:
-            self.model.pass_hook = None
-            for layer in parts:
-                layer.token_keys = None
+        with self.keyed(generator, sequences, length) as model:
+            return model(tokens, **options)
 
 
 def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:

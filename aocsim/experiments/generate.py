@@ -82,6 +82,7 @@ class ExactNextLogits:
             like = model.head.weight
             self.caches = [block.init_cache(1, like) for block in model.blocks]
         for t in range(n, len(tokens)):
+            model._announce(t, t + 1, 0)  # the injection's pass (a placed model keys its noise by it)
             u_t = model.injection(tokens[t].reshape(1, 1).to(model.head.weight.device))[:, 0]
             self.z, self.caches, its, _, _ = model.solve_token(u_t, self.caches, t, **self.options)
             self.iterations.append(int(its[0]))
@@ -89,6 +90,30 @@ class ExactNextLogits:
         if self.z is None:
             raise InputError("next_logits called with no tokens; expected at least one")
         return model.head(self.z)[0]
+
+
+class DeviceNextLogits(ExactNextLogits):
+    """A language model on one chip of a device as `next_logits`: placed as a hybrid (aocsim/execute/
+    hybrid.py; `placement` as in `aocsim.compare`), loaded with `seed`'s draws, and run token by token
+    in sequential mode on the device, its noise keyed by the seed, the sequence (id 0) and the
+    position, as `compare` keys it; the incremental bookkeeping is the exact path's. The device's
+    per-token tolerance and cap are the placement's (`rtol`, `max_iter`, default 0.1 and 30)."""
+
+    def __init__(self, model: Any, device: Any, *, max_length: int, chip: int = 0, seed: int = 0,
+                 placement: Any = None, calibration: Any = None) -> None:
+        from aocsim.execute import place
+        from aocsim.execute.run import seed_key
+        from aocsim.execute.ssm_device import place_ssm
+        from aocsim.experiments.workloads import default_calibration
+        from aocsim.hardware.engine import keys
+
+        hybrid = place(model, device, placement, chip=chip,
+                       calibration=default_calibration(model) if calibration is None else calibration)
+        key, s = seed_key(seed), hybrid.placement
+        placed = place_ssm(hybrid.model, hybrid.profile, hybrid.calibration, s, generator=key.fold(keys.Stream.LOAD),
+                           programs=hybrid.programs)
+        self._keyed = placed.keyed(key.fold(keys.Stream.RUN), torch.zeros(1, dtype=torch.long), max_length)
+        super().__init__(self._keyed.__enter__(), tau=s.damping, tol=s.rtol, max_iter=s.max_iter or 30)
 
 
 def check_request(model: nn.Module, prompt: str, length: int, *, seed: int = 0, temperature: float = 1.0
