@@ -103,3 +103,21 @@ def test_the_summary_defines_its_terms_with_the_tolerance_used(tmp_path: Path) -
     assert {"noise_floor", "diverged"} <= set(terms)
     with xr.open_dataset(tmp_path / "r.nc", engine="h5netcdf") as ds:
         assert ds.attrs["trusted"] == 1 and ds.attrs["warnings"] == ""
+
+
+def test_tiles_that_did_not_calibrate_are_flagged_by_the_placement_itself() -> None:
+    """Parity on aoc16: the tile programs do not converge there (docs/DEVICE_RUNS.md 1b); the Dataset
+    carries the worst program's matrix error and the check names it, whatever the answers."""
+    from aocsim import compare, load_model
+    from aocsim.experiments.trust import trust_attributes
+    from aocsim.experiments.workloads import default_workload
+
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=1, length_factor=1)
+    ds = compare(model, "aoc16", w.inputs, calibration=w.calibration, placement={"max_iter": 2})
+    assert ds.attrs["max_program_error"] > 0.5
+    attrs = trust_attributes(ds)  # no targets: only the placement's own check
+    assert attrs["trusted"] == 0 and "the tile programs did not calibrate on aoc16: matrix error" in attrs["warnings"]
+    assert ds.attrs["trusted"] == 0 and ds.attrs["warnings"] == attrs["warnings"]  # stored as compare returns it
+    good = compare(model, "aoc48", w.inputs, calibration=w.calibration, placement={"max_iter": 2})
+    assert good.attrs["max_program_error"] < 0.5 and trust_attributes(good)["trusted"] == 1

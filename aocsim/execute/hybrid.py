@@ -133,6 +133,11 @@ class HybridSSM:
         self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
 
+    @property
+    def program_error(self) -> float:
+        """The largest matrix error of this chip's tile programs (their last closed-loop round)."""
+        return max(p.error for p in self.programs.values())
+
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
         0 ... B - 1, which key their noise) in the placement's mode."""

@@ -112,6 +112,11 @@ class TiledDEQ:
         self.program = fit_map(profile, self.operator, prepared, key=fit_key(profile), tile_size=placement.tile_size,
                                partial_sums=placement.partial_sums, predistort=placement.predistort)  # once per chip
 
+    @property
+    def program_error(self) -> float:
+        """The matrix error of this chip's tile program for beta W (its last closed-loop round)."""
+        return self.program.error
+
     def load(self, seed: keys.Seed) -> DeviceLinear:
         """beta W on the tiles: programmed, loaded and calibrated with the draws of `seed`."""
         s = self.placement

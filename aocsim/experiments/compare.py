@@ -95,9 +95,11 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
               [seed_ids[i] for i in range(s.start, s.stop)], y) for ci, s in _parts(len(chip_ids), len(seed_ids), workers)]
     where = list(_parts(len(chip_ids), len(seed_ids), workers))
     runs = bar(run_parts(chip_runs, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
+    program_error = 0.0  # the worst chip's tile programs (models on tiles)
     for i, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
         ci, s = where[i]
         for si, run in zip(range(s.start, s.stop), per_seed):
+            program_error = max(program_error, run.pop("program_error"))
             trace = run.pop("trace")
             if trace is not None:
                 traces[ci, si] = trace
@@ -106,7 +108,13 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
     lit = int(device.pop("channels").max())
     activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None)
     device["energy_j"] = np.asarray(energy_j(base, activity)["total"])
-    return comparison_dataset(placed, m, base, exact, device, activity, traces, y, seed_ids, chip_ids)
+    ds = comparison_dataset(placed, m, base, exact, device, activity, traces, y, seed_ids, chip_ids)
+    if hasattr(placed.cls, "program_error"):
+        from aocsim.experiments.trust import trust_attributes
+
+        ds.attrs["max_program_error"] = program_error
+        ds.attrs.update(trust_attributes(ds))  # with the placement's own check
+    return ds
 
 
 def _parts(chips: int, seeds: int, workers: int) -> list[tuple[int, slice]]:
@@ -135,6 +143,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
         for name in ACTIVITY:
             one[name] = np.broadcast_to(np.asarray(getattr(act, name), dtype=np.float64), one["iterations"].shape)
         one["channels"] = np.full(one["iterations"].shape, act.channels or 0, dtype=np.int64)
+        one["program_error"] = float(getattr(placed, "program_error", 0.0))
         out.append(one)
     return out
 

@@ -13,6 +13,9 @@ checks read only the Dataset:
 3. **status**: most device solves report converged (their residual met the tolerance) yet the
    accuracy is at chance: the loop settles, but on fixed points of another map than the model's.
 
+4. **calibration** (models on tiles): the worst chip's tile programs have a matrix error above
+   `PROGRAM_ERROR_LIMIT`: the placement did not calibrate on this device, whatever the answers.
+
 `trust_attributes` stores the outcome in the Dataset (`trusted` 1 or 0, `warnings` one note per
 line), `aocsim compare` prints the notes under its summary. Models without targets (no accuracy)
 are not checked.
@@ -28,6 +31,7 @@ import xarray as xr
 from aocsim.execute.placement import NATIVE
 from aocsim.solve.result import SolveStatus
 
+PROGRAM_ERROR_LIMIT = 0.5  # a tile program whose matrix error exceeds 50 % did not calibrate
 AGREEMENT_GAP = 0.10  # agreement this far (10 points) below the exact accuracy is "far below"
 CHANCE_FLOOR = 0.05  # the chance band is at least 5 points wide either side
 SIGMAS = 3.0  # ... or 3 binomial standard errors, whichever is wider
@@ -64,10 +68,21 @@ def _cause(ds: xr.Dataset, shares: dict[SolveStatus, float]) -> str:
             "only today: docs/DEVICE_RUNS.md section 1b); try --device aoc48")
 
 
-def trust_notes(ds: xr.Dataset) -> list[str]:
-    """One line per failed check (module docstring); [] when the result looks sound or has no targets."""
-    if "correct" not in ds:
+def placement_notes(ds: xr.Dataset) -> list[str]:
+    """The placement's own check: tile programs whose matrix error (the worst chip's, `max_program_error`)
+    exceeds PROGRAM_ERROR_LIMIT did not calibrate on this device, whatever the answers look like."""
+    error = float(ds.attrs.get("max_program_error", 0.0))
+    if error <= PROGRAM_ERROR_LIMIT:
         return []
+    return [f"the tile programs did not calibrate on {ds.attrs.get('device', 'this device')}: matrix error "
+            f"{100 * error:.0f} % (above {100 * PROGRAM_ERROR_LIMIT:.0f} %); the tiles compute another matrix than the "
+            "model's (tiles work on aoc48 only today: docs/DEVICE_RUNS.md section 1b)"]
+
+
+def trust_notes(ds: xr.Dataset) -> list[str]:
+    """One line per failed check (module docstring); [] when the result looks sound."""
+    if "correct" not in ds:
+        return placement_notes(ds)
     unit = "token" if "position" in ds.dims else "sample"
     device = ds.correct.sel(path="device")
     n = int(device.size)
@@ -93,7 +108,7 @@ def trust_notes(ds: xr.Dataset) -> list[str]:
         notes.append(f"{100 * shares[SolveStatus.CONVERGED]:.0f} % of the device solves converged (their residual "
                      f"met the tolerance), yet the accuracy is at chance: the loop settles on the fixed points of "
                      f"another map than the model's; likely cause: {cause}")
-    return notes
+    return placement_notes(ds) + notes
 
 
 def trust_attributes(ds: xr.Dataset) -> dict[str, Any]:
