@@ -15,7 +15,7 @@ point) or `hopfield` (full and symmetric, W = (W0 + W0^T) / 2).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -95,6 +95,23 @@ def split_masks(n: int, split: int, dtype: torch.dtype) -> tuple[torch.Tensor, t
     return inject.to(dtype)[:, None], readout.to(dtype)[None, :]
 
 
+def add_digital_maps(module: nn.Module, n: int, k: int, c: int, split: int, dtype: torch.dtype,
+                     uniform: Callable[..., torch.Tensor]) -> None:
+    """The digital maps around a loop of N variables: U [N, K] and b (the injection), V [C, N] and c
+    (the readout), drawn by `uniform(*shape, bound=)` in that order, with `split`'s masks applied
+    (stored weights show the split as exact zeros)."""
+    module.inject_weight = nn.Parameter(uniform(n, k, bound=k ** -0.5))
+    module.inject_bias = nn.Parameter(torch.zeros(n, dtype=dtype))
+    module.readout_weight = nn.Parameter(uniform(c, n, bound=n ** -0.5))
+    module.readout_bias = nn.Parameter(torch.zeros(c, dtype=dtype))
+    inject_rows, readout_cols = split_masks(n, split, dtype)
+    module.register_buffer("inject_mask", inject_rows, persistent=False)
+    module.register_buffer("readout_mask", readout_cols, persistent=False)
+    with torch.no_grad():
+        module.inject_weight.mul_(module.inject_mask)
+        module.readout_weight.mul_(module.readout_mask)
+
+
 @dataclass(frozen=True)
 class DEQOutput:
     """Logits [B, output_size], fixed point z* [B, N], forward solve result."""
@@ -126,19 +143,10 @@ class DEQ(nn.Module):
 
         self.weight = nn.Parameter(uniform(n, n, bound=1.0 / n))
         self.beta = nn.Parameter(torch.tensor(float(beta), dtype=dtype))
-        self.inject_weight = nn.Parameter(uniform(n, k, bound=k ** -0.5))
-        self.inject_bias = nn.Parameter(torch.zeros(n, dtype=dtype))
-        self.readout_weight = nn.Parameter(uniform(c, n, bound=n ** -0.5))
-        self.readout_bias = nn.Parameter(torch.zeros(c, dtype=dtype))
+        add_digital_maps(self, n, k, c, config.split, dtype, uniform)
         # Derived from the config, so not stored with the weights.
         self.register_buffer("mask", block_mask(config.blocks, config.structure).to(dtype),
                              persistent=False)
-        inject_rows, readout_cols = split_masks(n, config.split, dtype)
-        self.register_buffer("inject_mask", inject_rows, persistent=False)
-        self.register_buffer("readout_mask", readout_cols, persistent=False)
-        with torch.no_grad():  # stored weights show the split as exact zeros
-            self.inject_weight.mul_(self.inject_mask)
-            self.readout_weight.mul_(self.readout_mask)
 
     def effective_weight(self) -> torch.Tensor:
         """W with its block structure applied, [N, N] in [out, in] convention."""

@@ -30,7 +30,7 @@ from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.step import led_light, nonlinearity
 from aocsim.hardware.physics.sources import without_noise
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.nn.deq import DEQOutput, check_input, split_masks
+from aocsim.nn.deq import DEQOutput, add_digital_maps, check_input
 from aocsim.solve.backward import Backward, Implicit, equilibrium
 from aocsim.solve.result import SolveResult
 
@@ -147,16 +147,7 @@ class TwinDEQ(nn.Module):
         self.weight = nn.Parameter(uniform(n, n, bound=1.0))
         self.alpha = nn.Parameter(torch.tensor(float(config.alpha), dtype=dtype), requires_grad=config.train_alpha)
         self.beta = nn.Parameter(torch.tensor(float(beta), dtype=dtype))
-        self.inject_weight = nn.Parameter(uniform(n, k, bound=k ** -0.5))
-        self.inject_bias = nn.Parameter(torch.zeros(n, dtype=dtype))
-        self.readout_weight = nn.Parameter(uniform(c, n, bound=n ** -0.5))
-        self.readout_bias = nn.Parameter(torch.zeros(c, dtype=dtype))
-        inject_rows, readout_cols = split_masks(n, config.split, dtype)
-        self.register_buffer("inject_mask", inject_rows, persistent=False)
-        self.register_buffer("readout_mask", readout_cols, persistent=False)
-        with torch.no_grad():  # stored weights show the split as exact zeros
-            self.inject_weight.mul_(self.inject_mask)
-            self.readout_weight.mul_(self.readout_mask)
+        add_digital_maps(self, n, k, c, config.split, dtype, uniform)
 
     def loop(self, device: DeviceProfile | str | None = None, *, generator: Any = None,
              weight: torch.Tensor | None = None, beta: float | torch.Tensor | None = None,
