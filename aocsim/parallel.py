@@ -31,14 +31,23 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], workers: i
     This process is one of the workers (it starts at once, while the others are spawned and import
     torch); the other `workers - 1` are spawned processes. Parts are handed out in the order given,
     each to the next free worker (so list the longest first). In this process alone, in order, if
-    workers <= 1 or there is one part. `fn` must be importable (a module-level function) and its
+    workers <= 1 or there is one part. Every part runs on one torch thread wherever it runs, so that
+    its numbers do not depend on `workers` (torch splits a large reduction by its thread count, and
+    the rounding follows the split). `fn` must be importable (a module-level function) and its
     arguments picklable.
     """
-    if workers <= 1 or len(parts) <= 1:
-        for i, part in enumerate(parts):
-            yield i, fn(*part)
-        return
     import torch
+
+    if workers <= 1 or len(parts) <= 1:
+        threads = torch.get_num_threads()
+        for i, part in enumerate(parts):
+            torch.set_num_threads(1)  # as on a worker: a reduction's rounding depends on the thread count
+            try:
+                result = fn(*part)
+            finally:
+                torch.set_num_threads(threads)
+            yield i, result
+        return
 
     todo = deque(range(len(parts)))
     lock = threading.Lock()

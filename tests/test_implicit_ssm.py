@@ -477,6 +477,21 @@ def test_parts_run_on_this_process_and_spawned_ones_all_once() -> None:
         list(run_parts(operator.truediv, [(1, 1), (1, 0), (2, 1), (3, 1)], 2))
 
 
+def test_every_part_runs_on_one_thread_wherever_it_runs() -> None:
+    """A part's numbers must not depend on the number of workers: torch rounds a large reduction by its
+    thread count, so a part runs on one thread in this process too; the caller's count comes back."""
+    from aocsim.parallel import run_parts
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for workers in (1, 2):
+            assert [n for _, n in run_parts(torch.get_num_threads, [(), ()], workers)] == [1, 1]
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_rows_split_into_contiguous_balanced_slices() -> None:
     from aocsim.parallel import split_rows
 
