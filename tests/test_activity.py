@@ -48,20 +48,32 @@ def test_a_native_inference_converts_what_its_stop_reads(stop: str, digits) -> N
         assert (act.round_trips >= its).all() and (act.round_trips < its + m).all()
 
 
-@pytest.mark.parametrize("averaging", [1, 3])
-def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int) -> None:
+RELOAD = float(AOC48["slm.reload_time_s"])
+
+
+@pytest.mark.parametrize(("averaging", "modules"), [(1, None), (3, None), (1, 1), (3, 2)])
+def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, modules: int | None) -> None:
+    """Weight-stationary (one module per tile): all tiles of a product at once, `averaging` round trips;
+    time-multiplexed on fewer modules: every tile written again each product (a weight load and its
+    reload time), then waves of `modules` tiles."""
     model = DEQ(DEQConfig(96, 64, 10, split=48), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         model.weight.mul_(0.45 / torch.linalg.matrix_norm(model.operator(), ord=2))
     x = torch.rand(70, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    placed = place(model, AOC48, Placement(averaging=averaging, max_iter=6, rtol=0.0), calibration=x)
+    placed = place(model, AOC48, Placement(averaging=averaging, max_iter=6, rtol=0.0, modules=modules), calibration=x)
     run = placed.run(x[:4], 1)
     its = run.solve.iterations.double().numpy()
     m, width = placed.program.weight.shape  # 96 outputs; the program's columns (a dead input skipped)
     rows, cols = math.ceil(m / 48), math.ceil(width / 48)
+    tiles = rows * cols
     a = run.activity
-    np.testing.assert_allclose(a.round_trips, its * rows * cols * averaging)
-    np.testing.assert_allclose(a.time_s, its * rows * cols * averaging * RT)
+    held = modules is None or modules >= tiles
+    assert a.modules == (tiles if modules is None else min(modules, tiles))
+    waves = 1 if held else math.ceil(tiles / modules)
+    loads = 0 if held else tiles
+    np.testing.assert_allclose(a.round_trips, its * tiles * averaging)
+    np.testing.assert_allclose(a.weight_loads, its * loads)
+    np.testing.assert_allclose(a.time_s, its * (waves * averaging * RT + loads * RELOAD))
     np.testing.assert_allclose(a.dac_conversions, its * rows * width * averaging)
     np.testing.assert_allclose(a.adc_conversions, its * m * averaging)
     np.testing.assert_allclose(a.digital_ops, its * m * averaging if averaging > 1 else 0)
@@ -75,21 +87,26 @@ def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(av
     run = placed.run(w.inputs, 5)
     its = run.solve.iterations.double().numpy()
 
-    def per_product(name: str) -> tuple[float, float, float]:
+    def per_product(name: str) -> tuple[float, float, float, float]:
         m, width = placed.programs[name].weight.shape
         rows, cols = math.ceil(m / 48), math.ceil(width / 48)
-        return rows * cols * averaging, rows * width * averaging, cols * m * averaging  # passes, DAC, ADC
+        # passes, DAC, ADC, round trips of the product's time (its tiles at once, one module each)
+        return rows * cols * averaging, rows * width * averaging, cols * m * averaging, averaging
 
+    names = ("inject", "blocks.0.in_proj", "blocks.0.out_proj")
     once = np.array(per_product("inject"))
     each = np.array(per_product("blocks.0.in_proj")) + np.array(per_product("blocks.0.out_proj"))
     expected = once[:, None, None] + each[:, None, None] * its[None]
     a = run.activity
     np.testing.assert_allclose(a.round_trips, expected[0])
-    np.testing.assert_allclose(a.time_s, expected[0] * RT)
+    np.testing.assert_allclose(a.time_s, expected[3] * RT)
     np.testing.assert_allclose(a.dac_conversions, expected[1])
     np.testing.assert_allclose(a.adc_conversions, expected[2])
     # digital partial sums: every reading added into its output; averaged passes: every pass's too
     np.testing.assert_allclose(a.digital_ops, expected[2] * (2 if averaging > 1 else 1))
+    # every map on its own modules, one per tile: the machine powers all of them
+    assert a.modules == sum(math.prod(placed.programs[n].weight.shape[i] // 48 + bool(placed.programs[n].weight.shape[i] % 48)
+                                      for i in (0, 1)) for n in names)
 
 
 def test_devices_show_and_compare_price_the_same_inference_alike(digits) -> None:

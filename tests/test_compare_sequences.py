@@ -46,10 +46,12 @@ def test_noisy_aoc48_is_reproducible_on_any_number_of_workers_and_keeps_parity(d
     xr.testing.assert_identical(first, compare(MODEL, "aoc48", tokens, targets, seeds=(0, 1), workers=2))
     assert float(first.agreement.mean()) > 0.99
     assert not np.array_equal(first.residual.sel(path="device", seed=0), first.residual.sel(path="device", seed=1))
-    # device time: the injection's tile passes plus the projections' per iteration, 20 ns each
+    # device time, weight-stationary (each tile on a module of its own, a map's tiles at once): the
+    # injection's product once, the two projections' every iteration, 20 ns each
     hw = first.hardware_time_s.sel(path="device")
     it = first.iterations.sel(path="device")
-    assert np.allclose(hw, (4 + 6 * it) * 20e-9)  # parity on 48 channels: inject 4 x 1, in 4 x 1, out 1 x 2
+    assert np.allclose(hw, (1 + 2 * it) * 20e-9)
+    assert first.attrs["modules"] == 10  # parity on 48 channels: inject 4 x 1, in 4 x 1, out 1 x 2 tiles
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -115,7 +117,8 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     ds = compare(MODEL, "aoc48", tokens[:2, :16], targets[:2, :16], placement=dict(on_tiles=("out_proj",)))
     assert ds.attrs["maps_on_tiles"] == "blocks.0.out_proj" and ds.attrs["placement"].startswith("hybrid: out_proj")
     it = ds.iterations.sel(path="device")
-    assert np.allclose(ds.hardware_time_s.sel(path="device"), 2 * it * 20e-9)  # out_proj: 1 x 2 tiles
+    assert np.allclose(ds.hardware_time_s.sel(path="device"), it * 20e-9)  # out_proj: 1 x 2 tiles at once
+    assert ds.attrs["modules"] == 2
     # converters per token: the whole input into the tile row, one ADC per output (analog partial
     # sums) or one per output and tile column (digital)
     d_model, d_inner = load_model(MODEL).blocks[0].out_proj.weight.shape
@@ -125,13 +128,13 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     digital = compare(MODEL, "aoc48", tokens[:2, :16], targets[:2, :16], placement=dict(on_tiles=("out_proj",), partial_sums="digital"))
     it = digital.iterations.sel(path="device")
     assert np.array_equal(digital.adc_conversions, it * 2 * d_model) and digital.attrs["placement.partial_sums"] == "digital"
-    # energy: the profile's static power over the hardware time plus the converters' energy
+    # energy: both modules' static power over the hardware time plus the converters' energy
     from aocsim.hardware.physics.energy import Activity, energy_j
     from aocsim.hardware.profiles.profile import load_device
 
     expected = energy_j(load_device("aoc48"), Activity(digital.hardware_time_s.sel(path="device").values,
                                                        digital.dac_conversions.values, digital.adc_conversions.values,
-                                                       digital.digital_ops.values))
+                                                       digital.digital_ops.values, modules=2))
     assert np.array_equal(digital.digital_ops, digital.adc_conversions)  # each tile column's reading added
     assert np.allclose(digital.energy_j, expected["total"], rtol=1e-12)
     with pytest.raises(InputError, match="on_tiles = .* applies to hybrid SSMs"):

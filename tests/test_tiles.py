@@ -168,15 +168,12 @@ def test_a_samples_noise_does_not_depend_on_its_batch(gen: torch.Generator) -> N
 
 # -- counts for an energy model -------------------------------------------------------------------------
 
-def test_conversion_counts_and_hardware_time(gen: torch.Generator) -> None:
+def test_conversion_counts(gen: torch.Generator) -> None:
     w, t = _rand(gen, 100, 70), _rand(gen, 3, 70)
     out = tiled_matvec("ideal", w, t, tile_size=48, partial_sums="digital")
-    rt = float(load_device("ideal").values["loop.round_trip_s"])
     assert out.grid == (3, 2) and out.tiles == 6 and out.batch == 3
     assert out.dac_conversions_per_sample == 3 * 70 and out.dac_conversions == 3 * 3 * 70
     assert out.adc_conversions_per_sample == 2 * 100 and out.adc_conversions == 3 * 2 * 100
-    assert out.hardware_time_per_sample_s == pytest.approx(6 * rt)
-    assert out.hardware_time_s == pytest.approx(3 * 6 * rt)
     assert out.partials is None
 
 

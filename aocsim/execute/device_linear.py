@@ -23,7 +23,9 @@ Noise: keyed by token when a placed model announces its passes (`TokenKeys`: the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,6 +35,7 @@ from aocsim.execute.fit import affine_fit
 from aocsim.execute.placement import count, switch
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.tiles import TiledMatrix, input_scale
 from aocsim.hardware.engine.tiles import _input_range as default_input_range
 from aocsim.hardware.engine.tiles import _tile_size as resolve_tile_size
@@ -75,7 +78,8 @@ class MapProgram:
     weight: [M, K'] what each load programs (the fitted program, scaled so that the calibration
     nodes use `HEADROOM` of the ADC's range); columns [K]: the column of input k (dead positions
     skipped); sigma: the scale of W in the fit; error: the program's matrix error (last closed-loop
-    round); dead: the dead input positions; tile_size, input_range: the tiles it was fitted for.
+    round); dead: the dead input positions; tile_size, input_range: the tiles it was fitted for;
+    mount: the modules its tiles sit on (`fit_maps`).
     """
 
     weight: torch.Tensor
@@ -85,6 +89,11 @@ class MapProgram:
     dead: tuple[int, ...]
     tile_size: int
     input_range: float
+    mount: Mount = Mount()
+
+    @property
+    def tiles(self) -> int:
+        return math.ceil(self.weight.shape[0] / self.tile_size) * math.ceil(self.weight.shape[1] / self.tile_size)
 
 
 def ideal_nodes(weight: torch.Tensor, t: torch.Tensor, input_range: float, sigma: float) -> torch.Tensor:
@@ -99,7 +108,7 @@ def fit_key(device: DeviceProfile, map_index: int = 0) -> keys.Key:
 
 def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
             tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
-            rounds: int = ROUNDS, predistort: bool = False) -> MapProgram:
+            rounds: int = ROUNDS, predistort: bool = False, mount: Mount | None = None) -> MapProgram:
     """The program of W [M, K] on the chip `device` describes (module docstring: dead positions, gains,
     closed-loop rounds on probe loads keyed by `key`, then the scale), fitted on the calibration
     inputs [R, K]: done once per chip and map, whatever the loads that follow."""
@@ -110,11 +119,35 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
     # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
     sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0
     program = fit_tile_program(device, weight / sigma, tile_size=size, input_range=r, key=key,
-                               partial_sums=partial_sums, rounds=rounds, predistort=predistort)
+                               partial_sums=partial_sums, rounds=rounds, predistort=predistort, mount=mount)
     # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
     target = ideal_nodes(weight, inputs, r, sigma)
     kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
-    return MapProgram(kappa * program.weight, program.columns, sigma, program.error, program.dead, size, r)
+    return MapProgram(kappa * program.weight, program.columns, sigma, program.error, program.dead, size, r,
+                      mount or Mount())
+
+
+def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,
+             modules: int | None, **options: Any) -> list[MapProgram]:
+    """The programs of a model's maps [(W, calibration inputs, fit key)] on one machine (`fit_map`
+    with `options`): weight-stationary (modules None, or at least the programs' tiles) puts each map's
+    tiles on modules of their own, after the previous map's; fewer modules time-multiplexes every
+    tile onto them (`Mount`). Fitted in order, so that each map knows where the last one ended (a
+    program can be a tile wider than its matrix: dead input positions are skipped)."""
+    def fit_all(multiplexed: bool) -> list[MapProgram]:
+        programs: list[MapProgram] = []
+        for weight, inputs, key in maps:
+            mount = Mount(sum(p.tiles for p in programs), modules or 1, multiplexed)
+            programs.append(fit_map(device, weight, inputs, key=key, mount=mount, **options))
+        return programs
+
+    size = resolve_tile_size(device, options.get("tile_size"))
+    natural = sum(math.ceil(w.shape[0] / size) * math.ceil(w.shape[1] / size) for w, _, _ in maps)
+    guess = modules is not None and modules < natural
+    programs = fit_all(guess)
+    if (modules is not None and modules < sum(p.tiles for p in programs)) != guess:
+        programs = fit_all(not guess)  # the programs' dead columns added the tile that decides it
+    return programs
 
 
 class DeviceLinear(nn.Module):
@@ -132,12 +165,15 @@ class DeviceLinear(nn.Module):
         averaging: tile passes per call, their node readings averaged (the per-pass noise's std falls
             as 1 / sqrt(averaging); time and conversions grow by the factor: `activity`).
         predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
+        mount: where its tiles sit on the machine's modules, for the fit when program is None (a program
+            carries its own: `fit_maps`; None = one module per tile).
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, program: MapProgram | None = None,
                  tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
-                 rounds: int = ROUNDS, averaging: int = 1, predistort: bool = False) -> None:
+                 rounds: int = ROUNDS, averaging: int = 1, predistort: bool = False,
+                 mount: Mount | None = None) -> None:
         super().__init__()
         self.averaging = count("averaging", averaging)
         self.predistort = switch("predistort", predistort)
@@ -149,12 +185,14 @@ class DeviceLinear(nn.Module):
                              "seed, torch.Generator or Key")
         if program is None:
             program = fit_map(device, weight, inputs, key=fit_key(device), tile_size=tile_size,
-                              partial_sums=partial_sums, input_range=input_range, rounds=rounds, predistort=predistort)
+                              partial_sums=partial_sums, input_range=input_range, rounds=rounds, predistort=predistort,
+                              mount=mount)
+        mount = program.mount
         self.program, self.sigma, self.input_range = program, program.sigma, program.input_range
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
         self.dead_positions = program.dead
         self.tiles = TiledMatrix(device, program.weight, tile_size=program.tile_size, generator=key,
-                                 input_range=self.input_range, predistort=predistort)  # the load: its own draws
+                                 input_range=self.input_range, predistort=predistort, mount=mount)  # the load
         target = ideal_nodes(weight, inputs, self.input_range, self.sigma)
         node, _ = self._nodes(inputs, key.fold(keys.Stream.CALIBRATION))
         self.gain, self.offset = affine_fit(target, node, spread=GAIN_SPREAD)

@@ -32,6 +32,7 @@ from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs, linear_maps, place_ssm
 from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.engine.tiles import tile_options
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import ImplicitSSM
@@ -110,7 +111,8 @@ class HybridSSM:
     @staticmethod
     def timing(profile: DeviceProfile, placement: Placement) -> str:
         """What the hardware time counts."""
-        return "tile passes in sequence on one chip, one round trip each: the injection's once per token, the projections' every iteration"
+        return ("the injection's tile products once per token, the projections' every iteration; each map "
+                + machine_words(profile, placement.modules))
 
     @staticmethod
     def describe(model: ImplicitSSM, placement: Placement) -> str:

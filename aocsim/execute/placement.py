@@ -171,6 +171,10 @@ class Placement:
     predistort: bool | None = option(
         {TILED: False, HYBRID: False}, switch,
         "models on tiles: linearise the emitter drive digitally before the DAC.", "switch")
+    modules: int | None = option(
+        {TILED: None, HYBRID: None}, count,
+        "models on tiles: optical modules per mapped matrix [default: one per tile, weight-stationary]; fewer "
+        "than its tiles time-multiplexes them, each product writing every tile again (slm.reload_time_s).")
     max_iter: int | None = option(
         {NATIVE: 2000, TILED: 100, HYBRID: None, TWIN: 2000}, count,
         "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: 30 per token sequentially, "

@@ -14,6 +14,7 @@ mode freezes converged prefixes per batch). The placement class is aocsim/execut
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import Iterator
 
@@ -22,7 +23,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
-from aocsim.execute.device_linear import DeviceLinear, MapProgram, TokenKeys, fit_key, fit_map
+from aocsim.execute.device_linear import DeviceLinear, MapProgram, TokenKeys, fit_key, fit_maps
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity
@@ -80,13 +81,23 @@ class PlacedSSM:
     def activity(self, iterations: torch.Tensor) -> Activity:
         """What the machine did per token [B, L] given each token's iterations: the injection's products
         once (tokens enter once), then every iteration the projections' products and the analog
-        functions' conversions (`DeviceLinear.activity`, `AnalogElementwise.activity`)."""
+        functions' conversions (`DeviceLinear.activity`, `AnalogElementwise.activity`). Each map has
+        its own modules: the machine powers all of them."""
         each = [layer.activity() for name, layer in self.maps.items() if name != "inject"]
         each += [functions.activity() for functions in self.functions.values()]
         per_iteration = sum(each[1:], each[0]) if each else Activity(0.0)
         its = iterations.double().cpu().numpy()
         total = per_iteration * its
-        return total + self.maps["inject"].activity() if "inject" in self.maps else total
+        total = total + self.maps["inject"].activity() if "inject" in self.maps else total
+        return dataclasses.replace(total, modules=self.modules or None)
+
+    @property
+    def modules(self) -> int:
+        """The optical modules of the machine: one per tile of every map, or the time-multiplexed count."""
+        mounts = [layer.tiles.mount for layer in self.maps.values()]
+        if any(m.multiplexed for m in mounts):
+            return mounts[0].count
+        return sum(layer.tiles.modules for layer in self.maps.values())
 
     def report(self) -> list[MapReport]:
         return [MapReport(name, (layer.out_features, layer.in_features), layer.tiles.grid, layer.sigma,
@@ -176,7 +187,7 @@ def on_tiles(model: ImplicitSSM, placement: Placement) -> list[str]:
 
 def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
                  placement: Placement) -> dict[str, MapProgram]:
-    """What the chip `device` describes holds for each map on tiles (`fit_map`, keyed by the chip and
+    """What the chip `device` describes holds for each map on tiles (`fit_maps`, keyed by the chip and
     the map's index): fitted once per chip, loaded by every seed."""
     missing = [n for n in on_tiles(model, placement) if not isinstance(calibration, dict) or n not in calibration]
     if missing:
@@ -184,9 +195,11 @@ def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[st
                          f"(one [R, K] tensor per map: {on_tiles(model, placement)})")
     maps = linear_maps(plain_copy(model))
     index = {name: m for m, name in enumerate(maps)}
-    return {name: fit_map(device, maps[name].weight.detach(), calibration[name], key=fit_key(device, index[name]),
-                          tile_size=placement.tile_size, partial_sums=placement.partial_sums,
-                          predistort=placement.predistort) for name in on_tiles(model, placement)}
+    names = on_tiles(model, placement)
+    programs = fit_maps(device, [(maps[n].weight.detach(), calibration[n], fit_key(device, index[n])) for n in names],
+                        modules=placement.modules, tile_size=placement.tile_size, partial_sums=placement.partial_sums,
+                        predistort=placement.predistort)
+    return dict(zip(names, programs))
 
 
 def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], placement: Placement,

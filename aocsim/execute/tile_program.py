@@ -34,6 +34,7 @@ import torch
 
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.tiles import TiledMatrix
 
 DEAD_GAIN = 0.2  # an input position below this fraction of the median input gain is unused
@@ -57,12 +58,12 @@ class TileProgram:
 
 
 def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *, tile_size: int | None,
-            input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str, predistort: bool = False
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+            input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str, predistort: bool = False,
+            mount: Mount | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
     node volts against the drive u, least squares over `PROBES` random drives in [-r, r]."""
     tiles = TiledMatrix(device, program, tile_size=tile_size, generator=load, input_range=input_range,
-                        predistort=predistort)
+                        predistort=predistort, mount=mount)
     gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
     k = int(live.sum())
     drive = (torch.rand(PROBES, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
@@ -108,13 +109,14 @@ def expand_columns(k: int, tile: int, dead: set[int]) -> torch.Tensor:
 
 def fit_tile_program(device: DeviceProfile, weight: torch.Tensor, *, tile_size: int, input_range: float,
                      key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS,
-                     predistort: bool = False) -> TileProgram:
+                     predistort: bool = False, mount: Mount | None = None) -> TileProgram:
     """The program for `weight` [M, K] (module docstring); `key` keys every load and probe; `predistort`:
-    the tiles' emitter drive linearised (`TiledMatrix`)."""
+    the tiles' emitter drive linearised, `mount`: the tiles' modules (`TiledMatrix`)."""
     dtype = weight.dtype
     weight = weight.double()  # least squares on noisy probes: float64 inside, the program in `dtype`
     m, k = weight.shape
-    opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums, predistort=predistort)
+    opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums, predistort=predistort,
+                mount=mount)
     # 1. dead input positions, from W at its natural columns
     natural = torch.ones(k, dtype=torch.bool)
     a, _ = measure(device, weight, natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)

@@ -29,13 +29,14 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, TokenKeys, fit_key, fit_map
+from aocsim.execute.device_linear import DeviceLinear, TokenKeys, fit_key, fit_maps
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.ssm_device import CALIBRATION_ROWS
 from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.engine.tiles import tile_options
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.deq import DEQ
@@ -97,7 +98,7 @@ class TiledDEQ:
     @staticmethod
     def timing(profile: DeviceProfile, placement: Placement) -> str:
         """What the hardware time counts."""
-        return "every tile pass of beta W in sequence on one chip, one round trip each, every iteration"
+        return "beta W's tile products every iteration, " + machine_words(profile, placement.modules)
 
     @staticmethod
     def describe(model: DEQ, placement: Placement) -> str:
@@ -109,8 +110,9 @@ class TiledDEQ:
         self.model, self.profile, self.placement, self.values = model, profile, placement, prepared
         with torch.no_grad():
             self.operator = model.operator().detach()
-        self.program = fit_map(profile, self.operator, prepared, key=fit_key(profile), tile_size=placement.tile_size,
-                               partial_sums=placement.partial_sums, predistort=placement.predistort)  # once per chip
+        self.program, = fit_maps(profile, [(self.operator, prepared, fit_key(profile))], modules=placement.modules,
+                                 tile_size=placement.tile_size, partial_sums=placement.partial_sums,
+                                 predistort=placement.predistort)  # once per chip
 
     @property
     def program_error(self) -> float:

@@ -105,8 +105,8 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
                 traces[ci, si] = trace
             for name, values in run.items():
                 device.setdefault(name, np.zeros(shape, dtype=values.dtype))[ci, si] = values
-    lit = int(device.pop("channels").max())
-    activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None)
+    lit, modules = int(device.pop("channels").max()), int(device.pop("modules").max())
+    activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None, modules=modules)
     device["energy_j"] = np.asarray(energy_j(base, activity)["total"])
     ds = comparison_dataset(placed, m, base, exact, device, activity, traces, y, seed_ids, chip_ids)
     if hasattr(placed.cls, "program_error"):
@@ -143,6 +143,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
         for name in ACTIVITY:
             one[name] = np.broadcast_to(np.asarray(getattr(act, name), dtype=np.float64), one["iterations"].shape)
         one["channels"] = np.full(one["iterations"].shape, act.channels or 0, dtype=np.int64)
+        one["modules"] = np.full(one["iterations"].shape, act.modules or 1, dtype=np.int64)
         one["program_error"] = float(getattr(placed, "program_error", 0.0))
         out.append(one)
     return out

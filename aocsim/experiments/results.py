@@ -85,8 +85,9 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
     for name, what in DESCRIPTIONS.items():
         ds[name].attrs["description"] = f"{what} per {dims[-1]} on the device path (recorded by the engine)"
     ds["energy_j"].attrs.update(units="J", description=(
-        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.physics.energy: static "
-        "powers x time + converter and digital energies x counts; docs/PHYSICS.md, section 6)"))
+        "energy per " + dims[-1] + " on the device path over hardware_time_s (aocsim.hardware.physics.energy: every "
+        "module's static powers x time + converter, digital and weight-load energies x counts; docs/PHYSICS.md, "
+        "section 6)"))
     if exact.trace is not None and traces:
         ds["residual_trace"] = residual_traces(exact.trace.double().numpy(), traces, len(chips), len(seeds),
                                                cls.residual_units + " per iteration, NaN after the sample stopped")
@@ -97,7 +98,7 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "model_sha256": model_checksum(model), "device": profile.name,
         "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
         "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
-        "kind": cls.kind, "placement": cls.describe(model, placed.placement), **placed.placement.attributes(), **extra,
+        "kind": cls.kind, "placement": cls.describe(model, placed.placement), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
         "classes": int(exact.outputs.shape[-1]),
     })
     ds.attrs.update(trust_attributes(ds))  # `trusted` and `warnings` (aocsim.experiments.trust)

@@ -56,7 +56,9 @@ class OpticalLoop:
         compile: run inference iterations through the compiled backend (`aocsim.hardware.engine.backends`;
             needs a C++ compiler, compiles per layout). Same function, same draws: the results equal
             the eager ones to float rounding.
-        tile: which tile of the chip this matrix occupies (selects its static draws).
+        tile: which tile of the placement this matrix is (selects its SLM programming error).
+        module: which module of the machine holds it (selects the chip's fixed pattern: variation and
+            dark currents); None = `tile` (one module per tile, docs/PHYSICS.md section 6).
 
     Example:
         >>> loop = OpticalLoop("aoc48-twin", torch.randn(48, 48), alpha=0.5, beta=18.6)
@@ -66,7 +68,7 @@ class OpticalLoop:
     def __init__(self, device: DeviceProfile | str, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
                  alpha: Scalar = None, beta: Scalar = None, gamma: Scalar = None, gain: str = "normalized",
                  generator: keys.Seed = None, compile: bool = False, tile: int = 0,
-                 _drift: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                 module: int | None = None, _drift: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         self.device = load_device(device) if isinstance(device, str) else device
         if not isinstance(self.device, DeviceProfile):
             raise InputError(f"device must be a DeviceProfile or a profile name; got {type(device).__name__}")
@@ -86,10 +88,11 @@ class OpticalLoop:
         self.alpha, self.beta, self.gamma = (as_schedule(alpha, "alpha"), as_schedule(beta, "beta"),
                                              as_schedule(gamma, "gamma"))
         self.bias = None if bias is None else check_state("bias", bias, n, allow_1d=True).to(dtype)
-        self.arrays = channel_arrays(v, n, dtype=dtype, device=dev, tile=tile)
+        module = tile if module is None else module
+        self.arrays = channel_arrays(v, n, dtype=dtype, device=dev, tile=module)
         slm = program_slm(v, self.weight, keys.as_key(generator), tile=tile)
         self.programming_error, self.m = slm.error, slm.scale
-        dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=tile)
+        dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=module)
         self.optics: FoldedOptics = fold(v, self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
         self.coeffs = None if v["nonlinearity.coeffs"] is None else self._tensor(v["nonlinearity.coeffs"])
         self.poly_pos, self.poly_neg = self._tensor(v["emitter.poly_pos"]), self._tensor(v["emitter.poly_neg"])

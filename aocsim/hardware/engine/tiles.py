@@ -12,9 +12,10 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    (`components.predistort_drive`: the driver's digital lookup before the DAC). u is then
    clipped and DAC-quantised by `OpticalLoop.injection` (`injection.dac_bits` over the clip).
 2. Tile: W is cut into a grid of rows x cols blocks of `tile_size`, zero-padded to the chip's N
-   channels. Tile i = r * cols + c is its own `OpticalLoop(gain="absolute", tile=i)`: its own SLM
-   load (scale max |W_tile|, programming error key.fold(PROGRAMMING, i)) and chip draws (variation,
-   dark currents of tile i). Padded inputs sit at zero drive; padded outputs are discarded.
+   channels. Tile i = r * cols + c is its own `OpticalLoop(gain="absolute", tile=i, module=i mod
+   modules)`: its own SLM load (scale max |W_tile|, programming error key.fold(PROGRAMMING, i)) on
+   the module that holds it (that module's variation and dark currents). Padded inputs sit at zero
+   drive; padded outputs are discarded.
 3. Optics: `step.optical` (the loop iteration's own optical stage) acts on u directly, no
    nonlinearity (the input drives the emitters), plus the tile's folded constant `k0()`. Per-call
    noise: key.fold(TILE_CALL, call, i), counters (sample, channel) from `keys.sample_counters`
@@ -26,13 +27,14 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    one ADC per tile output, the codes summed digitally. Then y = reading * s_in (digital).
    Callers scale W so that |W u| fits range_v; `adc_clipped` counts the inputs that did not.
 
+The machine the tiles run on (weight-stationary or time-multiplexed modules):
+`aocsim.hardware.engine.machine`.
+
 Not modelled here: saturation rails, loop bandwidth and drift (they act on the loop state across
-iterations; a tile pass is one settled round trip of a fresh weight load), SLM reload time, and
-any per-tile calibration: on the calibrated twins the absolute convention's small-signal gain is
-not 1 (about 0.13 on aoc48-twin) and the node offsets (k0, LED bias, darkness) are un-scaled with
-the signal, so y there is an uncalibrated analog reading of W t; on `ideal` it is exact.
-Hardware time assumes every tile pass runs in sequence on one chip: one round trip
-(`loop.round_trip_s`) per tile per sample (the analog sum is held between passes).
+iterations; a tile pass is one settled round trip of a weight load), and any per-tile calibration: on
+the calibrated twins the absolute convention's small-signal gain is not 1 (about 0.13 on aoc48-twin) and
+the node offsets (k0, LED bias, darkness) are un-scaled with the signal, so y there is an uncalibrated
+analog reading of W t; on `ideal` it is exact.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from aocsim.errors import InputError
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, optical, stack_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
@@ -75,7 +78,6 @@ class TiledProduct:
     dac_conversions_per_sample: int
     adc_conversions_per_sample: int
     adc_clipped: int
-    round_trip_s: float
     input_scale: torch.Tensor
     partials: torch.Tensor | None = None
 
@@ -90,15 +92,6 @@ class TiledProduct:
     @property
     def adc_conversions(self) -> int:
         return self.adc_conversions_per_sample * self.batch
-
-    @property
-    def hardware_time_per_sample_s(self) -> float:
-        """One round trip per tile pass, tiles in sequence on one chip."""
-        return self.tiles * self.round_trip_s
-
-    @property
-    def hardware_time_s(self) -> float:
-        return self.hardware_time_per_sample_s * self.batch
 
 
 def _profile(device: DeviceProfile | str) -> DeviceProfile:
@@ -172,10 +165,12 @@ class TiledMatrix:
         input_range: r, the emitter drive max |t| maps to (volts; default: module docstring).
         predistort: drive the emitters through the inverse of their mean LED cubic, so that the light
             is linear in t up to the two paths' difference (`components.predistort_drive`).
+        mount: where the tiles sit on the machine's modules (`Mount`; None: one module per tile).
     """
 
     def __init__(self, device: DeviceProfile | str, weight: torch.Tensor, *, tile_size: int | None = None,
-                 generator: keys.Seed = None, input_range: float | None = None, predistort: bool = False) -> None:
+                 generator: keys.Seed = None, input_range: float | None = None, predistort: bool = False,
+                 mount: Mount | None = None) -> None:
         self.profile = _profile(device)
         if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or weight.ndim != 2:
             raise InputError(f"weight must be a floating-point tensor [M, K]; got "
@@ -193,14 +188,21 @@ class TiledMatrix:
         self.key = keys.as_key(generator)
         m, k = weight.shape
         self.grid = (math.ceil(m / ts), math.ceil(k / ts))
-        self.loops: list[OpticalLoop] = []
-        for r in range(self.grid[0]):
-            for c in range(self.grid[1]):
-                block = weight[r * ts:(r + 1) * ts, c * ts:(c + 1) * ts]
-                padded = F.pad(block, (0, n - block.shape[1], 0, n - block.shape[0]))
-                self.loops.append(OpticalLoop(self.profile, padded, gain="absolute", generator=self.key,
-                                              tile=r * self.grid[1] + c))
+        tiles = self.grid[0] * self.grid[1]
+        self.mount = mount = Mount() if mount is None else mount
+        self.multiplexed = mount.multiplexed
+        self.modules = min(mount.count, tiles) if mount.multiplexed else tiles  # the modules its products use
+        self.blocks = [F.pad(block, (0, n - block.shape[1], 0, n - block.shape[0]))
+                       for block in (weight[r * ts:(r + 1) * ts, c * ts:(c + 1) * ts]
+                                     for r in range(self.grid[0]) for c in range(self.grid[1]))]
+        self.loops = self._load(self.key)
         self._stacked: tuple[Constants, torch.Tensor] | None = None
+        self._reloaded: tuple[int, tuple[Constants, torch.Tensor]] | None = None  # the last reload's constants
+
+    def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
+        """Every tile written onto its module, programming errors from `key`."""
+        return [OpticalLoop(self.profile, block, gain="absolute", generator=key, tile=i, module=self.mount.module(i))
+                for i, block in enumerate(self.blocks)]
 
     def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(u, s_in): the DAC'd emitter drive [B, K] (volts) and the per-sample scale [B]."""
@@ -212,14 +214,21 @@ class TiledMatrix:
         return self.loops[0].injection(drive), s_in
 
     def activity(self, partial_sums: str, passes: int = 1) -> Activity:
-        """What one product does per sample: every tile `passes` times (a round trip each), the DAC
-        conversions of every tile row's input, the ADC conversions of the outputs (`conversions`), and
-        each reading added into its output digitally (digital partial sums; the K passes' mean)."""
+        """What one product does per sample on the machine (`machine`): every tile `passes` times
+        (a round trip each) in waves of `modules` tiles (one wave when weight-stationary), each tile
+        written onto its module first when time-multiplexed (a weight load and its reload time), the
+        DAC conversions of every tile row's input, the ADC conversions of the outputs (`conversions`),
+        and each reading added into its output digitally (digital partial sums; the K passes' mean)."""
+        v = self.profile.values
         dac, adc = self.conversions(partial_sums)
         tiles = self.grid[0] * self.grid[1]
+        waves = math.ceil(tiles / self.modules)
+        loads = tiles if self.multiplexed else 0
         added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
-        return Activity(tiles * passes * float(self.profile.values["loop.round_trip_s"]), dac * passes, adc * passes,
-                        added * passes, round_trips=tiles * passes, channels=self.channels)
+        time = waves * passes * float(v["loop.round_trip_s"]) + loads * float(v["slm.reload_time_s"])
+        return Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
+                        weight_loads=loads, channels=self.channels,
+                        modules=self.mount.count if self.multiplexed else tiles)
 
     def conversions(self, partial_sums: str) -> tuple[int, int]:
         """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and
@@ -227,12 +236,16 @@ class TiledMatrix:
         (rows, cols), (m, k) = self.grid, self.weight.shape
         return rows * k, (m if partial_sums == "analog" else cols * m)
 
-    def stacked(self) -> tuple[Constants, torch.Tensor]:
+    def stacked(self, reload: keys.Key | None = None) -> tuple[Constants, torch.Tensor]:
         """Every tile's constants stacked for one batched pass (`step.stack_constants`) and their folded
-        node constants k0 [T, 1, 1, N]; built once per weight load."""
+        node constants k0 [T, 1, 1, N]; built once per weight load, or for the `reload` written before
+        a time-multiplexed product (its programming errors keyed by it)."""
+        if reload is not None:
+            if self._reloaded is None or self._reloaded[0] != reload.value:
+                self._reloaded = (reload.value, _stack(self._load(reload)))
+            return self._reloaded[1]
         if self._stacked is None:
-            self._stacked = (stack_constants([loop.constants() for loop in self.loops]),
-                             torch.stack([loop.k0() for loop in self.loops])[:, None, None])
+            self._stacked = _stack(self.loops)
         return self._stacked
 
     def pass_keys(self, key: keys.Key, passes: int) -> list[keys.Key]:
@@ -263,7 +276,8 @@ class TiledMatrix:
         u, s_in = self.encode(t)
         blocks = F.pad(u, (0, cols * ts - k)).view(batch, cols, ts)
         x = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols) % cols]  # [T, B, N]: tile r c gets block c
-        constants, k0 = self.stacked()
+        constants, k0 = self.stacked(key.fold(keys.Stream.RELOAD, call) if self.multiplexed and key is not None
+                                     else None)
         gain = self.loops[0].node(0, t)[0]
         if layout.draws:  # [T, K, 1, 1]: one stream per tile and pass; counters by (sample, channel)
             streams = keys.fold_range(self.pass_keys(key, passes), (keys.Stream.TILE_CALL, call), rows * cols,
@@ -284,8 +298,12 @@ class TiledMatrix:
         dac, adc = self.conversions(partial_sums)
         return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=dac,
                             adc_conversions_per_sample=adc,
-                            adc_clipped=clipped, round_trip_s=float(v["loop.round_trip_s"]), input_scale=s_in,
+                            adc_clipped=clipped, input_scale=s_in,
                             partials=(partials[:, 0] if passes == 1 else partials) if keep_partials else None)
+
+
+def _stack(loops: list[OpticalLoop]) -> tuple[Constants, torch.Tensor]:
+    return (stack_constants([loop.constants() for loop in loops]), torch.stack([loop.k0() for loop in loops])[:, None, None])
 
 
 def tiled_matvec(device: DeviceProfile | str, weight: torch.Tensor, t: torch.Tensor, *,

@@ -4,8 +4,8 @@ A pure model over the profile's `energy` section: static powers times the time a
 keeps the machine busy, plus per-conversion energies times the conversions it makes.
 
     P_emit   = 2 P_unit bias / eta_link            optical power of one emitter (two paths)
-    P_static = N (P_emit / eta_wpe + P_det_tia) + P_slm
-    E        = P_static t + n_dac E_dac + n_adc E_adc + n_ops E_op
+    P_static = N (P_emit / eta_wpe + P_det_tia) + P_slm   per module
+    E        = modules P_static t + n_dac E_dac + n_adc E_adc + n_ops E_op + n_loads E_load
 
 with P_unit = `noise.power_per_unit_w` and bias = `noise.bias_units` (the mean light on one
 detector is the bias light; the signal swings around it), so the optical power that sets the
@@ -56,8 +56,12 @@ class Activity:
         digital_ops: digital operations on converted values (readout averaging, digital partial
             sums, averaged tile passes).
         round_trips: loop iterations and tile passes (one round trip each).
-        weight_loads: SLM weight patterns loaded for this inference.
+        weight_loads: SLM weight patterns loaded during this inference (a time-multiplexed module's
+            reloads; `time_s` includes their `slm.reload_time_s`).
         channels: channels lit; None = the profile's channel count.
+        modules: optical modules powered for the whole `time_s` (each with its emitters, SLMs,
+            detectors and electronics); None = one. Adding two activities of one machine keeps the
+            larger count (a placement with parts on separate modules sets its own total).
     """
 
     time_s: Number
@@ -67,22 +71,27 @@ class Activity:
     round_trips: Number = 0
     weight_loads: Number = 0
     channels: int | None = None
+    modules: int | None = None
 
     def __post_init__(self) -> None:
         for name in COUNTS:
             object.__setattr__(self, name, _counts(getattr(self, name), f"Activity.{name}"))
         if self.channels is not None:
             object.__setattr__(self, "channels", integer(self.channels, "Activity.channels", minimum=1))
+        if self.modules is not None:
+            object.__setattr__(self, "modules", integer(self.modules, "Activity.modules", minimum=1))
 
     def __add__(self, other: "Activity") -> "Activity":
         if not isinstance(other, Activity):
             return NotImplemented
         lit = [c for c in (self.channels, other.channels) if c is not None]
+        powered = [m for m in (self.modules, other.modules) if m is not None]
         return Activity(**{n: getattr(self, n) + getattr(other, n) for n in COUNTS},
-                        channels=max(lit) if lit else None)
+                        channels=max(lit) if lit else None, modules=max(powered) if powered else None)
 
     def __mul__(self, k: Number) -> "Activity":
-        return Activity(**{n: getattr(self, n) * _counts(k, "repetitions") for n in COUNTS}, channels=self.channels)
+        return Activity(**{n: getattr(self, n) * _counts(k, "repetitions") for n in COUNTS}, channels=self.channels,
+                        modules=self.modules)
 
     __rmul__ = __mul__
 
@@ -119,14 +128,16 @@ def static_power_w(profile: DeviceProfile, channels: int | None = None) -> dict[
 def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     """Energy of one inference per component (emitters, slm, detectors_tia, dac, adc, digital) and "total", J.
 
-    Static powers (`static_power_w`) times `activity.time_s`, plus conversions and digital operations
-    times their energies (docs/PHYSICS.md section 6).
+    Every powered module's static powers (`static_power_w`) times `activity.time_s`, plus conversions,
+    digital operations and weight loads (in "slm") times their energies (docs/PHYSICS.md section 6).
     """
     if not isinstance(activity, Activity):
         raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.physics.energy.Activity")
     v = profile.values
     power = static_power_w(profile, activity.channels)
-    out: dict[str, Number] = {name: p * activity.time_s for name, p in power.items()}
+    modules = activity.modules or 1
+    out: dict[str, Number] = {name: modules * p * activity.time_s for name, p in power.items()}
+    out["slm"] = out["slm"] + activity.weight_loads * v["energy.slm_reload_energy_j"]
     out["dac"] = activity.dac_conversions * v["energy.dac_energy_j"]
     out["adc"] = activity.adc_conversions * v["energy.adc_energy_j"]
     out["digital"] = activity.digital_ops * v["energy.digital_energy_per_op_j"]

@@ -73,6 +73,8 @@ FIELDS: tuple[Field, ...] = (
           "null = unquantised", low=2, high=24, nullable=True),
     Field("slm.programming_error_levels", "float", "std of the static Gaussian programming error per pixel, in "
           "quantisation levels (m / L; m / 255 when bits is null); drawn once per weight load", "levels", low=0.0),
+    Field("slm.reload_time_s", "float", "time to write a new weight pattern onto the SLMs and let it settle (a "
+          "time-multiplexed placement pays it per weight load: docs/PHYSICS.md section 6)", "s", low=0.0, high=10.0),
     Field("detector.output_pos", "array", f"TIA / output efficiency per output channel, positive path ({_C} step 6)",
           shape=(N,), low=0.0),
     Field("detector.output_neg", "array", "TIA / output efficiency per output channel, negative path",
@@ -162,6 +164,8 @@ FIELDS: tuple[Field, ...] = (
           "W", low=0.0, high=10.0),
     Field("energy.slm_power_w", "float", "static electrical power of the SLMs of both paths with their drive "
           "electronics, holding one weight load", "W", low=0.0, high=1e3),
+    Field("energy.slm_reload_energy_j", "float", "energy of writing one weight load onto the SLMs of both paths, "
+          "beyond their static power", "J", low=0.0, high=1.0),
     Field("energy.dac_energy_j", "float", "energy of one injection DAC conversion", "J", low=0.0, high=1e-6),
     Field("energy.adc_energy_j", "float", "energy of one readout ADC conversion", "J", low=0.0, high=1e-6),
     Field("energy.digital_energy_per_op_j", "float", "energy of one digital operation (partial sums, averaging, "

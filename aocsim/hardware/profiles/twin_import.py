@@ -16,6 +16,8 @@ from typing import Any
 OUTPUT_EFFICIENCY_16 = (0.65, 1.0)  # o+, o- of the 16-variable machine
 PBS16_SCALES = (0.04, 0.06)
 ROUND_TRIP_S = 20e-9  # AOC paper: about 20 ns per loop iteration
+RELOAD_TIME_S = 5e-3  # assumption: a nematic LCoS panel's new pattern written and settled (devices/aoc48-twin.yaml)
+WRITE_ENERGY_PER_BIT_J = 1e-11  # assumption: 10 pJ per bit written over the display interface
 # The lab machines' energy figures (docs/PHYSICS.md section 6). None is in the twin's files: each is a
 # literature figure or an assumption, with its source commented in devices/aoc48-twin.yaml.
 LAB_ENERGY: dict[str, Any] = {
@@ -68,6 +70,7 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
             "distortion_neg": [[float(c) for c in row] for row in cal["column_wise_weights_distortion"]["negative_row12"]],
             "bits": None,
             "programming_error_levels": 0.0,
+            "reload_time_s": RELOAD_TIME_S,
         },
         "detector": {
             "output_pos": [float(c) for c in cal["output_correction"]["positive"]] if is48 else OUTPUT_EFFICIENCY_16[0],
@@ -118,5 +121,6 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
         "elementwise": {"gain_std": 0.0, "offset_std": 0.0, "noise_std": 0.0},
         "readout": {"adc_bits": None, "range_v": [-2.5, 2.5], "samples": 40, "settle_iterations": 125,
                     "sample_interval_iterations": 8},
-        "energy": dict(LAB_ENERGY),
+        # a weight load writes both panels' N x N pixels at 9 bits
+        "energy": {**LAB_ENERGY, "slm_reload_energy_j": 2 * n * n * 9 * WRITE_ENERGY_PER_BIT_J},
     }

@@ -1,0 +1,50 @@
+"""The machine a tiled product runs on (docs/PHYSICS.md section 6).
+
+A machine of optical modules of N channels each. Weight-stationary (one module per tile) holds every
+tile for good, and all tiles of a product run at once: `passes` round trips per product.
+Time-multiplexed (fewer modules than tiles): the tiles run in waves of as many tiles as modules, and every
+tile is written onto its module again for each product (a weight load: `slm.reload_time_s` and
+`energy.slm_reload_energy_j`), with a new programming error drawn from key.fold(RELOAD, call) of the
+call's key; a load serves one product of the samples run together, and each sample is charged the whole
+load (no sharing is counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aocsim.errors import InputError
+from aocsim.hardware.profiles.profile import DeviceProfile
+
+
+def machine_words(profile: DeviceProfile, modules: int | None) -> str:
+    """What a product's time counts on the machine of `modules` (None: one per tile), in words."""
+    rt = f"{float(profile.values['loop.round_trip_s']) * 1e9:.3g} ns"
+    if modules is None:
+        return f"on one module per tile (weight-stationary): all tiles at once, {rt} per pass"
+    reload = float(profile.values["slm.reload_time_s"])
+    return (f"on {modules} module{'s' * (modules > 1)} (time-multiplexed where it has more tiles: every product "
+            f"writes each tile again, {reload:g} s per weight load, then waves of {modules} tiles, {rt} per pass)")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """Where a matrix's tiles sit on the machine's modules (module docstring).
+
+    Weight-stationary (multiplexed False): tile i held for good on module first + i (a model's maps
+    take consecutive modules, each with its own fixed pattern). Time-multiplexed: tile i written onto
+    module (first + i) mod count before every product (`count` modules shared by the model's maps).
+    """
+
+    first: int = 0
+    count: int = 1
+    multiplexed: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("first", "count"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "first" else 1):
+                raise InputError(f"Mount.{name} = {value!r}; expected an integer >= {0 if name == 'first' else 1}")
+
+    def module(self, tile: int) -> int:
+        return (self.first + tile) % self.count if self.multiplexed else self.first + tile
