@@ -86,3 +86,17 @@ def test_predicted_floor_and_spread_match_a_long_run(case: dict) -> None:
     if case["name"] == "clamped":  # the rails hold half the channels (no noise there)
         rail = float(loop.values["saturation.high_v"])
         assert int(((case["z_star"].abs() - rail).abs() < 1e-12).sum()) == B * N // 2
+
+
+def test_floor_is_finite_where_the_calibrated_sigmoid_crosses_zero() -> None:
+    # aoc16's sigmoid has b = 0: at z = 0 (every solve's start) u = 0, where autograd through |u|^c
+    # gives NaN; the channel slopes come from a central difference instead (aoc16's slope a d there).
+    dev = load_device("aoc16")
+    w = 0.1 * torch.randn(16, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    loop = OpticalLoop(dev, w, alpha=0.5, beta=5.0, generator=0)
+    m = LoopMap(loop, torch.full((2, 16), 0.05, dtype=torch.float64), 2, keys.as_key(1), torch.arange(2))
+    z = torch.zeros(2, 16, dtype=torch.float64)
+    with torch.no_grad():
+        m(z)
+        floor, spread = m.noise_floor(z, FLOOR_SPREADS), m.spread(z)
+    assert bool(torch.isfinite(floor).all() & (floor > 0).all() & torch.isfinite(spread).all()), (floor, spread)
