@@ -174,7 +174,7 @@ def terms(ds: xr.Dataset) -> dict[str, str]:
     return {
         "agreement": f"share of {unit}s whose device prediction == exact prediction",
         "converged": f"met the tolerance: {rule}",
-        "noise_floor": "stopped above the tolerance, the residual within the device's predicted noise",
+        "noise_floor": "stopped above the tolerance, the residual putting the state within the device's predicted noise spread",
         "max_iter": f"the iteration cap ({cap_text}) reached before the tolerance",
         "diverged": "non-finite values (the map diverged)",
     }

@@ -19,13 +19,19 @@ Tolerance = float | torch.Tensor
 class NoisyMap(Protocol):
     """A map that predicts its own noise (the device loop: aocsim.hardware.engine.dynamics.LoopMap).
 
-    noise_floor(z) [B]: the residual a settled map keeps at z (the solve's NOISE_FLOOR status);
+    noise_floor(z, spreads) [B]: the rms residual the map shows at a state `spreads` stationary spreads
+        (rms distances of the noisy iterate from its fixed point) away, for the iteration just taken
+        from z (the solve's NOISE_FLOOR status);
     advance(z, n): n iterations with no residual checks (the fixed-count path, e.g. compiled blocks).
     """
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor: ...
-    def noise_floor(self, z: torch.Tensor) -> torch.Tensor: ...
+    def noise_floor(self, z: torch.Tensor, spreads: float) -> torch.Tensor: ...
     def advance(self, z: torch.Tensor, n: int) -> torch.Tensor: ...
+
+# NOISE_FLOOR means "within FLOOR_SPREADS stationary spreads of the fixed point": the window's mean
+# square residual is at most what a state that far away shows on average (docs/PHYSICS.md section 3).
+FLOOR_SPREADS = 2.0
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
@@ -65,7 +71,7 @@ def solve(
     divergence_ratio: float = 1e8,
     raise_on_failure: bool = False,
     early_stop: bool = True,
-    floor_factor: float = 3.0,
+    floor_spreads: float = FLOOR_SPREADS,
     patience: int = 10,
     **solver_options: Any,
 ) -> SolveResult:
@@ -90,9 +96,11 @@ def solve(
         raise_on_failure: raise ConvergenceError unless every sample converged.
         early_stop: freeze a sample once it has a status (False: every sample runs `max_iter`
             updates, its status is the first one it reached; the device readout runs this way).
-        floor_factor, patience: for maps that predict their own noise (a `NoisyMap`, the
-            device loop): a sample whose residual stays within floor_factor x that prediction for
-            `patience` consecutive iterations is NOISE_FLOOR ("settled at the noise floor").
+        floor_spreads, patience: for maps that predict their own noise (a `NoisyMap`, the
+            device loop): a sample whose mean square residual over the last `patience` iterations
+            is at most the mean of noise_floor(z, floor_spreads)^2 over them is NOISE_FLOOR
+            ("settled at the noise floor": within about floor_spreads stationary spreads of the
+            fixed point, up to the window's sampling error).
         **solver_options: options of a named solver (e.g. damping, memory).
 
     With atol = rtol = None and no trace, the solve is a fixed count of `max_iter`
@@ -124,9 +132,9 @@ def solve(
     atol_b = _per_sample(atol, "atol", batch, z0)
     rtol_b = _per_sample(rtol, "rtol", batch, z0)
     floor_fn = fn.noise_floor if isinstance(fn, NoisyMap) else None
-    if not (isinstance(patience, int) and patience >= 1) or not floor_factor > 0:
-        raise InputError(f"patience = {patience!r}, floor_factor = {floor_factor!r}; expected an integer >= 1 "
-                         "and a number > 0")
+    if not (isinstance(patience, int) and patience >= 1):
+        raise InputError(f"patience = {patience!r}; expected an integer >= 1")
+    floor_spreads = real(floor_spreads, "floor_spreads", low=1.0)
 
     def flat_map(zf: torch.Tensor) -> torch.Tensor:
         out = fn(zf.reshape(shape))
@@ -143,7 +151,9 @@ def solve(
     last_res, last_rel = best_res.clone(), best_res.clone()
     first_res: torch.Tensor | None = None
     traces: list[torch.Tensor] = []
-    calm = torch.zeros(batch, dtype=torch.int64, device=z.device)  # iterations within the noise floor
+    # the last `patience` squared residuals (+inf until filled) and squared floors, as rings
+    res_sq = torch.full((patience, batch), float("inf"), dtype=z.dtype, device=z.device)
+    floor_sq = torch.zeros_like(res_sq)
 
     for k in range(max_iter + 1):
         fz = flat_map(z)
@@ -156,9 +166,10 @@ def solve(
         diverged = active & (~finite | (res > divergence_ratio * first_res.clamp_min(atol_b)))
         converged = active & finite & (res <= atol_b + rtol_b * fnorm)
         if floor_fn is not None:
-            floor = floor_fn(z.reshape(shape))
-            calm = torch.where(finite & (res <= floor_factor * floor) & (floor > 0), calm + 1, torch.zeros_like(calm))
-            settled = active & ~converged & (calm >= patience)
+            floor = floor_fn(z.reshape(shape), floor_spreads)
+            res_sq[k % patience] = torch.where(finite, res * res, float("inf"))
+            floor_sq[k % patience] = floor * floor
+            settled = active & ~converged & (floor > 0) & (res_sq.sum(0) <= floor_sq.sum(0))
         else:
             settled = torch.zeros_like(converged)
         # A sample updates its record only while active and finite.

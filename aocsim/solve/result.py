@@ -25,7 +25,8 @@ class SolveStatus(enum.IntEnum):
             SolveStatus.CONVERGED: "residual below tolerance",
             SolveStatus.MAX_ITER: "iteration cap reached before the tolerance",
             SolveStatus.DIVERGED: "non-finite values (the map diverged)",
-            SolveStatus.NOISE_FLOOR: "settled at the noise floor (residual stays within the predicted noise)",
+            SolveStatus.NOISE_FLOOR: ("settled at the noise floor (the residual puts the state within a few stationary "
+                                    "spreads of the fixed point)"),
         }[self]
 
 

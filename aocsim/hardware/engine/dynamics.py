@@ -20,8 +20,8 @@ import torch
 
 from aocsim.hardware.engine import backends
 from aocsim.hardware.physics import components as C
-from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.step import Constants, Layout, nonlinearity, node_noise_variance
+from aocsim.hardware.engine import keys, settling
+from aocsim.hardware.engine.step import Constants, Layout
 from aocsim.hardware.physics.energy import Activity
 from aocsim.solve.result import SolveResult
 
@@ -57,6 +57,7 @@ class LoopMap:
         self.base = (inject + loop.k0()).expand(batch, loop.n)
         self.counters = keys.sample_counters(samples, loop.n) if self.layout.draws else None
         self.z_prev: torch.Tensor | None = None
+        self.z_before: torch.Tensor | None = None
         self.fast = loop.compile and not torch.is_grad_enabled()
         self.states: list[torch.Tensor] | None = [] if record else None
         v = loop.values
@@ -82,7 +83,7 @@ class LoopMap:
             out = backends.compiled(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)[0]
         else:
             out = backends.eager(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)
-        self.z_prev, self.k = z, k + 1
+        self.z_before, self.z_prev, self.k = self.z_prev, z, k + 1  # z_before: the momentum term's state
         if self.states is not None:
             self.states.append(out)
         if self.readout and k >= self.settle and (k - self.settle) % self.interval == 0 and self.taken < self.samples:
@@ -112,20 +113,22 @@ class LoopMap:
             raise RuntimeError("internal: no readout samples were taken")
         return self.sum / self.taken
 
-    def noise_floor(self, z: torch.Tensor) -> torch.Tensor:
-        """Predicted norm of one iteration's noise at state z, [B]: the residual a settled loop keeps.
+    def channels(self, z: torch.Tensor) -> settling.Channels:
+        """The per-channel recurrence of the iteration just taken from z (`settling.channels`)."""
+        z_prev = self.z_before if self.z_before is not None else torch.zeros_like(z)
+        with torch.no_grad():
+            return settling.channels(z, z_prev, self.base, self.c, self.loop.node(max(self.k - 1, 0), z), self.layout)
 
-        The norm over channels of `step.node_noise_variance` at z, times the loop response.
-        """
-        loop, c = self.loop, self.c
+    def noise_floor(self, z: torch.Tensor, spreads: float) -> torch.Tensor:
+        """[B]: the rms residual the loop shows at a state `spreads` stationary spreads from its fixed point
+        (`settling.residual_at`; the solver's NoisyMap protocol). Called after the iteration from z."""
         if not self.layout.draws:
             return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
-        with torch.no_grad():
-            g = loop.node(max(self.k - 1, 0), z)[0]
-            var = node_noise_variance(nonlinearity(z, c.sigmoid, self.layout.tanh), c, g, float(c.noise[1]),
-                                      float(c.noise[2]), float(c.noise[0]))
-            response = float(loop.response)
-            return response * var.sum(1).sqrt()
+        return settling.residual_at(self.channels(z), spreads)
+
+    def spread(self, z: torch.Tensor) -> torch.Tensor:
+        """[B]: the predicted stationary spread sqrt(E |z - z*|^2) about the fixed point near z (volts)."""
+        return settling.spread(self.channels(z))
 
 
 def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, readout: bool) -> Activity:

@@ -260,17 +260,18 @@ class OpticalLoop:
 
     def solve(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
               samples: Any = None, stop: str = "tolerance", atol: float = 1e-6, rtol: float = 1e-5,
-              max_iter: int = 2000, trace: bool = False, floor_factor: float = 3.0, patience: int = 10
+              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int = 10
               ) -> LoopSolve:
         """Run the loop to its fixed point through `aocsim.solve`; per-sample status and hardware time.
 
-        stop="tolerance": until ||z[k+1] - z[k]|| <= atol + rtol ||z[k+1]|| (converged), or the residual
-        stays within `floor_factor` x the noise predicted for the state for `patience` iterations
-        (noise_floor), or it diverges, or `max_iter` (max_iter: out of budget). stop="readout": what the
+        stop="tolerance": until ||z[k+1] - z[k]|| <= atol + rtol ||z[k+1]|| (converged), or the mean square
+        residual over `patience` iterations says the state is within `floor_spreads` (default
+        `aocsim.solve.core.FLOOR_SPREADS`) stationary spreads of its fixed point (noise_floor;
+        `settling`), or it diverges, or `max_iter` (max_iter: out of budget). stop="readout": what the
         machine reports, `readout.settle_iterations` then `readout.samples` ADC samples averaged (the
         result's z is that reading; the status says where the residual ended).
         """
-        from aocsim.solve.core import solve
+        from aocsim.solve.core import FLOOR_SPREADS, solve
 
         if stop not in ("tolerance", "readout"):
             raise InputError(f"stop = {stop!r}; expected 'tolerance' or 'readout'")
@@ -281,7 +282,8 @@ class OpticalLoop:
         if stop == "readout":
             max_iter = m.total
         result = solve(m, z, solver="picard", atol=atol, rtol=rtol, max_iter=max_iter, trace=trace,
-                       return_best=False, early_stop=stop == "tolerance", floor_factor=floor_factor, patience=patience)
+                       return_best=False, early_stop=stop == "tolerance",
+                       floor_spreads=FLOOR_SPREADS if floor_spreads is None else floor_spreads, patience=patience)
         activity = loop_activity(self.values, self.n, result.iterations.cpu().numpy(), readout=stop == "readout")
         z_out = m.reading() if stop == "readout" else result.z
         solved = {f.name: getattr(result, f.name) for f in fields(SolveResult)}
