@@ -34,16 +34,15 @@ def _hand_power(dev, n: int) -> float:
     return n * (emitter + v["energy.detector_tia_power_w"]) + v["energy.slm_power_w"]
 
 
-def test_projected_profile_reproduces_about_500_tops_per_watt() -> None:
+def test_projected_profile_tops_per_watt() -> None:
     dev = load_device("aoc-projected")
     n, t = dev.channels, dev["loop.round_trip_s"]
     assert n == 2048 and t == 2e-8 and dev["energy.precision_bits"] == 8
     tops = tops_per_watt(dev)
-    assert 400 <= tops <= 600  # the paper's "about 500 TOPS/W at 8 bits", within 20 %
     # by hand: 2 N^2 operations per round trip over the static power times the round trip
     hand = 2 * n * n / t / _hand_power(dev, n) / 1e12
     assert tops == pytest.approx(hand, rel=1e-12)
-    assert hand == pytest.approx(513.5, abs=0.1)
+    assert hand == pytest.approx(38.53, abs=0.01)  # docs/PHYSICS.md section 6 (the paper's 500 assumed less light)
     assert tops_per_watt(dev, bits=8) == tops
 
 
@@ -124,14 +123,15 @@ def test_sensitivities_are_the_power_shares() -> None:
     assert elasticity("energy.emitter_wall_plug_efficiency") == pytest.approx(shares["noise.power_per_unit_w"],
                                                                               abs=1e-5)
     assert elasticity("loop.round_trip_s") == pytest.approx(-1.0, abs=1e-9)
-    assert shares["energy.detector_tia_power_w"] == pytest.approx(0.627, abs=1e-3)
+    assert shares["energy.detector_tia_power_w"] == pytest.approx(0.047, abs=1e-3)
 
 
 def test_precision_scaling_laws() -> None:
     dev = load_device("aoc-projected")
     nine = at_precision(dev, 9)
     assert nine["energy.precision_bits"] == 9
-    assert nine["noise.power_per_unit_w"] == pytest.approx(4 * dev["noise.power_per_unit_w"])
+    # shot-noise-limited light: 4x per bit, a little less where thermal noise takes a share (`light_scale`)
+    assert 3.9 * dev["noise.power_per_unit_w"] < nine["noise.power_per_unit_w"] < 4 * dev["noise.power_per_unit_w"]
     assert nine["energy.adc_energy_j"] == pytest.approx(2 * dev["energy.adc_energy_j"])
     assert nine["energy.detector_tia_power_w"] == dev["energy.detector_tia_power_w"]
     assert at_precision(dev, 8) is dev

@@ -10,7 +10,7 @@ import torch
 
 from aocsim import OpticalLoop, SolveStatus, load_device, load_model
 from aocsim.errors import InputError
-from aocsim.hardware.engine import keys
+from aocsim.hardware.engine import keys, step
 from aocsim.hardware.engine.budget import noise_budget
 from aocsim.hardware.physics.noise import ELECTRON_CHARGE_C
 from aocsim.hardware.engine.programming import programming_error_std
@@ -238,10 +238,32 @@ def test_dark_current_offset_and_its_shot_noise(gen: torch.Generator) -> None:
         assert (diff.mean(0).abs() <= 5 * expected / math.sqrt(draws)).all()
         assert ((diff.var(0) / expected**2 - 1).abs() <= 5 * math.sqrt(2 / draws)).all()
     rows = {r.source: r for r in noise_budget(load_device("aoc48"))}
-    assert {"dark-current shot noise", "dark-current offset"} <= set(rows)
-    bigger = {r.source: r for r in noise_budget(load_device("aoc48", {"noise.dark.current_a": 4e-9}))}
+    assert {"dark-current shot noise (in the shot noise)", "dark-current offset"} <= set(rows)
+    alone = {"noise.shot.enabled": False}  # its own row only without shot noise, which otherwise counts it
+    rows = {r.source: r for r in noise_budget(load_device("aoc48", alone))}
+    bigger = {r.source: r for r in noise_budget(load_device("aoc48", {**alone, "noise.dark.current_a": 4e-9}))}
     assert bigger["dark-current shot noise"].std_v == pytest.approx(2 * rows["dark-current shot noise"].std_v,
                                                                     rel=1e-6)
+
+
+def test_dark_current_shot_noise_is_counted_once(gen: torch.Generator) -> None:
+    # Each path's photocurrent is the light's plus the dark current; its shot noise is 2 q B times their sum, once
+    # (the detector signal D the loop draws at carries the dark current as an offset).
+    n, dark_a = 16, 4e-5  # as much dark current as the bias light's photocurrent, so that a second count would show
+    w = torch.randn(n, n, generator=gen, dtype=torch.float64)
+    z = 0.3 * torch.randn(4, n, generator=gen, dtype=torch.float64)
+    on = {"noise.shot.enabled": True, "noise.dark.enabled": True, "noise.dark.current_a": dark_a,
+          "noise.dark.relative_spread": 0.0}
+    loop = OpticalLoop(load_device("aoc16-twin", on), w, beta=18.6)
+    light = OpticalLoop(load_device("aoc16-twin"), w, beta=18.6)  # the same light, no dark current
+    v = loop.values
+    unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
+    c, g = loop.constants(), 18.6 * float(loop.optics.gain_scale)
+    t = step.nonlinearity(z, c.sigmoid, False)
+    d_pos, d_neg = step.detector_signals(*step.led_light(t, c.led, constant=True), c.det_t, c.det_offset)
+    var = step.difference_std(d_pos, d_neg, c.noise) ** 2  # detector units, both paths
+    current = sum(unit * (d / g + v["noise.bias_units"]) + dark_a for d in light.detectors(z))
+    assert torch.allclose(var, 2 * ELECTRON_CHARGE_C * v["noise.bandwidth_hz"] * current / unit**2, rtol=1e-9)
 
 
 def test_noise_multiplier_scales_every_per_iteration_source() -> None:

@@ -55,7 +55,7 @@ def test_shot_noise_matches_2qIB(gen: torch.Generator) -> None:
     v = noisy.values
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     for signal, sample in ((p0, p), (q0, q)):
-        current = unit * (signal.abs() / _gain(noisy) + v["noise.bias_units"])
+        current = unit * (signal / _gain(noisy) + v["noise.bias_units"])
         std = _gain(noisy) * torch.sqrt(2 * ELECTRON_CHARGE_C * current * v["noise.bandwidth_hz"]) / unit
         _check_moments(sample - signal, std.squeeze(0))
 
@@ -93,7 +93,7 @@ def test_loop_step_noise_combines_both_paths(gen: torch.Generator) -> None:
     th = thermal_current_std_a(300.0, 1e4, 50e6) ** 2
 
     def var_d(sig: torch.Tensor) -> torch.Tensor:  # detector units, before the gain
-        cur = unit * (sig.abs() / _gain(noisy) + v["noise.bias_units"])
+        cur = unit * (sig / _gain(noisy) + v["noise.bias_units"])
         return (2 * ELECTRON_CHARGE_C * cur * 50e6 + th) / unit**2
 
     std = _gain(noisy) * torch.sqrt(var_d(p0) + var_d(q0)).squeeze(0)  # 16 machine: no closed loop

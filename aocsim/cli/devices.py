@@ -47,7 +47,7 @@ def devices_show(name: str, overrides: tuple[str, ...], keys: tuple[str, ...]) -
     and the time and energy of one native inference.
     """
     from aocsim.hardware.engine.budget import format_budget, noise_budget
-    from aocsim.hardware.physics.energy import format_energy
+    from aocsim.hardware.physics.energy import format_energy, format_inference
     from aocsim.hardware.profiles.profile import load_device
 
     dev = load_device(name, parse_overrides(overrides))
@@ -64,16 +64,41 @@ def devices_show(name: str, overrides: tuple[str, ...], keys: tuple[str, ...]) -
                f"{'on' if v['crosstalk.pbs.enabled'] else 'off'}; closed-loop correction "
                f"{'on' if v['closed_loop.enabled'] else 'off'}; round trip {v['loop.round_trip_s'] * 1e9:g} ns")
     click.echo("")
-    click.echo(format_budget(noise_budget(dev)))
+    rows = noise_budget(dev)
+    click.echo(format_budget(rows))
     click.echo("")
     click.echo(format_energy(dev))
-    if dev.channels is not None:  # a native inference under each stop rule (what `aocsim compare` prices)
-        from aocsim.hardware.engine.dynamics import loop_activity, stop_rule
-        from aocsim.hardware.physics.energy import format_inference
+    if dev.channels is None:
+        return
+    from aocsim.hardware.engine.dynamics import loop_activity, stop_rule
 
-        for readout, its in ((True, 0), (False, EXAMPLE_ITERATIONS)):
-            what = stop_rule(v, readout=readout) + ("" if readout else f", after {its} iterations")
-            click.echo(format_inference(dev, loop_activity(v, dev.channels, its, readout=readout), what))
+    its = EXAMPLE_ITERATIONS
+    for readout in (True, False):  # a native inference under each stop rule (what `aocsim compare` prices)
+        what = stop_rule(v, readout=readout) + ("" if readout else f", after {its} iterations")
+        click.echo(format_inference(dev, loop_activity(v, dev.channels, its, readout=readout), what, its))
+    click.echo("")
+    click.echo(one_light(dev, rows[-1].enob))
+
+
+def one_light(dev: Any, enob: float) -> str:
+    """The precision and TOPS/W of one light (docs/PHYSICS.md section 6): the noise budget's total effective
+    bits `enob`, and TOPS/W with the loop running and for one inference in its readout window."""
+    from aocsim.hardware.engine.budget import reference_light
+    from aocsim.hardware.engine.dynamics import loop_activity
+    from aocsim.hardware.physics.energy import inference_tops_per_watt, si, tops_per_watt
+
+    light, v, its = reference_light(dev), dev.values, EXAMPLE_ITERATIONS
+    window = inference_tops_per_watt(dev, loop_activity(v, dev.channels, its, readout=True), its)
+    lines = [f"One light (docs/PHYSICS.md section 6): {si(light.bias_w, 'W')} per detector "
+             f"({v['noise.bias_units']:g} units of {si(v['noise.power_per_unit_w'], 'W')}), the light of the "
+             f"budget's shot noise and of the emitters' power",
+             f"  precision    {enob:.1f} effective bits (the budget's total per iteration)",
+             f"  TOPS/W       {tops_per_watt(dev):.4g} with the loop running; {window:.4g} for one inference of "
+             f"{its} iterations in its readout window"]
+    if light.negative > 0:
+        lines.append(f"note: at the budget's reference point {100 * light.negative:.1f} % of the detector readings "
+                     "would need negative light: noise.bias_units is too small for the signal")
+    return "\n".join(lines)
 
 
 @devices.command("schema")

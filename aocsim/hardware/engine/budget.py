@@ -18,8 +18,9 @@ import torch
 
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.physics import sources
+from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.profile import DeviceProfile
-from aocsim.hardware.engine.step import node_noise_variance, nonlinearity
+from aocsim.hardware.engine.step import detector_signals, led_light, node_noise_variance, nonlinearity
 from aocsim.hardware.physics.sources import without_noise
 
 REFERENCE_BETA, REFERENCE_ALPHA, REFERENCE_BATCH = 18.6, 0.5, 256
@@ -106,6 +107,31 @@ def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
             rows.append(_row(source.label(v), source.when, _static_rms(profile, source, w, z), amp))
     rows.append(_row("total (per iteration)", sources.PER_ITERATION, math.sqrt(per_iteration_var), amp))
     return rows
+
+
+@dataclass(frozen=True)
+class ReferenceLight:
+    """The light on the detectors at the budget's reference point (`noise.detector_light_w` of each path's signal).
+
+    mean_w: mean light on one detector, W (the bias light plus the signals' mean).
+    bias_w: the bias light P_unit bias_units, W: what the energy model pays for.
+    negative: fraction of detector readings (both paths, every channel and state) whose light would be
+        negative, D < -bias_units: the bias is too small for the signal there.
+    """
+
+    mean_w: float
+    bias_w: float
+    negative: float
+
+
+def reference_light(profile: DeviceProfile) -> ReferenceLight:
+    """The detectors' light at the reference operating point of this module (docs/PHYSICS.md section 3)."""
+    w, z, _ = _reference(profile)
+    loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+    c = loop.constants()
+    p, q = led_light(nonlinearity(z, c.sigmoid, loop.values["nonlinearity.kind"] == "tanh"), c.led, constant=True)
+    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), profile.values)
+    return ReferenceLight(float(light.mean()), detector_light_w(0.0, profile.values), float((light < 0).double().mean()))
 
 
 def format_budget(rows: list[BudgetRow]) -> str:

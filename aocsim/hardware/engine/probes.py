@@ -29,10 +29,10 @@ def detector_readings(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> tuple[
         flicker = 1.0 + c.noise[0] * led_draw
         p, q = p * flicker, q * flicker
     d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
-    if m.layout.detector_noise:  # per path: var = a |D| + b, from a sub-stream of its own
+    if m.layout.detector_noise:  # per path: var = a D + b (D signed; 0 where the light is negative), own sub-stream
         draws = keys.normals(m.key.fold(keys.Stream.ITERATION, iteration, 1), (2, *z.shape), dtype=z.dtype, device=z.device)
         a, b = float(c.noise[1]), float(c.noise[2]) / 2
-        d_pos = d_pos + torch.sqrt(d_pos.abs() * a + b) * draws[0]
-        d_neg = d_neg + torch.sqrt(d_neg.abs() * a + b) * draws[1]
+        d_pos = d_pos + torch.sqrt((d_pos * a + b).clamp_min(0.0)) * draws[0]
+        d_neg = d_neg + torch.sqrt((d_neg * a + b).clamp_min(0.0)) * draws[1]
     g = loop.node(iteration, z)[0] * loop.optics.gain_scale
     return d_pos * g, d_neg * g

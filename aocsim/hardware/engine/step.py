@@ -59,7 +59,7 @@ class Constants:
         with both LED cubics folded in, acting on [t, t^2, t^3]; c1: [N] their constant.
     det_t: [2N, 2N] = M_det^T; det_offset: [2N] (dark current included).
     node_scale, node_lam: [N] each (drift gain included).
-    noise: [RIN std, a, 2 b] with var(D_P - D_Q) = a (|D_P| + |D_Q|) + 2 b.
+    noise: [RIN std, a, 2 b] with var(D_P - D_Q) = a (D_P + D_Q) + 2 b.
     """
 
     sigmoid: tuple[torch.Tensor, ...]
@@ -131,21 +131,22 @@ def detector_signals(p: torch.Tensor, q: torch.Tensor, det_t: torch.Tensor, det_
 
 
 def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """std of D_P - D_Q from every detector source: sqrt(a (|D_P| + |D_Q|) + 2 b)."""
-    return torch.sqrt((d_pos.abs() + d_neg.abs()) * noise[1] + noise[2])
+    """std of D_P - D_Q from every detector source: sqrt(a (D_P + D_Q) + 2 b), D signed around the bias light
+    in b (docs/PHYSICS.md section 3); 0 where that light would be negative."""
+    return torch.sqrt(((d_pos + d_neg) * noise[1] + noise[2]).clamp_min(0.0))
 
 
 def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | float, a: float, b2: float,
                         rin: float) -> torch.Tensor:
     """Variance one iteration's noise adds at the node, per sample and channel [B, N] (before the response).
 
-    Detector sources: (g node_scale_j)^2 (a (|D_P| + |D_Q|) + 2 b), with b2 = 2 b; RIN: the sum over LEDs i
+    Detector sources: (g node_scale_j)^2 max(a (D_P + D_Q) + 2 b, 0), with b2 = 2 b; RIN: the sum over LEDs i
     of (g (K_ji p_i + K_j,N+i q_i) rin)^2, since one draw per LED reaches both of its paths. The noise
     budget and the noise-floor status both read it.
     """
     p, q = led_light(t, c.led, constant=True)
     d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
-    var = (c.node_scale * gain) ** 2 * ((d_pos.abs() + d_neg.abs()) * a + b2)
+    var = (c.node_scale * gain) ** 2 * ((d_pos + d_neg) * a + b2).clamp_min(0.0)
     if rin > 0:
         n = p.shape[1]
         kp, kq = c.op_t[:n].T * gain, c.op_t[n:].T * gain  # [N_out, N_in] per path

@@ -7,11 +7,12 @@ keeps the machine busy, plus per-conversion energies times the conversions it ma
     P_static = N (P_emit / eta_wpe + P_det_tia) + P_slm   per module
     E        = modules P_static t + n_dac E_dac + n_adc E_adc + n_ops E_op + n_loads E_load
 
-with P_unit = `noise.power_per_unit_w` and bias = `noise.bias_units` (the mean light on one
-detector is the bias light; the signal swings around it), so the optical power that sets the
-shot noise also sets the emitters' energy. What an inference does (`Activity`) is recorded by the
-engine and the placed models that do the work; `tops_per_watt` is the machine running its loop
-continuously. Everything broadcasts over numpy arrays (per-sample iterations, say).
+with P_unit bias the mean light on one detector (`aocsim.hardware.physics.noise.detector_light_w`
+at zero signal: the signal swings around the bias light), the one light the noise model's shot
+noise also uses. What an inference does (`Activity`) is recorded by the engine and the placed
+models that do the work; `tops_per_watt` is the machine running its loop continuously,
+`inference_tops_per_watt` the useful work of one inference. Everything broadcasts over numpy
+arrays (per-sample iterations, say).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import numpy as np
 
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
+from aocsim.hardware.physics import sources
+from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.profile import DeviceProfile
 
 Number = Union[int, float, np.ndarray]
@@ -109,9 +112,10 @@ def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
 
 
 def emitter_optical_power_w(profile: DeviceProfile) -> float:
-    """Mean optical power of one emitter, W: 2 P_unit bias / eta_link (docs/PHYSICS.md section 6)."""
+    """Mean optical power of one emitter, W: 2 P_unit bias / eta_link (docs/PHYSICS.md section 6): the mean
+    light on its detectors (`detector_light_w` at zero signal, the light the shot noise sees) on both paths."""
     v = profile.values
-    return 2.0 * v["noise.power_per_unit_w"] * v["noise.bias_units"] / v["energy.optical_link_efficiency"]
+    return 2.0 * detector_light_w(0.0, v) / v["energy.optical_link_efficiency"]
 
 
 def static_power_w(profile: DeviceProfile, channels: int | None = None) -> dict[str, float]:
@@ -145,13 +149,30 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     return out
 
 
+def light_scale(values: sources.Values, bits_change: float) -> float:
+    """Factor k on the light (`noise.power_per_unit_w`) that moves the detector noise by `bits_change` bits.
+
+    At the bias light, in detector units, the shot noise's variance falls as 1 / k and the thermal and
+    dark-current shot noise's as 1 / k^2 (their currents stay); with s the shot share of the variance now,
+    s / k + (1 - s) / k^2 = 4^-d for d bits (6.02 dB per bit), so k = (s + sqrt(s^2 + 4 (1 - s) 4^-d)) / (2 4^-d):
+    4^d when shot noise dominates, 2^d when the currents' noise does. Without detector noise, 4^d
+    (shot-noise-limited light, the sizing convention).
+    """
+    shot = sources.SHOT.variance_coefficients(values)[1]
+    total = sum(s.variance_coefficients(values)[1] for s in sources.DETECTOR_SOURCES)
+    s = shot / total if total > 0 else 1.0
+    r = 4.0 ** -bits_change
+    return (s + math.sqrt(s * s + 4.0 * (1.0 - s) * r)) / (2.0 * r)
+
+
 def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
     """The profile's energy figures resized from `energy.precision_bits` to `bits` (docs/PHYSICS.md section 6).
 
-    Shot-noise-limited light: SNR grows as sqrt(P), 6.02 dB per bit, so the optical power
-    (`noise.power_per_unit_w`) scales by 4 per bit; converters at a constant Walden figure of merit
-    (energy per conversion step, Murmann's ADC survey) scale by 2 per bit. Electronics and SLM stay.
-    The simulated precision (slm.bits, injection.dac_bits, readout.adc_bits) is set separately.
+    The light (`noise.power_per_unit_w`) moves the detector noise at the bias light by the change in
+    bits, thermal and dark-current noise kept (`light_scale`: x 4 per bit when shot noise dominates);
+    converters at a constant Walden figure of merit (energy per conversion step, Murmann's ADC survey)
+    scale by 2 per bit. Electronics and SLM stay. The simulated precision (slm.bits,
+    injection.dac_bits, readout.adc_bits) is set separately.
     """
     bits = integer(bits, "bits", minimum=1)
     v = profile.values
@@ -159,7 +180,7 @@ def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
     if d == 0:
         return profile
     return profile.with_overrides({
-        "noise.power_per_unit_w": v["noise.power_per_unit_w"] * 4.0 ** d,
+        "noise.power_per_unit_w": v["noise.power_per_unit_w"] * light_scale(v, d),
         "energy.dac_energy_j": v["energy.dac_energy_j"] * 2.0 ** d,
         "energy.adc_energy_j": v["energy.adc_energy_j"] * 2.0 ** d,
         "energy.precision_bits": bits,
@@ -190,7 +211,19 @@ def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting
     return math.inf if total == 0 else 2.0 * n * n / total / 1e12
 
 
-def _si(value: float, unit: str) -> str:
+def inference_tops_per_watt(profile: DeviceProfile, inference: Activity, iterations: Number) -> Number:
+    """TOPS/W of the useful work of one inference (docs/PHYSICS.md section 6): 2 N^2 operations per loop
+    iteration the solve needed, over the inference's whole energy (`energy_j`: the readout window or the
+    early stop's samples included). math.inf if the inference costs nothing.
+    """
+    n = _channels(profile, inference.channels, "inference_tops_per_watt")
+    ops = 2.0 * n * n * np.asarray(_counts(iterations, "iterations"), dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tops = ops / np.asarray(energy_j(profile, inference)["total"], dtype=np.float64) / 1e12
+    return float(tops) if tops.ndim == 0 else tops
+
+
+def si(value: float, unit: str) -> str:
     """3 significant digits with an SI prefix: 5.54e-05 J -> '55.4 uJ'."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g} {unit}"
@@ -201,10 +234,13 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def format_inference(profile: DeviceProfile, inference: Activity, what: str) -> str:
-    """One inference's time, energy and conversions (`what` names it), as one line."""
+def format_inference(profile: DeviceProfile, inference: Activity, what: str, iterations: int | None = None) -> str:
+    """One inference's time, energy and conversions (`what` names it), as one line; with `iterations`,
+    also the TOPS/W of its useful work (`inference_tops_per_watt`)."""
     e = energy_j(profile, inference)
-    return (f"  inference    {_si(float(inference.time_s), 's')}, {_si(float(e['total']), 'J')} "
+    tops = ("" if iterations is None else
+            f", {float(inference_tops_per_watt(profile, inference, iterations)):.4g} TOPS/W for {iterations} iterations")
+    return (f"  inference    {si(float(inference.time_s), 's')}, {si(float(e['total']), 'J')}{tops} "
             f"({int(inference.dac_conversions)} DAC + {int(inference.adc_conversions)} ADC conversions; {what})")
 
 
@@ -214,20 +250,20 @@ def format_energy(profile: DeviceProfile) -> str:
     n = profile.channels
     lines = ["Energy (docs/PHYSICS.md section 6; figures and sources in the profile's energy section)",
              f"  emitters     wall-plug efficiency {v['energy.emitter_wall_plug_efficiency']:g}, optical link "
-             f"efficiency {v['energy.optical_link_efficiency']:g}: {_si(emitter_optical_power_w(profile), 'W')} "
+             f"efficiency {v['energy.optical_link_efficiency']:g}: {si(emitter_optical_power_w(profile), 'W')} "
              f"optical per emitter",
-             f"  conversions  DAC {_si(v['energy.dac_energy_j'], 'J')}, ADC {_si(v['energy.adc_energy_j'], 'J')}; "
-             f"digital {_si(v['energy.digital_energy_per_op_j'], 'J')} per op"]
+             f"  conversions  DAC {si(v['energy.dac_energy_j'], 'J')}, ADC {si(v['energy.adc_energy_j'], 'J')}; "
+             f"digital {si(v['energy.digital_energy_per_op_j'], 'J')} per op"]
     per = static_power_w(profile, channels=n or 1)
     if n is None:
-        lines.append(f"  static power per channel: emitters {_si(per['emitters'], 'W')}, detectors + TIA "
-                     f"{_si(per['detectors_tia'], 'W')}; SLM {_si(per['slm'], 'W')} (channels: null, so no "
+        lines.append(f"  static power per channel: emitters {si(per['emitters'], 'W')}, detectors + TIA "
+                     f"{si(per['detectors_tia'], 'W')}; SLM {si(per['slm'], 'W')} (channels: null, so no "
                      f"TOPS/W)")
         return "\n".join(lines)
-    lines.append(f"  static power emitters {_si(per['emitters'], 'W')}, SLM {_si(per['slm'], 'W')}, detectors + TIA "
-                 f"{_si(per['detectors_tia'], 'W')}: {_si(sum(per.values()), 'W')}")
+    lines.append(f"  static power emitters {si(per['emitters'], 'W')}, SLM {si(per['slm'], 'W')}, detectors + TIA "
+                 f"{si(per['detectors_tia'], 'W')}: {si(sum(per.values()), 'W')}")
     conv = bool(v["energy.converts_every_round_trip"])
     lines.append(f"  TOPS/W       {tops_per_watt(profile):.4g} at {v['energy.precision_bits']} bits "
-                 f"(loop running, 2 N^2 ops per {_si(v['loop.round_trip_s'], 's')} round trip; "
+                 f"(loop running, 2 N^2 ops per {si(v['loop.round_trip_s'], 's')} round trip; "
                  f"{'N DAC + N ADC conversions per round trip' if conv else 'no conversions per round trip'})")
     return "\n".join(lines)

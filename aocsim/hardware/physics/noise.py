@@ -1,10 +1,13 @@
 """Noise formulas in physical units and their conversion to twin detector units.
 
-Detector signals D are in the twin's normalised units. A profile fixes the
+Detector signals D are in the twin's normalised units, signed: the signal
+swings around the light present at the LED bias point. A profile fixes the
 conversion: one unit of D is `power_per_unit_w` watts of light on a
-photodetector, so the photocurrent is I = R P_unit (|D| + bias_units), with
-`bias_units` the light present at the LED bias point (assumption). Each
-current noise sigma_I converts back to detector units as sigma_I / (R P_unit).
+photodetector, and `bias_units` units reach it at the bias point (assumptions),
+so the light is P = P_unit (bias_units + D) (`detector_light_w`, the one
+definition the noise model and the energy model share: the energy model pays
+for its mean, the bias light) and the photocurrent I = R P. Each current noise
+sigma_I converts back to detector units as sigma_I / (R P_unit).
 
 Formulas (B the detection bandwidth, q the electron charge, k Boltzmann):
     shot     var(I) = 2 q I B                       per iteration, per path
@@ -43,10 +46,22 @@ def rin_relative_std(rin_db_per_hz: float, bandwidth_hz: float) -> float:
     return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth_hz)
 
 
+def detector_light_w(d: torch.Tensor | float, v: Mapping[str, Any]) -> torch.Tensor | float:
+    """Light on one photodetector, W: P = P_unit (bias_units + D) for the signed detector signal D.
+
+    The signal swings both ways around the bias light, so its mean is the bias light
+    P_unit bias_units (`detector_light_w(0.0, v)`), the light the energy model pays for
+    (`aocsim.hardware.physics.energy.emitter_optical_power_w`). Negative where D < -bias_units: light
+    the emitters cannot make (the bias is too small for the signal).
+    """
+    return v["noise.power_per_unit_w"] * (d + v["noise.bias_units"])
+
+
 def shot_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor:
-    """Per-iteration shot-noise std in detector units for signals d (either path) [B, N]."""
+    """Per-iteration shot-noise std in detector units for signals d (either path) [B, N]: the shot noise
+    of the photocurrent R `detector_light_w(d)` (none where that light would be negative)."""
     unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]  # A per detector unit
-    current = unit_current * (d.abs() + v["noise.bias_units"])
+    current = (v["noise.responsivity_a_per_w"] * detector_light_w(d, v)).clamp_min(0.0)
     return shot_current_std_a(current, v["noise.bandwidth_hz"]) / unit_current
 
 

@@ -12,8 +12,9 @@ SplitMix64 output per (sample, channel), so their draws are independent:
 - slot "led": relative intensity noise, one draw per microLED, multiplying
   both of its paths' light;
 - slot "detector": every detector noise (shot, thermal, dark-current shot),
-  independent Gaussians with var(D) = a |D| + b per path, merged into one
-  draw of the balanced difference with variance a (|D_P| + |D_Q|) + 2 b.
+  independent Gaussians with var(D) = a D + b per path (D signed, the bias
+  light in b), merged into one draw of the balanced difference with variance
+  a (D_P + D_Q) + 2 b (zero where the light would be negative).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from aocsim.hardware.profiles.profile import DeviceProfile
-from aocsim.hardware.physics.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, rin_relative_std)
+from aocsim.hardware.physics.noise import BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, detector_light_w, rin_relative_std
 
 Values = Mapping[str, Any]
 PER_ITERATION, STATIC, PER_INFERENCE, PER_READOUT = "per iteration", "static", "per inference", "per readout"
@@ -61,7 +62,7 @@ class Source:
 
 @dataclass(frozen=True)
 class DetectorSource(Source):
-    """Additive detector noise, var(D) = a |D| + b per path in squared detector units (times the multiplier^2)."""
+    """Additive detector noise, var(D) = a D + b per path in squared detector units (times the multiplier^2)."""
 
     coefficients: Callable[[Values], tuple[float, float]] = lambda v: (0.0, 0.0)
 
@@ -74,9 +75,11 @@ class DetectorSource(Source):
 
 
 def _shot(v: Values) -> tuple[float, float]:
-    # I = R P_unit (|D| + bias): var(I) = 2 q I B, converted to detector units by 1 / (R P_unit)^2.
+    # I = R detector_light_w(D) = R P_unit (bias + D): var(I) = 2 q I B, in detector units a D + a bias with
+    # a = 2 q B / (R P_unit). The loop's D also carries each detector's dark current (`dark_offset_units`), so
+    # a D counts that current's shot noise too.
     a = 2.0 * ELECTRON_CHARGE_C * v["noise.bandwidth_hz"] / unit_current_a(v)
-    return a, a * v["noise.bias_units"]
+    return a, a * detector_light_w(0.0, v) / v["noise.power_per_unit_w"]
 
 
 def _thermal(v: Values) -> tuple[float, float]:
@@ -86,9 +89,18 @@ def _thermal(v: Values) -> tuple[float, float]:
 
 
 def _dark_shot(v: Values) -> tuple[float, float]:
-    # Shot noise of the mean dark current (its detector-to-detector spread changes it by a few %).
+    # Shot noise of the mean dark current (its detector-to-detector spread changes it by a few %); with shot
+    # noise on, the shot term already counts it (the detector signal carries the dark current), so none here.
+    if v["noise.shot.enabled"]:
+        return 0.0, 0.0
     var_i = 2.0 * ELECTRON_CHARGE_C * v["noise.dark.current_a"] * v["noise.bandwidth_hz"]
     return 0.0, var_i / unit_current_a(v) ** 2
+
+
+@dataclass(frozen=True)
+class _DarkShot(DetectorSource):
+    def label(self, v: Values) -> str:
+        return f"{self.name} (in the shot noise)" if v["noise.shot.enabled"] else self.name
 
 
 def rin_std(v: Values) -> float:
@@ -113,8 +125,9 @@ THERMAL = DetectorSource("thermal (TIA) noise", PER_ITERATION,
                          ("noise.thermal.enabled", "noise.thermal.temperature_k",
                           "noise.thermal.feedback_resistance_ohm"),
                          {"noise.thermal.enabled": False}, lambda v: v["noise.thermal.enabled"], "detector", _thermal)
-DARK = DetectorSource("dark-current shot noise", PER_ITERATION, ("noise.dark.enabled", "noise.dark.current_a"),
-                      {"noise.dark.enabled": False}, lambda v: v["noise.dark.enabled"], "detector", _dark_shot)
+DARK = _DarkShot("dark-current shot noise", PER_ITERATION, ("noise.dark.enabled", "noise.dark.current_a",
+                                                            "noise.shot.enabled"),
+                 {"noise.dark.enabled": False}, lambda v: v["noise.dark.enabled"], "detector", _dark_shot)
 RIN = Source("LED RIN", PER_ITERATION, ("noise.rin.enabled", "noise.rin.rin_db_per_hz"), {"noise.rin.enabled": False},
              lambda v: v["noise.rin.enabled"], "led")
 DARK_OFFSET = Source("dark-current offset", STATIC, ("noise.dark.enabled", "noise.dark.relative_spread"),
@@ -141,7 +154,7 @@ SLOTS = ("led", "detector")  # the two halves (cosine, sine) of one Box-Muller p
 
 
 def detector_coefficients(v: Values) -> tuple[float, float]:
-    """(a, b) of every enabled detector source together: var(D) = a |D| + b per path."""
+    """(a, b) of every enabled detector source together: var(D) = a D + b per path."""
     a = b = 0.0
     for s in DETECTOR_SOURCES:
         sa, sb = s.variance_coefficients(v)

@@ -114,8 +114,9 @@ FIELDS: tuple[Field, ...] = (
     Field("noise.power_per_unit_w", "float", "optical power on one photodetector per twin detector unit "
           "(assumption); bounded so that photocurrents and their squares stay finite floats", "W", low=1e-18,
           high=1e3),
-    Field("noise.bias_units", "float", "light on a detector at the LED bias point, in twin detector units: "
-          "photocurrent I = R P_unit (|D| + bias_units) (assumption)", low=0.0),
+    Field("noise.bias_units", "float", "light on a detector at the LED bias point, in twin detector units: the "
+          "light is P_unit (bias_units + D) for the signed signal D, its mean the bias light the energy model pays "
+          "for; large enough that no signal makes it negative (assumption)", low=0.0),
     Field("noise.responsivity_a_per_w", "float", "photodetector responsivity R", "A/W", low=1e-6, high=1e3),
     Field("noise.multiplier", "float", "scales the std of every per-iteration noise source (1 = the figures "
           "above; for sensitivity studies)", low=0.0),
@@ -171,8 +172,9 @@ FIELDS: tuple[Field, ...] = (
     Field("energy.digital_energy_per_op_j", "float", "energy of one digital operation (partial sums, averaging, "
           "the digital parts of a model)", "J", low=0.0, high=1e-6),
     Field("energy.precision_bits", "int", "precision the optical power and converter energies are sized for "
-          "(the bits TOPS/W is quoted at; `aocsim.hardware.physics.energy.at_precision` rescales: optical power x 4 and "
-          "converter energy x 2 per bit)", low=1, high=24),
+          "(the bits TOPS/W is quoted at; `aocsim.hardware.physics.energy.at_precision` rescales: the optical power "
+          "moves the detector noise by the change in bits, thermal noise kept (x 4 per bit when shot noise dominates), "
+          "and converter energy x 2 per bit)", low=1, high=24),
     Field("energy.converts_every_round_trip", "bool", "the machine's intended use converts N inputs (DAC) and N "
           "outputs (ADC) every round trip (a tiled matrix engine); false: only at injection and readout (the "
           "AOC's loop), so TOPS/W counts no conversions"),
