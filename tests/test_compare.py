@@ -169,6 +169,7 @@ def test_cli_writes_the_dataset_prints_the_summary_and_never_overwrites(tmp_path
     line = next(x for x in first.output.splitlines() if x.strip().startswith("agreement"))
     assert float(line.split()[1]) == pytest.approx(100 * agreement, abs=0.005)
     assert "accuracy exact" in first.output and "noise_floor" in first.output and "us per sample" in first.output
+    assert "machine            1 optical module, 0 weight loads per sample (mean)" in first.output  # native: one
     before = out.read_bytes()
     again = _cli("digits-deq48", "--device", "aoc48-twin", "--out", str(out))
     assert again.exit_code == 1 and again.output.strip().count("\n") == 0

@@ -124,3 +124,17 @@ def test_weight_stationary_maps_hold_every_tile_on_a_module_of_its_own(parity) -
             assert sorted(used) == list(range(len(used))) and len(used) == 10
         else:
             assert set(used) == expected and all(p.mount.multiplexed for p in placed.programs.values())
+
+
+def test_a_sweep_reports_the_machine_beside_time_and_energy(tmp_path) -> None:
+    """Every point names its machine: modules and weight loads per token next to time and energy."""
+    from aocsim.experiments.sweep import sweep
+
+    spec = {"model": "parity-implicit", "device": "aoc48", "data": {"sequences": 1, "length_factor": 1},
+            "axes": {"placement.modules": [1, 100]}, "seeds": 1, "chips": 1,
+            "metrics": ["modules", "weight_loads_per_inference", "time_per_inference_s"]}
+    ds = sweep(spec, tmp_path / "s", workers=1)
+    one, many = (ds.sel({"placement.modules": m}).squeeze() for m in (1, 100))
+    assert float(one.modules) == 1 and float(many.modules) == 10  # 100 modules asked: one per tile is enough
+    assert float(one.weight_loads_per_inference) > 0 and float(many.weight_loads_per_inference) == 0
+    assert float(one.time_per_inference_s) >= float(one.weight_loads_per_inference) * RELOAD

@@ -124,7 +124,8 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
     """The headline figures of a `compare` Dataset (spreads over chips x seeds, one value per run).
 
     Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
-    mean iterations per path, device status counts, mean hardware time and energy per sample (s, J) and the number
+    mean iterations per path, device status counts, mean hardware time and energy per sample (s, J), the machine's
+    optical modules and mean weight loads per sample, and the number
     of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`). `terms`: one
     line defining each of agreement and the statuses, with the tolerance and iteration cap the run used
     (`terms`); `warnings`: the notes of `aocsim.experiments.trust` (empty when nothing looks wrong).
@@ -141,6 +142,7 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
         "timing": ds.hardware_time_s.attrs.get("description", ""),
         "energy_j": float(ds.energy_j.mean()),
+        "modules": int(ds.attrs.get("modules", 1)), "weight_loads": float(ds.weight_loads.mean()),
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None, "terms": terms(ds), "warnings": trust_notes(ds),
     }

@@ -102,6 +102,10 @@ def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
         elif m == "energy_per_inference_j":
             out[m] = ds.energy_j.mean(per_run)
             out[m].attrs["units"] = "J"
+        elif m == "modules":
+            out[m] = xr.full_like(ds.agreement.mean(per_run), ds.attrs.get("modules", 1), dtype=np.float64)
+        elif m == "weight_loads_per_inference":
+            out[m] = ds.weight_loads.mean(per_run)
     result = xr.Dataset({k: v.astype(np.float64).drop_vars("path", errors="ignore") for k, v in out.items()})
     return result.transpose("chip", "seed")
 

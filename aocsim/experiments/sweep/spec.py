@@ -57,6 +57,8 @@ METRICS = {
     "residual": "median device residual at the end of each solve (the Dataset's units)",
     "time_per_inference_s": "mean hardware time per sample (per token), s",
     "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/physics/energy.py)",
+    "modules": "optical modules of the machine the placement declares (docs/PHYSICS.md section 6)",
+    "weight_loads_per_inference": "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
 }
 DATA_KEYS = {"samples", "sequences", "length_factor"}
 
