@@ -70,6 +70,7 @@ def test_devices_list_and_show_with_budget() -> None:
     assert show.exit_code == 0
     for source in ("shot noise", "thermal (TIA) noise", "LED RIN", "SLM quantisation (9 bits)", "total"):
         assert source in show.output
+    assert "weight load  5 ms, 415 nJ" in show.output  # what a time-multiplexed placement pays per load
     six = run("devices", "show", "aoc48", "--set", "slm.bits=6")
     assert "SLM quantisation (6 bits)" in six.output
 

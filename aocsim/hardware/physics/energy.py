@@ -253,7 +253,9 @@ def format_energy(profile: DeviceProfile) -> str:
              f"efficiency {v['energy.optical_link_efficiency']:g}: {si(emitter_optical_power_w(profile), 'W')} "
              f"optical per emitter",
              f"  conversions  DAC {si(v['energy.dac_energy_j'], 'J')}, ADC {si(v['energy.adc_energy_j'], 'J')}; "
-             f"digital {si(v['energy.digital_energy_per_op_j'], 'J')} per op"]
+             f"digital {si(v['energy.digital_energy_per_op_j'], 'J')} per op",
+             f"  weight load  {si(v['slm.reload_time_s'], 's')}, {si(v['energy.slm_reload_energy_j'], 'J')} (paid per "
+             f"tile and product by a time-multiplexed placement; weight-stationary modules load once)"]
     per = static_power_w(profile, channels=n or 1)
     if n is None:
         lines.append(f"  static power per channel: emitters {si(per['emitters'], 'W')}, detectors + TIA "
