@@ -11,6 +11,7 @@ import pytest
 import scipy.constants
 import torch
 
+from aocsim.errors import InputError
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.tiles import TiledMatrix
 from aocsim.hardware.physics import components as C
@@ -112,4 +113,6 @@ def test_a_samples_hold_noise_is_the_same_alone_as_in_its_batch() -> None:
     assert (tiles(t, call=3).y - whole).abs().max() > 1e-6  # each call draws anew
     quiet = TiledMatrix(without_noise(dev), w, tile_size=8, mount=Mount(count=2, multiplexed=True))(t)
     torch.testing.assert_close(quiet.y, t @ w.T, rtol=0, atol=1e-12)  # the multiplier silences kT/C
+    with pytest.raises(InputError, match=r"generator = None; the profile draws kT/C noise .*hold_capacitance_f"):
+        TiledMatrix(dev, w, tile_size=8)(t)
 

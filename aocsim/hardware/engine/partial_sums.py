@@ -67,8 +67,11 @@ def analog_sum(partials: torch.Tensor, values: Mapping[str, Any], grid: tuple[in
         partials = partials.expand(cols, passes, *partials.shape[2:])
     reload_s = float(values["slm.reload_time_s"]) if wave is not None else 0.0
     sampled, held = hold_plan(grid, wave, passes, float(values["loop.round_trip_s"]), reload_s)
-    per_output = lambda table: torch.tensor(table, dtype=partials.dtype, device=partials.device).T.repeat_interleave(
-        tile_size, dim=1)[:, :m]  # noqa: E731  [cols, M]: row r's entry on its tile_size outputs
+
+    def per_output(table: list[list]) -> torch.Tensor:  # [rows][cols] -> [cols, M]: row r's on its outputs
+        return torch.tensor(table, dtype=partials.dtype, device=partials.device).T.repeat_interleave(
+            tile_size, dim=1)[:, :m]
+
     gate = per_output(sampled) * hold.noise_std_v
     keep = torch.exp(-hold.droop_per_s * per_output(held))
     noise = None
