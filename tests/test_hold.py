@@ -116,3 +116,11 @@ def test_a_samples_hold_noise_is_the_same_alone_as_in_its_batch() -> None:
     with pytest.raises(InputError, match=r"generator = None; the profile draws kT/C noise .*hold_capacitance_f"):
         TiledMatrix(dev, w, tile_size=8)(t)
 
+
+def test_lab_profiles_assume_one_picofarad_and_a_droop() -> None:
+    for name in ("aoc48", "aoc16"):
+        hold = Hold.from_values(load_device(name).values)
+        assert hold.capacitance_f == 1e-12 and hold.droop_per_s == 100.0
+        assert hold.noise_std_v == pytest.approx(math.sqrt(scipy.constants.k * 300.0 / 1e-12))  # 64.4 uV
+    with pytest.raises(ValueError, match=r"Hold.capacitance_f = 0.0; expected a capacitance > 0 F or None"):
+        Hold(capacitance_f=0.0)
