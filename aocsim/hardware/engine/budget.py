@@ -18,6 +18,7 @@ import torch
 
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.physics import sources
+from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.hardware.engine.step import detector_signals, led_light, node_noise_variance, nonlinearity
@@ -101,6 +102,8 @@ def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
             per_iteration_var += float(std.pow(2).mean())
         elif source in (sources.DAC, sources.ADC):
             rows.append(_row(source.label(v), source.when, _converter_std(profile, source), amp))
+        elif source is sources.HOLD:  # one sampling of an analog partial sum (tiled products only)
+            rows.append(_row(source.label(v), source.when, Hold.from_values(v).noise_std_v, amp))
         elif source is sources.DRIFT:
             rows.append(_row(source.label(v), source.when, v["drift.offset_std_v_per_inference"], amp))
         else:

@@ -22,9 +22,9 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    (cosine half RIN, sine half detector), so a sample's noise does not depend on its batch.
    With gain="absolute" the node of tile (r, c) carries W_rc u_c in volts (exactly on `ideal`).
 4. Readout: the ADC (`readout.adc_bits` over `readout.range_v`, clamping there) sees node volts,
-   i.e. (W t) / s_in plus the analog errors, before any digital scaling. "analog": the cols
-   partials of an output row are added at an analog summing node, one ADC per output; "digital":
-   one ADC per tile output, the codes summed digitally. Then y = reading * s_in (digital).
+   i.e. (W t) / s_in plus the analog errors, before any digital scaling. "analog": an output row's
+   cols partials added at an analog summing node and held (kT/C, droop: `partial_sums`), one ADC per
+   output; "digital": one ADC per tile output, the codes summed digitally. y = reading * s_in (digital).
    Callers scale W so that |W u| fits range_v; `adc_clipped` counts the inputs that did not.
 
 The machine the tiles run on (weight-stationary or time-multiplexed modules):
@@ -50,6 +50,7 @@ from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.partial_sums import analog_sum
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, optical, stack_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
@@ -290,7 +291,9 @@ class TiledMatrix:
         v = self.profile.values
         low, high = (float(b) for b in v["readout.range_v"])
         bits = v["readout.adc_bits"]
-        adc_in = partials.sum(0) if partial_sums == "analog" else partials
+        adc_in = partials if partial_sums == "digital" else analog_sum(  # the cols partials held and added
+            partials, v, self.grid, ts, self.modules if self.multiplexed else None, passes,
+            key and self.pass_keys(key, passes), call, ids)
         clipped = int(((adc_in < low) | (adc_in > high)).sum()) if bits is not None else 0
         reading = C.quantize_range(adc_in, low, high, bits)
         summed = reading if partial_sums == "analog" else reading.sum(0)  # [K, B, M]

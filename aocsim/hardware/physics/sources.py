@@ -144,12 +144,15 @@ DAC = _Bits("injection DAC", STATIC, ("injection.dac_bits", "injection.clip"), {
             bits_key="injection.dac_bits")
 ADC = _Bits("readout ADC", PER_READOUT, ("readout.adc_bits", "readout.range_v", "readout.samples"),
             {"readout.adc_bits": None}, lambda v: v["readout.adc_bits"] is not None, bits_key="readout.adc_bits")
+HOLD = Source("analog partial-sum hold (kT/C, tiled)", PER_READOUT, ("readout.hold_capacitance_f",
+                                                                     "noise.thermal.temperature_k"),
+              {"readout.hold_capacitance_f": None}, lambda v: v["readout.hold_capacitance_f"] is not None)
 DRIFT = Source("drift (offset step)", PER_INFERENCE, ("drift.enabled", "drift.offset_std_v_per_inference"),
                {"drift.enabled": False}, lambda v: v["drift.enabled"])
 
 DETECTOR_SOURCES: tuple[DetectorSource, ...] = (SHOT, THERMAL, DARK)
 SOURCES: tuple[Source, ...] = (SHOT, THERMAL, DARK, RIN, SLM_BITS, PROGRAMMING, VARIATION, DARK_OFFSET, DAC, ADC,
-                               DRIFT)
+                               HOLD, DRIFT)
 SLOTS = ("led", "detector")  # the two halves (cosine, sine) of one Box-Muller pair
 
 
@@ -169,11 +172,13 @@ def active_slots(v: Values) -> frozenset[str]:
 
 
 def noise_free_overrides(v: Values, *, static: bool = False) -> dict[str, Any]:
-    """Overrides that silence every per-iteration source (noise.multiplier = 0, which keeps their
-    settings and the static dark-current offsets) and, with static=True, switch off every other
-    random effect (programming error, chip variation, dark current, drift). Bits stay."""
+    """Overrides that silence every per-iteration source and the partial-sum hold's kT/C noise
+    (noise.multiplier = 0, which keeps their settings, the hold's droop and the static dark-current
+    offsets) and, with static=True, switch off every other random effect (programming error, chip
+    variation, dark current, drift). Bits stay."""
     out: dict[str, Any] = {}
-    if any(s.when == PER_ITERATION and s.enabled(v) for s in SOURCES) and v["noise.multiplier"] != 0.0:
+    scaled = [s for s in SOURCES if s.when == PER_ITERATION or s is HOLD]  # what the multiplier scales
+    if any(s.enabled(v) for s in scaled) and v["noise.multiplier"] != 0.0:
         out["noise.multiplier"] = 0.0
     if static:
         for s in SOURCES:

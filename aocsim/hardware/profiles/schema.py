@@ -153,6 +153,13 @@ FIELDS: tuple[Field, ...] = (
     Field("readout.samples", "int", "K samples averaged after the settle window", low=1),
     Field("readout.settle_iterations", "int", "iterations before the first sample (2.5 us / 20 ns = 125)", low=0),
     Field("readout.sample_interval_iterations", "int", "iterations between samples (160 ns / 20 ns = 8)", low=1),
+    Field("readout.hold_capacitance_f", "float", "hold capacitance C of an analog partial sum (tiled products, "
+          "partial_sums analog): each sampling of the sum onto the hold adds kT/C noise, std sqrt(k T / C) volts at "
+          "the node with T = noise.thermal.temperature_k, times noise.multiplier (docs/PHYSICS.md section 3); "
+          "null = no hold noise", "F", low=1e-300, nullable=True),
+    Field("readout.hold_droop_per_s", "float", "fractional droop rate r of a held analog partial sum: a value held "
+          "t seconds (between the waves of a time-multiplexed product) keeps V exp(-r t); 0 = none", "1/s",
+          low=0.0),
     # Energy (docs/PHYSICS.md section 6): read by aocsim.hardware.physics.energy only, never by the loop.
     Field("energy.emitter_wall_plug_efficiency", "float", "electrical-to-optical (wall-plug) efficiency of one "
           "emitter at its operating point, P_opt / P_el", low=1e-4, high=1.0),

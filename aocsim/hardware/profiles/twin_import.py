@@ -120,7 +120,7 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
         "drift": {"enabled": False, "gain_std_per_inference": 0.0, "offset_std_v_per_inference": 0.0},
         "elementwise": {"gain_std": 0.0, "offset_std": 0.0, "noise_std": 0.0},
         "readout": {"adc_bits": None, "range_v": [-2.5, 2.5], "samples": 40, "settle_iterations": 125,
-                    "sample_interval_iterations": 8},
+                    "sample_interval_iterations": 8, "hold_capacitance_f": None, "hold_droop_per_s": 0.0},
         # a weight load writes both panels' N x N pixels at 9 bits
         "energy": {**LAB_ENERGY, "slm_reload_energy_j": 2 * n * n * 9 * WRITE_ENERGY_PER_BIT_J},
     }

@@ -1,0 +1,92 @@
+"""Analog partial sums of a tiled product and their holds (docs/PHYSICS.md sections 3 and 6).
+
+With partial_sums="analog" the cols partials of a tile row are added in analog before one ADC conversion
+per output (`TiledMatrix.__call__`). The running sum is sampled onto a hold capacitor
+(`aocsim.hardware.physics.hold.Hold`: kT/C noise per sampling, droop while held) after each wave of tiles
+that adds to it:
+
+- weight-stationary (one wave: every tile at once): the row's partials meet at the summing node and are
+  sampled once before the ADC, one kT/C per output and pass; no droop (nothing waits);
+- time-multiplexed (waves of `wave` tiles, tile i in wave i // wave): after each wave that holds some of
+  the row's tiles the running sum is sampled (one kT/C) and held until the next wave adds to it: that
+  wave's tiles are written onto their modules one after another (`slm.reload_time_s` each, as
+  `TiledMatrix.activity` counts them) and run their K passes, so a pass's held value waits
+  K t_rt + n_next t_reload and keeps exp(-r t) of itself. The last sampling is converted at once.
+
+A product with one tile column has no analog sum (its tile outputs go to the ADC as they are): no hold.
+kT/C draws: key.fold(HOLD, call, i) of each pass's key, i the tile after which the row is sampled,
+counters (sample, output channel) from `keys.sample_counters`, cosine half: a sample's draws are its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.physics.hold import Hold
+
+
+def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, round_trip_s: float,
+              reload_s: float) -> tuple[list[list[bool]], list[list[float]]]:
+    """(sampled, held_s), each [rows][cols]: whether row r's running sum is sampled onto the hold after tile
+    (r, c) (the row's last tile in its wave), and how long that sample waits before the next wave adds to it
+    (0 for the row's last sampling, converted at once). wave: tiles per wave (None: all at once)."""
+    rows, cols = grid
+    tiles = rows * cols
+    wave = tiles if wave is None else wave
+    sampled = [[False] * cols for _ in range(rows)]
+    held = [[0.0] * cols for _ in range(rows)]
+    for r in range(rows):
+        for c in range(cols):
+            i = r * cols + c
+            if c == cols - 1 or (i + 1) // wave != i // wave:
+                sampled[r][c] = True
+                if c < cols - 1:  # the next wave: its tiles written one after another, then K passes
+                    next_wave = min(wave, tiles - (i + 1) // wave * wave)
+                    held[r][c] = passes * round_trip_s + next_wave * reload_s
+    return sampled, held
+
+
+def analog_sum(partials: torch.Tensor, values: Mapping[str, Any], grid: tuple[int, int], tile_size: int,
+               wave: int | None, passes: int, bases: list[keys.Key] | None, call: int, samples: torch.Tensor
+               ) -> torch.Tensor:
+    """The ADC's input [K, B, M] from the partials [cols, K, B, M] (node volts; K may be 1 for `passes` that
+    draw nothing) of a product on `grid`: their sum where no hold acts (the same bits as before holds were
+    modelled), else the running sum of the module docstring. wave: tiles per wave (None: weight-stationary);
+    bases: the passes' keys (`TiledMatrix.pass_keys`; None without a key); samples: stream indices [B]."""
+    hold = Hold.from_values(values)
+    rows, cols = grid
+    if not hold.acts or cols == 1:
+        return partials.sum(0)
+    m = partials.shape[-1]
+    if hold.noise_std_v > 0:  # each pass samples its own kT/C even where the optics drew nothing
+        partials = partials.expand(cols, passes, *partials.shape[2:])
+    reload_s = float(values["slm.reload_time_s"]) if wave is not None else 0.0
+    sampled, held = hold_plan(grid, wave, passes, float(values["loop.round_trip_s"]), reload_s)
+
+    def per_output(table: list[list]) -> torch.Tensor:  # [rows][cols] -> [cols, M]: row r's on its outputs
+        return torch.tensor(table, dtype=partials.dtype, device=partials.device).T.repeat_interleave(
+            tile_size, dim=1)[:, :m]
+
+    gate = per_output(sampled) * hold.noise_std_v
+    keep = torch.exp(-hold.droop_per_s * per_output(held))
+    noise = None
+    if hold.noise_std_v > 0:
+        if bases is None:
+            raise InputError("generator = None; the profile draws kT/C noise on analog partial sums "
+                             "(readout.hold_capacitance_f), so expected a seed, torch.Generator or Key")
+        streams = keys.fold_range(bases, (keys.Stream.HOLD, call), rows * cols, partials.device).T  # [T, K]
+        draws = normal_pair(streams[:, :, None, None], keys.sample_counters(samples, tile_size), partials.dtype)[0]
+        noise = draws.reshape(rows, cols, passes, -1, tile_size).permute(1, 2, 3, 0, 4).reshape(
+            cols, passes, -1, rows * tile_size)[..., :m]  # [cols, K, B, M] like the partials
+    total = torch.zeros_like(partials[0])
+    for c in range(cols):  # tile column by column: add, sample (kT/C), hold (droop)
+        total = total + partials[c]
+        if noise is not None:
+            total = total + gate[c] * noise[c]
+        total = total * keep[c]
+    return total

@@ -1,0 +1,126 @@
+"""The hold of an analog partial sum (docs/PHYSICS.md sections 3 and 6; aocsim/hardware/engine/partial_sums.py):
+kT/C noise per sampling (`readout.hold_capacitance_f`) and droop while held (`readout.hold_droop_per_s`).
+Expected values are recomputed here from scipy's constants and the documented hold times."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.constants
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.tiles import TiledMatrix
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.physics.hold import Hold
+from aocsim.hardware.physics.sources import without_noise
+from aocsim.hardware.profiles.profile import load_device
+
+F64 = torch.float64
+OFF = {"readout.hold_capacitance_f": None, "readout.hold_droop_per_s": 0.0}
+
+
+def _rand(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+@pytest.mark.parametrize("name", ["ideal", "aoc48-twin", "aoc16-twin", "aoc-projected"])
+def test_ideal_and_twin_profiles_hold_nothing(name: str) -> None:
+    v = load_device(name).values
+    assert v["readout.hold_capacitance_f"] is None and v["readout.hold_droop_per_s"] == 0.0
+    assert not Hold.from_values(v).acts
+
+
+@pytest.mark.parametrize("mount", [None, Mount(count=2, multiplexed=True)])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_with_the_keys_off_analog_partial_sums_add_as_before(mount: Mount | None, passes: int) -> None:
+    """Keys off: the ADC sees the plain sum of the cols partials, bit for bit (noise of every other kind on)."""
+    dev = load_device("aoc48", OFF)
+    tiles = TiledMatrix(dev, 0.01 * _rand(0, 70, 130), generator=5, mount=mount)  # a 2 x 3 grid
+    out = tiles(_rand(1, 6, 130), keep_partials=True, passes=passes, call=3)
+    partials = out.partials if passes > 1 else out.partials[:, None]
+    low, high = (float(b) for b in dev.values["readout.range_v"])
+    reading = C.quantize_range(partials.sum(0), low, high, dev.values["readout.adc_bits"])
+    expected = (reading[0] if passes == 1 else reading.mean(0)) * out.input_scale[:, None]
+    assert torch.equal(out.y, expected)
+
+
+def _waves_per_row(rows: int, cols: int, wave: int) -> list[int]:
+    """How many waves of `wave` tiles hold some of each row's tiles (tile i = r cols + c in wave i // wave)."""
+    return [len({(r * cols + c) // wave for c in range(cols)}) for r in range(rows)]
+
+
+@pytest.mark.parametrize("mount, passes", [(None, 1), (None, 4), (Mount(count=1, multiplexed=True), 1),
+                                           (Mount(count=4, multiplexed=True), 1)])
+def test_hold_noise_std_is_kt_over_c_per_sampling(mount: Mount | None, passes: int) -> None:
+    """Noise-free optics, hold noise only: y - W t has std sqrt(k T / C) sqrt(samplings) per output (one
+    sampling per wave that adds to the row; weight-stationary: one), over sqrt(K) for K passes averaged."""
+    cap, temp = 1e-15, 300.0  # 2.03 mV rms per sampling
+    dev = load_device("ideal", {"readout.hold_capacitance_f": cap, "noise.thermal.temperature_k": temp})
+    rows, cols, ts, batch = 3, 3, 8, 2000
+    w = _rand(2, rows * ts, cols * ts)
+    t = _rand(3, 1, cols * ts).expand(batch, -1)  # one input, 2000 sample indices: 2000 independent draws
+    out = TiledMatrix(dev, w, tile_size=ts, generator=11, mount=mount)(t, passes=passes)
+    noise = ((out.y - t @ w.T) / out.input_scale[:, None]).numpy()  # node volts
+    waves = [1] * rows if mount is None else _waves_per_row(rows, cols, mount.count)
+    per_output = np.repeat(np.sqrt(np.array(waves) * scipy.constants.k * temp / cap / passes), ts)
+    z = noise / per_output  # standard normal where the model holds
+    n = z.size
+    assert abs(z.mean()) < 4 / math.sqrt(n)
+    assert abs(z.std() - 1) < 4 / math.sqrt(2 * n), (z.std(), waves)
+
+
+@pytest.mark.parametrize("count, passes", [(1, 1), (2, 1), (1, 3), (4, 2)])
+def test_a_held_partial_sum_droops_by_exp_minus_rate_times_its_hold_time(count: int, passes: int) -> None:
+    """Time-multiplexed, noise off: a sampling after tile i waits K t_rt + n t_reload (n: the next wave's
+    tiles, written one after another) and keeps exp(-r t) of itself; weight-stationary holds nothing back."""
+    rate, reload = 100.0, 5e-3
+    dev = load_device("ideal", {"readout.hold_droop_per_s": rate, "slm.reload_time_s": reload})
+    rt = float(dev.values["loop.round_trip_s"])
+    rows, cols, ts = 2, 3, 4
+    w, t = _rand(4, rows * ts, cols * ts), _rand(5, 3, cols * ts)
+    tiles = TiledMatrix(dev, w, tile_size=ts, generator=0, mount=Mount(count=count, multiplexed=True))
+    out = tiles(t, keep_partials=True, passes=passes)
+    partials = (out.partials if passes > 1 else out.partials[:, None])[:, 0]  # [cols, B, M]: every pass alike
+    expected = torch.zeros_like(partials[0])
+    for r in range(rows):
+        held = torch.zeros_like(partials[0][:, :ts])
+        for c in range(cols):
+            i = r * cols + c
+            held = held + partials[c][:, r * ts:(r + 1) * ts]
+            if c < cols - 1 and (i + 1) // count != i // count:  # the next tile is in the next wave
+                next_wave = min(count, rows * cols - (i + 1) // count * count)
+                held = held * math.exp(-rate * (passes * rt + next_wave * reload))
+        expected[:, r * ts:(r + 1) * ts] = held
+    torch.testing.assert_close(out.y, expected * out.input_scale[:, None], rtol=1e-12, atol=1e-12)
+    assert (out.y - partials.sum(0) * out.input_scale[:, None]).abs().max() > 0.1  # 5 ms at 100 /s: visible
+    stationary = TiledMatrix(dev, w, tile_size=ts, generator=0)(t, keep_partials=True)
+    assert torch.equal(stationary.y, stationary.partials.sum(0) * stationary.input_scale[:, None])
+
+
+def test_a_samples_hold_noise_is_the_same_alone_as_in_its_batch() -> None:
+    dev = load_device("ideal", {"readout.hold_capacitance_f": 1e-15})
+    w, t = _rand(6, 16, 40), _rand(7, 12, 40)
+    tiles = TiledMatrix(dev, w, tile_size=8, generator=9, mount=Mount(count=2, multiplexed=True))
+    whole = tiles(t, call=2).y
+    alone = torch.cat([tiles(t[i:i + 1], samples=i, call=2).y for i in range(12)])
+    torch.testing.assert_close(alone, whole, rtol=0, atol=1e-12)
+    twins = tiles(t[:1].expand(2, -1), call=2).y  # two indices, two draws
+    assert (twins[0] - twins[1]).abs().max() > 1e-6
+    assert (tiles(t, call=3).y - whole).abs().max() > 1e-6  # each call draws anew
+    quiet = TiledMatrix(without_noise(dev), w, tile_size=8, mount=Mount(count=2, multiplexed=True))(t)
+    torch.testing.assert_close(quiet.y, t @ w.T, rtol=0, atol=1e-12)  # the multiplier silences kT/C
+    with pytest.raises(InputError, match=r"generator = None; the profile draws kT/C noise .*hold_capacitance_f"):
+        TiledMatrix(dev, w, tile_size=8)(t)
+
+
+def test_lab_profiles_assume_one_picofarad_and_a_droop() -> None:
+    for name in ("aoc48", "aoc16"):
+        hold = Hold.from_values(load_device(name).values)
+        assert hold.capacitance_f == 1e-12 and hold.droop_per_s == 100.0
+        assert hold.noise_std_v == pytest.approx(math.sqrt(scipy.constants.k * 300.0 / 1e-12))  # 64.4 uV
+    with pytest.raises(ValueError, match=r"Hold.capacitance_f = 0.0; expected a capacitance > 0 F or None"):
+        Hold(capacitance_f=0.0)
