@@ -27,6 +27,17 @@ def machine_words(profile: DeviceProfile, modules: int | None) -> str:
             f"writes each tile again, {reload:g} s per weight load, then waves of {modules} tiles, {rt} per pass)")
 
 
+def waves(tiles: int, size: int) -> list[int]:
+    """The tiles of each wave when `size` modules run `tiles` tiles (the last wave may be short)."""
+    return [min(size, tiles - start) for start in range(0, tiles, size)]
+
+
+def wave_time_s(tiles: int, passes: int, round_trip_s: float, reload_s: float) -> float:
+    """One wave: its `tiles` written onto their modules one after another (`reload_s` each; 0 where they
+    are held), then `passes` round trips with all of them at once."""
+    return tiles * reload_s + passes * round_trip_s
+
+
 @dataclass(frozen=True)
 class Mount:
     """Where a matrix's tiles sit on the machine's modules (module docstring).

@@ -27,6 +27,7 @@ import torch
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.machine import wave_time_s, waves
 from aocsim.hardware.physics.hold import Hold
 
 
@@ -45,9 +46,9 @@ def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, round_trip_s
             i = r * cols + c
             if c == cols - 1 or (i + 1) // wave != i // wave:
                 sampled[r][c] = True
-                if c < cols - 1:  # the next wave: its tiles written one after another, then K passes
-                    next_wave = min(wave, tiles - (i + 1) // wave * wave)
-                    held[r][c] = passes * round_trip_s + next_wave * reload_s
+                if c < cols - 1:  # until the next wave has run (`machine.wave_time_s`)
+                    next_wave = waves(tiles, wave)[(i + 1) // wave]
+                    held[r][c] = wave_time_s(next_wave, passes, round_trip_s, reload_s)
     return sampled, held
 
 

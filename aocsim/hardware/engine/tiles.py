@@ -49,7 +49,7 @@ from aocsim.errors import InputError
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
-from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
 from aocsim.hardware.engine.partial_sums import analog_sum
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, optical, stack_constants
@@ -223,10 +223,10 @@ class TiledMatrix:
         v = self.profile.values
         dac, adc = self.conversions(partial_sums)
         tiles = self.grid[0] * self.grid[1]
-        waves = math.ceil(tiles / self.modules)
         loads = tiles if self.multiplexed else 0
         added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
-        time = waves * passes * float(v["loop.round_trip_s"]) + loads * float(v["slm.reload_time_s"])
+        reload = float(v["slm.reload_time_s"]) if self.multiplexed else 0.0
+        time = sum(wave_time_s(n, passes, float(v["loop.round_trip_s"]), reload) for n in waves(tiles, self.modules))
         return Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
                         weight_loads=loads, channels=self.channels,
                         modules=self.mount.count if self.multiplexed else tiles)
