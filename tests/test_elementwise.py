@@ -16,7 +16,7 @@ from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
 
 QUIET = {"injection.dac_bits": None, "readout.adc_bits": None, "elementwise.gain_std": 0.0,
-         "elementwise.offset_std": 0.0, "elementwise.noise_std": 0.0}
+         "elementwise.offset_std": 0.0, "elementwise.shape_std": 0.0, "elementwise.noise_std": 0.0}
 
 
 def _functions(overrides: dict, channels: int = 4000, chip: int = 0, calibrate: bool = False) -> AnalogElementwise:

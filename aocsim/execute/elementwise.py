@@ -4,16 +4,20 @@ By default a placed model computes its elementwise functions digitally and exact
 `elementwise="analog"`, each block's three sites (SiLU after the causal conv, softplus of the step
 size, SiLU of the gate; `Elementwise.SITES`) run on analog function circuits, modelled as
 
-    y = ADC( (1 + g_c) f(x) + o_c + n )
+    y = ADC( (1 + g_c) f((1 + a_c) x + b_c) + o_c + n )
 
 per channel c: g_c a static relative gain error (std `elementwise.gain_std`) and o_c a static
-offset (std `elementwise.offset_std` x full scale), both drawn once per chip from its
+offset (std `elementwise.offset_std` x full scale); a_c and b_c the circuit's shape errors (std
+`elementwise.shape_std` each): a_c scales the input axis (the slope factor or input transconductance
+of a subthreshold or bipolar exp / log stage) and b_c shifts the knee (its threshold voltage, in units
+of x, where the knee is about 1 wide). All four are drawn once per chip from its
 `variation.chip_seed`; n the noise of one evaluation (std `elementwise.noise_std` x full scale),
 keyed like the tiles' noise by sequence, position and visit; the ADC is the readout converter
 (`readout.adc_bits`) over [-full scale, full scale]. As the tiles are, each circuit is calibrated
 when the model is placed: a sweep of its input range, read with noise, fits g and o per channel
 by least squares, and every reading is corrected digitally to (y - o) / g; what remains is the
-fit's error, quantisation and noise. The full scale of a site is the largest |f(x)|
+fit's error, the shape errors (not in the span of f and 1: no gain and offset removes them),
+quantisation and noise. The full scale of a site is the largest |f(x)|
 it sees on the exact path for the calibration sequences, over HEADROOM (as for the tiles' nodes),
 so values beyond it clip. The input comes in through a DAC of `injection.dac_bits` over the range
 of inputs the site saw, widened the same way. RMSNorm, exp(A), the conv and the scan stay digital. On `ideal` (no errors, no
@@ -65,12 +69,17 @@ class AnalogElementwise(Elementwise):
         self.dac_bits, self.adc_bits = v["injection.dac_bits"], v["readout.adc_bits"]
         chip = keys.chip_root(v["variation.chip_seed"]).fold(keys.Stream.ELEMENTWISE, block)
         self.gain, self.offset = {}, {}
+        self.shape_std = float(v["elementwise.shape_std"])
+        self.input_gain, self.knee = {}, {}  # 1 + a_c and b_c (applied only where shape_std > 0)
         for i, site in enumerate(self.SITES):
             n = channels[site]
             self.gain[site] = 1.0 + float(v["elementwise.gain_std"]) * keys.normals(
                 chip.fold(i, 0), (n,), dtype=dtype, device="cpu")
             self.offset[site] = float(v["elementwise.offset_std"]) * self.scale[site] * keys.normals(
                 chip.fold(i, 1), (n,), dtype=dtype, device="cpu")
+            self.input_gain[site] = 1.0 + self.shape_std * keys.normals(chip.fold(i, 2), (n,), dtype=dtype,
+                                                                        device="cpu")
+            self.knee[site] = self.shape_std * keys.normals(chip.fold(i, 3), (n,), dtype=dtype, device="cpu")
         self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.device_linear.TokenKeys)
         # Per-channel correction y -> (y - o) / g, fitted on a probe sweep of each circuit (calibrate).
         self.fitted_gain = {site: torch.ones_like(g) for site, g in self.gain.items()}
@@ -83,8 +92,8 @@ class AnalogElementwise(Elementwise):
     def _calibrate(self, key: keys.Key, dtype: torch.dtype) -> None:
         """Sweep each channel's input over the range it saw (PROBES points, REPEATS readings each, with the
         circuit's noise) and fit its reading as g f(x) + o by least squares: what a machine's
-        calibration of its function circuits would do. The correction removes the static errors;
-        quantisation and noise remain."""
+        calibration of its function circuits would do. The correction removes the static gain and
+        offset; the shape errors' part outside the span of f and 1, quantisation and noise remain."""
         self.run_key, self.calls = key, 0
         for site in self.SITES:
             (lo, hi), (dlo, dhi), n = self.seen[site], self.input_range[site], len(self.gain[site])
@@ -104,11 +113,13 @@ class AnalogElementwise(Elementwise):
         return Activity(0.0, n, n)
 
     def _circuit(self, f, x: torch.Tensor, site: str) -> torch.Tensor:
-        """The ADC's reading of the circuit: ADC((1 + g) f(DAC(x)) + o + n)."""
+        """The ADC's reading of the circuit: ADC((1 + g) f((1 + a) DAC(x) + b) + o + n)."""
         full = self.scale[site]
         low, high = self.input_range[site]
         x = C.quantize_range(x, low, high, self.dac_bits)
-        y = f(x) * self.gain[site].to(x) + self.offset[site].to(x)
+        # the shape errors act inside f; skipped at 0 so that a profile without them reads as before, bit for bit
+        shaped = x * self.input_gain[site].to(x) + self.knee[site].to(x) if self.shape_std > 0 else x
+        y = f(shaped) * self.gain[site].to(x) + self.offset[site].to(x)
         if self.noise_std > 0:
             if self.run_key is None:
                 raise RuntimeError("AnalogElementwise used before reset(generator): no noise key")

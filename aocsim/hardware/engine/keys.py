@@ -48,7 +48,7 @@ class Stream(enum.IntEnum):
     # under a chip's root
     VARIATION = 10  # fixed-pattern variation of a calibrated array: (tile, array index)
     DARK = 11  # each detector's dark current: (tile,)
-    ELEMENTWISE = 12  # an analog elementwise circuit's gain and offset errors: (block, site, 0 gain | 1 offset)
+    ELEMENTWISE = 12  # an analog function circuit's static errors: (block, site, 0 gain | 1 offset | 2 a | 3 b)
     FIT = 13  # what a placement measures on the chip to fit its programs: (map,), then the fit's loads and probes
 
 

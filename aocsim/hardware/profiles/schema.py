@@ -140,11 +140,15 @@ FIELDS: tuple[Field, ...] = (
     Field("drift.gain_std_per_inference", "float", "std of the relative gain step per inference", low=0.0),
     Field("drift.offset_std_v_per_inference", "float", "std of the offset step per inference", "V", low=0.0),
     # Analog elementwise functions (SiLU, softplus of an implicit SSM placed with elementwise="analog";
-    # aocsim/execute/elementwise.py): y = ADC((1 + g_c) f(x) + o_c + n), g_c and o_c static per chip.
+    # aocsim/execute/elementwise.py): y = ADC((1 + g_c) f((1 + a_c) x + b_c) + o_c + n), g, o, a, b static per chip.
     Field("elementwise.gain_std", "float", "std of the static per-channel relative gain error g_c of an analog "
           "function circuit", low=0.0, high=1.0),
     Field("elementwise.offset_std", "float", "std of the static per-channel offset o_c, as a fraction of the "
           "function's full scale", low=0.0, high=1.0),
+    Field("elementwise.shape_std", "float", "std of each of the static per-channel shape errors of an analog "
+          "function circuit, f((1 + a_c) x + b_c): a_c scales the input axis (slope factor / input "
+          "transconductance), b_c shifts the knee (threshold), in units of x; a gain-and-offset calibration "
+          "cannot remove them", low=0.0, high=1.0),
     Field("elementwise.noise_std", "float", "std of the noise n of one evaluation, as a fraction of the "
           "function's full scale", low=0.0, high=1.0),
     Field("readout.adc_bits", "int", "readout ADC bits over readout.range_v; null = ideal", low=1, high=24,

@@ -118,7 +118,7 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
         },
         "variation": {"enabled": False, "relative_std": 0.0, "chip_seed": 0},
         "drift": {"enabled": False, "gain_std_per_inference": 0.0, "offset_std_v_per_inference": 0.0},
-        "elementwise": {"gain_std": 0.0, "offset_std": 0.0, "noise_std": 0.0},
+        "elementwise": {"gain_std": 0.0, "offset_std": 0.0, "shape_std": 0.0, "noise_std": 0.0},
         "readout": {"adc_bits": None, "range_v": [-2.5, 2.5], "samples": 40, "settle_iterations": 125,
                     "sample_interval_iterations": 8, "hold_capacitance_f": None, "hold_droop_per_s": 0.0},
         # a weight load writes both panels' N x N pixels at 9 bits
