@@ -49,6 +49,8 @@ class Stream(enum.IntEnum):
     DARK = 11  # each detector's dark current: (tile,)
     ELEMENTWISE = 12  # an analog elementwise circuit's gain and offset errors: (block, site, 0 gain | 1 offset)
     FIT = 13  # what a placement measures on the chip to fit its programs: (map,), then the fit's loads and probes
+    EMITTER = 16  # each emitter's LED cubic, its spread about the profile's: (tile,)
+    EMITTER_CALIBRATION = 17  # the chip measuring its emitters' cubics for predistortion: (module,), then its passes
 
 
 CHIP_DOMAIN = 0x43484950  # "CHIP": the domain the chip roots fold under
