@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from aocsim.hardware.engine import keys, tiles as tiles_module
+from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.emitter_calibration import drive_shapes
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.programming import emitter_cubics
@@ -108,6 +108,6 @@ def test_measured_predistortion_leaves_a_residual_that_grows_with_the_spread(mon
     def profile_cubic(profile, *args):  # the shared cubic of the profile, whatever the chip's emitters are
         return drive_shapes(profile.with_overrides({"emitter.cubic_spread": 0.0}), *args)
 
-    monkeypatch.setattr(tiles_module, "drive_shapes", profile_cubic)
+    monkeypatch.setattr(emitter_calibration, "drive_shapes", profile_cubic)
     shared = torch.tensor([_even_order(p, True) for p in spread])
     assert float(shared.pow(2).mean().sqrt()) > 1.1 * rms, (shared, pre)

@@ -23,9 +23,10 @@ An emitter the chip cannot see (a dead fan-in channel: |a1| below DEAD of the me
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
+import torch.nn.functional as F
 
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
@@ -90,3 +91,19 @@ def drive_shapes(profile: DeviceProfile, n: int, module: int, input_range: float
     if v["emitter.cubic_spread"] == 0:
         return tuple(float(c) for c in v["emitter.poly_pos"]), tuple(float(c) for c in v["emitter.poly_neg"])
     return measured_shapes(profile, n, module, input_range, dtype, device)
+
+
+def predistorted_tiles(profile: DeviceProfile, drive: torch.Tensor, cols: int, tile_size: int, n: int,
+                       modules: list[int], input_range: float, dac: Callable[[torch.Tensor], torch.Tensor]
+                       ) -> torch.Tensor:
+    """Every tile's DAC'd emitter drive [T, B, N] from the drive [B, K]: tile i (column i mod cols, on
+    modules[i]) gets its input block through the inverse of its module's emitters (`drive_shapes`); its
+    padded channels stay exactly 0 (the DAC converts only real inputs)."""
+    x = torch.zeros(len(modules), drive.shape[0], n, dtype=drive.dtype, device=drive.device)
+    padded = F.pad(drive, (0, n))
+    for i, module in enumerate(modules):
+        start = (i % cols) * tile_size
+        width = min(tile_size, drive.shape[1] - start)
+        shapes = drive_shapes(profile, n, module, input_range, drive.dtype, drive.device)
+        x[i, :, :width] = dac(C.predistort_drive(padded[:, start:start + n], *shapes))[:, :width]
+    return x
