@@ -217,9 +217,9 @@ class TwinDEQ(nn.Module):
         with torch.no_grad():
             loop = self.loop()
             c = loop.constants()
-            z = torch.linspace(-10.0, 10.0, 20001, dtype=c.op_t.dtype, device=c.op_t.device)
-            p, q = led_light(nonlinearity(z, c.sigmoid, loop.layout().tanh), c.led, constant=False)
-            dz = z[1] - z[0]
-            slope = float((torch.diff(p) ** 2 + torch.diff(q) ** 2).sqrt().max() / dz)
+            z = torch.linspace(-10.0, 10.0, 20001, dtype=c.op_t.dtype, device=c.op_t.device)[:, None]
+            p, q = led_light(nonlinearity(z, c.sigmoid, loop.layout().tanh), c.led, constant=False)  # every emitter
+            dz = z[1, 0] - z[0, 0]
+            slope = float((torch.diff(p, dim=0) ** 2 + torch.diff(q, dim=0) ** 2).sqrt().max() / dz)
             norm = float(torch.linalg.matrix_norm(c.op_t, ord=2))
             return abs(float(self.alpha.detach())) + abs(float(self.beta.detach())) * norm * slope

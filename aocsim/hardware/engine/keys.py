@@ -50,6 +50,8 @@ class Stream(enum.IntEnum):
     DARK = 11  # each detector's dark current: (tile,)
     ELEMENTWISE = 12  # an analog function circuit's static errors: (block, site, 0 gain | 1 offset | 2 a | 3 b)
     FIT = 13  # what a placement measures on the chip to fit its programs: (map,), then the fit's loads and probes
+    EMITTER = 17  # each emitter's LED cubic, its spread about the profile's: (tile,)
+    EMITTER_CALIBRATION = 18  # the chip measuring its emitters' cubics for predistortion: (module,), then its passes
 
 
 CHIP_DOMAIN = 0x43484950  # "CHIP": the domain the chip roots fold under

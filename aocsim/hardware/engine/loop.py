@@ -8,7 +8,7 @@ load), `step` (the one definition of an iteration), `backends` (eager or
 compiled execution), `dynamics` (the iteration as a map for `aocsim.solve`),
 `sources` (every noise and precision effect), `keys` (keyed random streams).
 What is drawn when: per chip (`variation.chip_seed`): variation, dark
-currents; per weight load (`generator` here): SLM programming error; per
+currents, the emitters' LED cubics; per weight load (`generator` here): SLM programming error; per
 inference (`drifted`): a drift step; per iteration (the call's `generator`):
 RIN and detector noise, counter (sample, channel) of the iteration's key.
 """
@@ -29,7 +29,7 @@ from aocsim.hardware.physics import sources
 from aocsim.hardware.engine.dynamics import LoopMap, LoopSolve, loop_activity
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, program_slm
+from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, emitter_cubics, program_slm
 from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
@@ -95,7 +95,8 @@ class OpticalLoop:
         dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=module)
         self.optics: FoldedOptics = fold(v, self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
         self.coeffs = None if v["nonlinearity.coeffs"] is None else self._tensor(v["nonlinearity.coeffs"])
-        self.poly_pos, self.poly_neg = self._tensor(v["emitter.poly_pos"]), self._tensor(v["emitter.poly_neg"])
+        # each emitter's cubics [4, N] per path (the chip's spread about the profile's; `emitter_cubics`)
+        self.poly_pos, self.poly_neg = emitter_cubics(v, n, dtype=dtype, device=dev, tile=module).unbind(0)
         self.poly_pos_f = tuple(float(c) for c in v["emitter.poly_pos"])
         self.poly_neg_f = tuple(float(c) for c in v["emitter.poly_neg"])
         self.rin_std = sources.rin_std(v)

@@ -2,7 +2,8 @@
 
 Static effects are drawn once, from keyed streams (`aocsim.hardware.engine.keys`):
 - per chip and tile (key: the profile's `variation.chip_seed`): fixed-pattern
-  variation of the calibrated arrays, and each detector's dark current;
+  variation of the calibrated arrays, each detector's dark current, and each
+  emitter's LED cubic;
 - per weight load and tile (key: the loop's seed or generator): the SLM
   programming error.
 """
@@ -113,8 +114,28 @@ def _dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, devi
     return (mean * (1.0 + values["noise.dark.relative_spread"] * draw)).clamp_min(0.0).to(dtype)
 
 
+def _emitter_cubics(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+                    tile: int = 0) -> torch.Tensor:
+    """Each emitter's two LED cubics, [2, 4, n] (path +/-, power highest first, emitter).
+
+    The profile's cubics with each emitter's t^3 and t^2 coefficients, per path, times (1 + s n),
+    s = `emitter.cubic_spread`, n standard normal from the chip's stream (EMITTER, tile); the linear
+    and constant terms stay (an emitter's efficiency spread is the fan-in arrays' variation).
+    """
+    nominal = torch.tensor(np.array([values["emitter.poly_pos"], values["emitter.poly_neg"]], dtype=np.float64),
+                           device=device)
+    cubics = nominal[:, :, None].expand(2, 4, n)
+    s = values["emitter.cubic_spread"]
+    if s > 0:
+        draw = keys.normals(chip_key(values).fold(keys.Stream.EMITTER, tile), (2, 2, n), dtype=torch.float64,
+                            device=device)
+        cubics = torch.cat([cubics[:, :2] * (1.0 + s * draw), cubics[:, 2:]], dim=1)
+    return cubics.to(dtype).contiguous()
+
+
 channel_arrays = _cached(_channel_arrays)
 dark_offsets = _cached(_dark_offsets)
+emitter_cubics = _cached(_emitter_cubics)
 
 
 @dataclass(frozen=True)

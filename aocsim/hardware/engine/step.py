@@ -54,7 +54,7 @@ class Constants:
     sigmoid: (d a, d b, c, -c log2|d|, -1/c, f, g) from the calibrated [a, b, c, d, f, g]
         (unused with tanh): the nonlinearity rewritten so that it costs few passes. Scalars are
         separate 0-dim tensors, not views of one vector: eager CPU kernels broadcast views slowly.
-    led: [[p3, p2, p1, p0] of P+, [...] of P-].
+    led: [2, 4, N]: per emitter, [p3, p2, p1, p0] of P+ and of P-.
     op_t: [2N, N] node operator on q = u - p0 (gain excluded); op3_t: [3N, N] the same operator
         with both LED cubics folded in, acting on [t, t^2, t^3]; c1: [N] their constant.
     det_t: [2N, 2N] = M_det^T; det_offset: [2N] (dark current included).
@@ -116,10 +116,12 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
 
 
 def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both microLED cubics (Horner), with or without their constant terms p0: (P+(t), P-(t))."""
-    p = t * (led[0, 2] + t * (led[0, 1] + t * led[0, 0]))
-    q = t * (led[1, 2] + t * (led[1, 1] + t * led[1, 0]))
-    return (p + led[0, 3], q + led[1, 3]) if constant else (p, q)
+    """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: (P+(t), P-(t)).
+
+    led [..., 2, 4, N]: emitter i's cubic per path, highest power first (`programming.emitter_cubics`)."""
+    p = t * (led[..., 0, 2, :] + t * (led[..., 0, 1, :] + t * led[..., 0, 0, :]))
+    q = t * (led[..., 1, 2, :] + t * (led[..., 1, 1, :] + t * led[..., 1, 0, :]))
+    return (p + led[..., 0, 3, :], q + led[..., 1, 3, :]) if constant else (p, q)
 
 
 def detector_signals(p: torch.Tensor, q: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor
@@ -176,13 +178,15 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
         diff = torch.addcmul(d_pos - d_neg, difference_std(d_pos, d_neg, c.noise), det_draw)
         return torch.addcmul(base + gain * c.node_lam, diff, c.node_scale * gain)
-    return affine(base + gain * c.c1, torch.cat([p - c.led[0, 3], q - c.led[1, 3]], dim=-1), c.op_t * gain)
+    return affine(base + gain * c.c1, torch.cat([p - c.led[..., 0, 3, :], q - c.led[..., 1, 3, :]], dim=-1),
+                  c.op_t * gain)
 
 
 def stack_constants(loads: list[Constants]) -> Constants:
     """The constants of several weight loads (tiles of one chip) stacked for one batched `optical`:
-    matrices [T, 1, K, M] and vectors [T, 1, 1, M] (the 1s broadcast over passes and rows); what every
-    load shares (the nonlinearity, the LED cubics, the noise levels) stays as it is."""
+    matrices [T, 1, K, M], vectors [T, 1, 1, M] (the 1s broadcast over passes and rows) and the emitters'
+    cubics [T, 1, 1, 2, 4, N] (each tile's module has its own); what every load shares (the nonlinearity,
+    the noise levels) stays as it is."""
     def matrices(name: str) -> torch.Tensor:
         return torch.stack([getattr(c, name) for c in loads])[:, None]
 
@@ -190,7 +194,7 @@ def stack_constants(loads: list[Constants]) -> Constants:
         return torch.stack([getattr(c, name) for c in loads])[:, None, None]
 
     first = loads[0]
-    return Constants(first.sigmoid, first.led, matrices("op_t"), matrices("op3_t"), vectors("c1"), matrices("det_t"),
+    return Constants(first.sigmoid, torch.stack([c.led for c in loads])[:, None, None], matrices("op_t"), matrices("op3_t"), vectors("c1"), matrices("det_t"),
                      vectors("det_offset"), vectors("node_scale"), vectors("node_lam"), first.noise)
 
 

@@ -9,8 +9,8 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    `injection.clip` (1 on `ideal`: no clip, tanh). Not the clip half-range alone: 1.3 V on the
    twins lies far outside the calibrated LED cubics, whose response turns over there. With
    `predistort`, u is replaced by the drive whose mean LED response is linear in it
-   (`components.predistort_drive`: the driver's digital lookup before the DAC). u is then
-   clipped and DAC-quantised by `OpticalLoop.injection` (`injection.dac_bits` over the clip).
+   (`components.predistort_drive`: the driver's digital lookup before the DAC; per tile, from its
+   module's `emitter_calibration.drive_shapes`), then clipped and DAC-quantised (`OpticalLoop.injection`).
 2. Tile: W is cut into a grid of rows x cols blocks of `tile_size`, zero-padded to the chip's N
    channels. Tile i = r * cols + c is its own `OpticalLoop(gain="absolute", tile=i, module=i mod
    modules)`: its own SLM load (scale max |W_tile|, programming error key.fold(PROGRAMMING, i)) on
@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from aocsim.errors import InputError
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
 from aocsim.hardware.engine.partial_sums import analog_sum
@@ -164,8 +165,8 @@ class TiledMatrix:
         generator: seed, `torch.Generator` (one key drawn) or `keys.Key`: the static draws of every
             tile and, unless a call passes its own, the per-call noise.
         input_range: r, the emitter drive max |t| maps to (volts; default: module docstring).
-        predistort: drive the emitters through the inverse of their mean LED cubic, so that the light
-            is linear in t up to the two paths' difference (`components.predistort_drive`).
+        predistort: drive the emitters through the inverse of their mean LED cubic (each emitter's as its
+            module measured it, `emitter_calibration`), so that the light is linear in t up to the paths' difference.
         mount: where the tiles sit on the machine's modules (`Mount`; None: one module per tile).
     """
 
@@ -206,13 +207,15 @@ class TiledMatrix:
                 for i, block in enumerate(self.blocks)]
 
     def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(u, s_in): the DAC'd emitter drive [B, K] (volts) and the per-sample scale [B]."""
+        """(x, s_in): every tile's DAC'd emitter drive [T, B, N] (volts; tile r c gets block c) and s_in [B]."""
         s_in = input_scale(t, self.input_range)
-        drive = t / s_in[:, None]
-        if self.predistort:
-            loop = self.loops[0]
-            drive = C.predistort_drive(drive, loop.poly_pos_f, loop.poly_neg_f)
-        return self.loops[0].injection(drive), s_in
+        (rows, cols), ts, n, (batch, k) = self.grid, self.tile_size, self.channels, t.shape
+        if self.predistort:  # each tile through the inverse of its own module's emitters
+            modules = [self.mount.module(i) for i in range(rows * cols)]
+            return predistorted_tiles(self.profile, t / s_in[:, None], cols, ts, n, modules, self.input_range,
+                                      self.loops[0].injection), s_in
+        blocks = F.pad(self.loops[0].injection(t / s_in[:, None]), (0, cols * ts - k)).view(batch, cols, ts)
+        return F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols) % cols], s_in
 
     def activity(self, partial_sums: str, passes: int = 1) -> Activity:
         """What one product does per sample on the machine (`machine`): every tile `passes` times
@@ -274,9 +277,7 @@ class TiledMatrix:
         if layout.draws and key is None:
             raise InputError("generator = None; the profile draws noise on every pass (RIN or detector "
                              "noise), so expected a seed, torch.Generator or Key")
-        u, s_in = self.encode(t)
-        blocks = F.pad(u, (0, cols * ts - k)).view(batch, cols, ts)
-        x = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols) % cols]  # [T, B, N]: tile r c gets block c
+        x, s_in = self.encode(t)  # [T, B, N]
         constants, k0 = self.stacked(key.fold(keys.Stream.RELOAD, call) if self.multiplexed and key is not None
                                      else None)
         gain = self.loops[0].node(0, t)[0]

@@ -84,7 +84,8 @@ def fold_led(op: torch.Tensor, poly_pos: torch.Tensor, poly_neg: torch.Tensor) -
 
     Args:
         op: [R, 2N], rows act on u.
-        poly_pos, poly_neg: cubic coefficients, highest power first.
+        poly_pos, poly_neg: cubic coefficients, highest power first: [4] shared by every emitter, or
+            [4, N] one cubic per emitter (column of op).
     Returns:
         (F [R, 3N] acting on `power_features(t)`, offset [R]).
     """
@@ -98,7 +99,9 @@ def fold_led(op: torch.Tensor, poly_pos: torch.Tensor, poly_neg: torch.Tensor) -
 def predistort_drive(d: torch.Tensor, poly_pos: tuple[float, ...], poly_neg: tuple[float, ...],
                      iterations: int = 8) -> torch.Tensor:
     """The emitter drive q whose mean LED response is linear in d: P(q) - P(0) = P'(0) d, P the mean of
-    the two cubics (highest power first), solved by Newton's method from q = d.
+    the two cubics (highest power first), solved by Newton's method from q = d. A coefficient may be a
+    number (one cubic for every emitter) or a tensor [N] (one per emitter, broadcast over d [B, N]: what
+    a chip measured of each, `aocsim.hardware.engine.emitter_calibration`).
 
     A tile's input reaches the emitters through the DAC, so the driver can apply this inverse digitally
     (docs/PHYSICS.md section 2 step 2: the LED cubics; docs/DEVICE_RUNS.md section 3). The two paths'

@@ -139,6 +139,8 @@ PROGRAMMING = Source("SLM programming error", STATIC, ("slm.programming_error_le
 VARIATION = Source("chip-to-chip variation", STATIC, ("variation.enabled", "variation.relative_std",
                                                        "variation.chip_seed"),
                    {"variation.enabled": False}, lambda v: v["variation.enabled"] and v["variation.relative_std"] > 0)
+LED_CUBICS = Source("LED cubic spread", STATIC, ("emitter.cubic_spread", "variation.chip_seed"),
+                    {"emitter.cubic_spread": 0.0}, lambda v: v["emitter.cubic_spread"] > 0)
 DAC = _Bits("injection DAC", STATIC, ("injection.dac_bits", "injection.clip"), {"injection.dac_bits": None},
             lambda v: v["injection.dac_bits"] is not None and v["injection.clip"] is not None,
             bits_key="injection.dac_bits")
@@ -151,8 +153,8 @@ DRIFT = Source("drift (offset step)", PER_INFERENCE, ("drift.enabled", "drift.of
                {"drift.enabled": False}, lambda v: v["drift.enabled"])
 
 DETECTOR_SOURCES: tuple[DetectorSource, ...] = (SHOT, THERMAL, DARK)
-SOURCES: tuple[Source, ...] = (SHOT, THERMAL, DARK, RIN, SLM_BITS, PROGRAMMING, VARIATION, DARK_OFFSET, DAC, ADC,
-                               HOLD, DRIFT)
+SOURCES: tuple[Source, ...] = (SHOT, THERMAL, DARK, RIN, SLM_BITS, PROGRAMMING, VARIATION, DARK_OFFSET, LED_CUBICS,
+                               DAC, ADC, HOLD, DRIFT)
 SLOTS = ("led", "detector")  # the two halves (cosine, sine) of one Box-Muller pair
 
 
@@ -175,7 +177,7 @@ def noise_free_overrides(v: Values, *, static: bool = False) -> dict[str, Any]:
     """Overrides that silence every per-iteration source and the partial-sum hold's kT/C noise
     (noise.multiplier = 0, which keeps their settings, the hold's droop and the static dark-current
     offsets) and, with static=True, switch off every other random effect (programming error, chip
-    variation, dark current, drift). Bits stay."""
+    variation, dark current, the emitters' cubic spread, drift). Bits stay."""
     out: dict[str, Any] = {}
     scaled = [s for s in SOURCES if s.when == PER_ITERATION or s is HOLD]  # what the multiplier scales
     if any(s.enabled(v) for s in scaled) and v["noise.multiplier"] != 0.0:
@@ -200,7 +202,7 @@ def std_to_snr(std: float, amplitude: float) -> tuple[float, float]:
 
 def without_noise(profile: "DeviceProfile", *, static: bool = False) -> "DeviceProfile":
     """`profile` with every per-iteration noise source off (and, with static=True, every other random
-    effect: programming error, chip variation, dark-current offsets, drift). Precision limits (bits)
-    stay. The sources and their switches: `SOURCES`."""
+    effect: programming error, chip variation, dark-current offsets, the emitters' cubic spread, drift).
+    Precision limits (bits) stay. The sources and their switches: `SOURCES`."""
     off = noise_free_overrides(profile.values, static=static)
     return profile.with_overrides(off) if off else profile

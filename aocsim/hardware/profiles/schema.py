@@ -63,6 +63,10 @@ FIELDS: tuple[Field, ...] = (
     Field("emitter.poly_pos", "array", f"microLED cubic of the positive path, highest power first ({_C} step 2)",
           shape=(4,)),
     Field("emitter.poly_neg", "array", "microLED cubic of the negative path, highest power first", shape=(4,)),
+    Field("emitter.cubic_spread", "float", "emitter-to-emitter relative std s of the LED cubics' t^3 and t^2 "
+          "coefficients: each emitter's, per path, is the profile's times (1 + s n), n standard normal, static per "
+          "chip (variation.chip_seed) and module; predistortion then inverts what the chip measures of each emitter "
+          "(docs/PHYSICS.md section 3)", low=0.0, high=1.0),
     Field("emitter.fan_in_pos", "array", f"fan-in efficiency per input channel, positive path ({_C} step 3)",
           shape=(N,), low=0.0),
     Field("emitter.fan_in_neg", "array", "fan-in efficiency per input channel, negative path", shape=(N,), low=0.0),

@@ -62,6 +62,7 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
         "emitter": {
             "poly_pos": [float(c) for c in cal["led_poly_coeffs_pos"]],
             "poly_neg": [float(c) for c in cal["led_poly_coeffs_neg"]],
+            "cubic_spread": 0.0,
             "fan_in_pos": [float(c) for c in cal["row_profiles"]["positive_row12"]],
             "fan_in_neg": [float(c) for c in cal["row_profiles"]["negative_row12"]],
         },

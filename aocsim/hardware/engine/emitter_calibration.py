@@ -1,0 +1,109 @@
+"""What a chip measures of its emitters so that a tile can predistort their drive (`measured_shapes`).
+
+Predistortion (`components.predistort_drive`) needs each emitter's LED cubic up to its gain: its shape
+s(d) = d + k2 d^2 + k3 d^3 per path. With `emitter.cubic_spread` = 0 every emitter has the profile's
+cubics, which are the twin's calibration of the machine, and a tile inverts their mean. With a spread,
+each emitter differs from the profile and only the chip can say how; this module is that measurement.
+
+The measurement, per module, on the chip before any weight load (docs/PHYSICS.md section 3):
+- the SLMs hold W = +I (then W = -I), so emitter i reaches output i through a full pixel of the
+  positive (then negative) path, and every other output only through dark pixels;
+- one emitter at a time is driven through the DAC at LEVELS levels spanning the tiles' drive range
+  [-r, r], the others at zero drive, REPEATS passes each; output i is read through the readout ADC,
+  with the profile's noise (RIN, detector sources) keyed by the chip's stream (EMITTER_CALIBRATION,
+  module);
+- a cubic a0 + a1 d + a2 d^2 + a3 d^3 is fitted to output i's mean reading by least squares; its
+  shape is (k3, k2) = (a3, a2) / a1 (the gain a1 and the offset a0 are a weight load's calibration's).
+
+What the readings cannot separate is left in the fit: with +I, output i also sees emitter i's other
+path through that path's dark pixel (finite contrast), and its neighbours' detector crosstalk.
+An emitter the chip cannot see (a dead fan-in channel: |a1| below DEAD of the median) is left undistorted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.loop import OpticalLoop
+from aocsim.hardware.engine.programming import _frozen, chip_key
+from aocsim.hardware.engine.step import optical
+from aocsim.hardware.physics import components as C
+from aocsim.hardware.profiles.profile import DeviceProfile
+
+LEVELS = 17  # drive levels per emitter over [-r, r]
+REPEATS = 256  # passes per level, averaged (2 x 17 x 256 x N round trips: about 9 ms per module at 20 ns)
+DEAD = 0.1  # |a1| below this fraction of the median |a1|: an emitter the detectors do not see (a dead fan-in)
+_MEMO: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+MEMO_SIZE = 64
+
+
+def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, input_range: float) -> torch.Tensor:
+    """[4, N]: per emitter (k3, k2, 1, 0) measured with W = sign I on `module` (N = n channels)."""
+    key = chip_key(profile.values).fold(keys.Stream.EMITTER_CALIBRATION, module)
+    eye = torch.eye(n, dtype=torch.float64)
+    loop = OpticalLoop(profile, sign * eye, gain="absolute", generator=key.fold(0), module=module)
+    levels = loop.injection(torch.linspace(-input_range, input_range, LEVELS, dtype=torch.float64))
+    x = torch.diag_embed(levels[:, None].expand(LEVELS, n)).reshape(-1, n)  # row (level, emitter)
+    layout, c, gain, k0 = loop.layout(), loop.constants(), loop.node(0, x)[0], loop.k0()
+    v = profile.values
+    low, high = (float(b) for b in v["readout.range_v"])
+    total = torch.zeros(LEVELS, n, dtype=torch.float64)
+    for r in range(REPEATS if layout.draws else 1):  # one pass per level and emitter at a time (memory)
+        ids = torch.arange(r * x.shape[0], (r + 1) * x.shape[0], dtype=torch.int64)
+        node = (optical(x, c, gain, layout, key.fold(1 + int(sign > 0)).tensor(), keys.sample_counters(ids, n), k0)
+                if layout.draws else optical(x, c, gain, layout, None, None, k0))
+        reading = C.quantize_range(node, low, high, v["readout.adc_bits"]).reshape(LEVELS, n, n)
+        total += reading.diagonal(dim1=1, dim2=2)  # output i while emitter i is driven
+    own = total / (REPEATS if layout.draws else 1)
+    powers = torch.stack([levels ** p for p in range(4)], dim=1)  # [LEVELS, 4]
+    a = torch.linalg.lstsq(powers, own).solution  # [4, N]: a0, a1, a2, a3
+    seen = a[1].abs() > DEAD * a[1].abs().median()
+    k3, k2 = (torch.where(seen, a[p] / a[1], 0.0) for p in (3, 2))
+    return torch.stack([k3, k2, torch.ones(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)])
+
+
+def measured_shapes(profile: DeviceProfile, n: int, module: int, input_range: float, dtype: torch.dtype,
+                    device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positive, negative): each emitter's measured cubic shape, [4, N] each (module docstring), as the
+    chip measures it once (memoised on the profile's values, the module and the drive range)."""
+    values: Mapping[str, Any] = profile.values
+    memo_key = (_frozen(values, tuple(sorted(values))), n, module, float(input_range))
+    if memo_key not in _MEMO:
+        _MEMO[memo_key] = (_fitted_shape(profile, n, 1.0, module, input_range),
+                           _fitted_shape(profile, n, -1.0, module, input_range))
+        if len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    _MEMO.move_to_end(memo_key)
+    return tuple(s.to(dtype=dtype, device=device) for s in _MEMO[memo_key])  # type: ignore[return-value]
+
+
+def drive_shapes(profile: DeviceProfile, n: int, module: int, input_range: float, dtype: torch.dtype,
+                 device: torch.device | str) -> tuple[tuple[float, ...] | torch.Tensor, ...]:
+    """The two LED cubics a tile on `module` predistorts with (`components.predistort_drive` inverts their
+    mean): the profile's, shared by every emitter, without a spread (`emitter.cubic_spread` = 0), else
+    each emitter's measured shape [4, N] (`measured_shapes`)."""
+    v = profile.values
+    if v["emitter.cubic_spread"] == 0:
+        return tuple(float(c) for c in v["emitter.poly_pos"]), tuple(float(c) for c in v["emitter.poly_neg"])
+    return measured_shapes(profile, n, module, input_range, dtype, device)
+
+
+def predistorted_tiles(profile: DeviceProfile, drive: torch.Tensor, cols: int, tile_size: int, n: int,
+                       modules: list[int], input_range: float, dac: Callable[[torch.Tensor], torch.Tensor]
+                       ) -> torch.Tensor:
+    """Every tile's DAC'd emitter drive [T, B, N] from the drive [B, K]: tile i (column i mod cols, on
+    modules[i]) gets its input block through the inverse of its module's emitters (`drive_shapes`); its
+    padded channels stay exactly 0 (the DAC converts only real inputs)."""
+    x = torch.zeros(len(modules), drive.shape[0], n, dtype=drive.dtype, device=drive.device)
+    padded = F.pad(drive, (0, n))
+    for i, module in enumerate(modules):
+        start = (i % cols) * tile_size
+        width = min(tile_size, drive.shape[1] - start)
+        shapes = drive_shapes(profile, n, module, input_range, drive.dtype, drive.device)
+        x[i, :, :width] = dac(C.predistort_drive(padded[:, start:start + n], *shapes))[:, :width]
+    return x
