@@ -27,8 +27,7 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    output; "digital": one ADC per tile output, the codes summed digitally. y = reading * s_in (digital).
    Callers scale W so that |W u| fits range_v; `adc_clipped` counts the inputs that did not.
 
-The machine the tiles run on (weight-stationary or time-multiplexed modules):
-`aocsim.hardware.engine.machine`.
+The machine the tiles run on (weight-stationary or time-multiplexed): `aocsim.hardware.engine.machine`.
 
 Not modelled here: saturation rails, loop bandwidth and drift (they act on the loop state across
 iterations; a tile pass is one settled round trip of a weight load), and any per-tile calibration: on
