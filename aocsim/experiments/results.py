@@ -142,7 +142,8 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
         "timing": ds.hardware_time_s.attrs.get("description", ""),
         "energy_j": float(ds.energy_j.mean()),
-        "modules": int(ds.attrs.get("modules", 1)), "weight_loads": float(ds.weight_loads.mean()),
+        "modules": int(ds.attrs.get("modules", 1)),  # a Dataset from before the machine model: one module
+        "weight_loads": float(ds.weight_loads.mean()) if "weight_loads" in ds else 0.0,
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None, "terms": terms(ds), "warnings": trust_notes(ds),
     }
