@@ -114,3 +114,35 @@ def test_measured_predistortion_leaves_a_residual_that_grows_with_the_spread(mon
     monkeypatch.setattr(emitter_calibration, "drive_shapes", profile_cubic)
     shared = torch.tensor([_even_order(p, True) for p in spread])
     assert float(shared.pow(2).mean().sqrt()) > 1.1 * rms, (shared, pre)
+
+
+def test_the_emitters_cubics_drift_as_a_relative_random_walk_and_stay_put_by_default() -> None:
+    """drift.cubic_std_per_inference = c: after k inferences each emitter's t^3 and t^2 coefficients have moved
+    by a relative std of c sqrt(k) (192 coefficients on 48 channels; 25 % covers 4 sigma of their sample std),
+    the linear and constant terms not at all; c = 0 (the lab profiles' default) draws nothing."""
+    w = torch.rand(48, 48, generator=torch.Generator().manual_seed(3), dtype=F64) * 0.2 - 0.1
+    still = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=18.6, generator=1)
+    with keys.recording() as drawn:
+        moved = still.drifted(7)
+    assert torch.equal(moved.poly_pos, still.poly_pos) and torch.equal(moved.poly_neg, still.poly_neg)
+    assert not any(k.path[-2:] == (keys.Stream.DRIFT, 1) for k in drawn)
+    c, steps = 0.01, 16
+    loop = OpticalLoop(load_device("aoc48", {"drift.cubic_std_per_inference": c}), w, alpha=0.5, beta=18.6, generator=1)
+    start = torch.stack([loop.poly_pos, loop.poly_neg])
+    for k in range(steps):
+        loop = loop.drifted(100 + k)
+    end = torch.stack([loop.poly_pos, loop.poly_neg])
+    ratio = (end[:, :2] / start[:, :2] - 1).flatten()
+    assert abs(float(ratio.std()) / (c * steps ** 0.5) - 1) < 0.25, float(ratio.std())
+    assert torch.equal(end[:, 2:], start[:, 2:])
+
+
+def test_drifted_emitters_undo_part_of_the_predistortion() -> None:
+    """The chip measures its emitters once; a weight load's emitters have drifted one step since, so the
+    predistortion, calibrated on the cubics as they were, leaves more even-order distortion (aoc48-twin with
+    a 5 % spread, 3 chips; a 20 % step makes it plain)."""
+    def residual(chip: int, c: float) -> float:
+        return _even_order(load_device("aoc48-twin", {"emitter.cubic_spread": 0.05, "variation.chip_seed": chip,
+                                                      "drift.enabled": True, "drift.cubic_std_per_inference": c}), True)
+    for chip in range(3):
+        assert residual(chip, 0.2) > 1.2 * residual(chip, 0.0), chip

@@ -2,15 +2,13 @@
 
     z[k+1] = alpha(k) z[k] + y_opt(f(z[k])) + gamma (z[k] - z[k-1]) + inject(x + b)
 
-The pieces live by responsibility: `programming` (the SLM and the chip's
-static draws), `optics` (folding the calibrated pipeline once per weight
-load), `step` (the one definition of an iteration), `backends` (eager or
-compiled execution), `dynamics` (the iteration as a map for `aocsim.solve`),
-`sources` (every noise and precision effect), `keys` (keyed random streams).
-What is drawn when: per chip (`variation.chip_seed`): variation, dark
-currents, the emitters' LED cubics; per weight load (`generator` here): SLM programming error; per
-inference (`drifted`): a drift step; per iteration (the call's `generator`):
-RIN and detector noise, counter (sample, channel) of the iteration's key.
+The pieces live by responsibility: `programming` (the SLM and the chip's static draws), `optics` (folding
+the calibrated pipeline once per weight load), `step` (the one definition of an iteration), `backends`
+(eager or compiled execution), `dynamics` (the iteration as a map for `aocsim.solve`), `sources` (every
+noise and precision effect), `keys` (keyed random streams). What is drawn when: per chip
+(`variation.chip_seed`): variation, dark currents, the emitters' LED cubics; per weight load (`generator`
+here): SLM programming error; per inference (`drifted`): a drift step; per iteration (the call's
+`generator`): RIN and detector noise, counter (sample, channel) of the iteration's key.
 """
 
 from __future__ import annotations
@@ -23,13 +21,13 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware.engine import keys
-from aocsim.hardware.engine import probes
+from aocsim.hardware.engine import keys, probes
 from aocsim.hardware.physics import sources
 from aocsim.hardware.engine.dynamics import LoopMap, LoopSolve, loop_activity
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, emitter_cubics, program_slm
+from aocsim.hardware.engine.programming import (channel_arrays, dark_offsets, drift_cubics, emitter_cubics,
+                                                program_slm)
 from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
@@ -189,18 +187,25 @@ class OpticalLoop:
         return u
 
     def drifted(self, generator: keys.Seed) -> "OpticalLoop":
-        """The same loop one inference later: its output gain and offset take one random-walk step."""
+        """The same loop one inference later: its output gain and offset, and its emitters' cubics
+        (`cubics_drifted`), take one random-walk step."""
         v = self.values
         if not v["drift.enabled"]:
             return self
         key = keys.as_key(generator)
         d = keys.normals(key.fold(keys.Stream.DRIFT), (2, self.n), dtype=self.weight.dtype, device=self.weight.device)
         gain, offset = self.drift_state
+        return self.cubics_drifted(key)._with(drift_state=(gain + v["drift.gain_std_per_inference"] * d[0],
+                                                           offset + v["drift.offset_std_v_per_inference"] * d[1]))
+
+    def cubics_drifted(self, generator: keys.Seed) -> "OpticalLoop":
+        """The loop with its emitters' cubics one inference's drift later (`programming.drift_cubics`)."""
+        cubics = drift_cubics(self.values, torch.stack([self.poly_pos, self.poly_neg]), keys.as_key(generator))
+        return self if cubics is None else self._with(poly_pos=cubics[0], poly_neg=cubics[1])
+
+    def _with(self, **changes: Any) -> "OpticalLoop":
         new = object.__new__(OpticalLoop)
-        new.__dict__.update(self.__dict__)
-        new.drift_state = (gain + v["drift.gain_std_per_inference"] * d[0],
-                           offset + v["drift.offset_std_v_per_inference"] * d[1])
-        new._consts = None
+        new.__dict__.update(self.__dict__, _consts=None, **changes)
         return new
 
     # -- running it --------------------------------------------------------------------------------

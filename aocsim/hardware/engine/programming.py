@@ -136,6 +136,23 @@ def _emitter_cubics(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, de
 channel_arrays = _cached(_channel_arrays)
 dark_offsets = _cached(_dark_offsets)
 emitter_cubics = _cached(_emitter_cubics)
+CUBIC_DRIFT = 1  # under Stream.DRIFT: the emitters' cubic step (the gain and offset step folds nothing more)
+
+
+def drift_cubics(values: Mapping[str, Any], cubics: torch.Tensor, key: keys.Key | None) -> torch.Tensor | None:
+    """Each emitter's cubics [2, 4, n] one inference later: the t^3 and t^2 coefficients, per path, times
+    (1 + c n), c = `drift.cubic_std_per_inference`, n standard normal from key.fold(DRIFT, CUBIC_DRIFT): a
+    relative random walk away from what predistortion measured (docs/PHYSICS.md section 3). None when c
+    is 0 or drift is off (nothing drawn)."""
+    c = float(values["drift.cubic_std_per_inference"])
+    if not values["drift.enabled"] or c == 0.0:
+        return None
+    if key is None:
+        raise InputError(f"generator = None; the emitters' cubics drift (drift.cubic_std_per_inference = {c:g}), "
+                         "so expected a seed, torch.Generator or Key")
+    step = keys.normals(key.fold(keys.Stream.DRIFT, CUBIC_DRIFT), (2, 2, cubics.shape[-1]), dtype=cubics.dtype,
+                        device=cubics.device)
+    return torch.cat([cubics[:, :2] * (1.0 + c * step), cubics[:, 2:]], dim=1)
 
 
 @dataclass(frozen=True)

@@ -201,9 +201,9 @@ class TiledMatrix:
         self._reloaded: tuple[int, tuple[Constants, torch.Tensor]] | None = None  # the last reload's constants
 
     def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
-        """Every tile written onto its module, programming errors from `key`."""
+        """Every tile on its module (programming errors from `key`), its emitters' cubics drifted since measured."""
         return [OpticalLoop(self.profile, block, gain="absolute", generator=key, tile=i, module=self.mount.module(i))
-                for i, block in enumerate(self.blocks)]
+                .cubics_drifted(key and key.fold(keys.Stream.DRIFT, i)) for i, block in enumerate(self.blocks)]
 
     def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, s_in): every tile's DAC'd emitter drive [T, B, N] (volts; tile r c gets block c) and s_in [B]."""

@@ -143,6 +143,9 @@ FIELDS: tuple[Field, ...] = (
     Field("drift.enabled", "bool", "slow random walk across inferences of the output gain and offset"),
     Field("drift.gain_std_per_inference", "float", "std of the relative gain step per inference", low=0.0),
     Field("drift.offset_std_v_per_inference", "float", "std of the offset step per inference", "V", low=0.0),
+    Field("drift.cubic_std_per_inference", "float", "std of the relative step per inference of each emitter's t^3 "
+          "and t^2 coefficients (a random walk of the LED cubics away from what predistortion measured); 0 = stable",
+          low=0.0, high=1.0),
     # Analog elementwise functions (SiLU, softplus of an implicit SSM placed with elementwise="analog";
     # aocsim/execute/elementwise.py): y = ADC((1 + g_c) f((1 + a_c) x + b_c) + o_c + n), g, o, a, b static per chip.
     Field("elementwise.gain_std", "float", "std of the static per-channel relative gain error g_c of an analog "
