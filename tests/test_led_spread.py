@@ -146,3 +146,4 @@ def test_drifted_emitters_undo_part_of_the_predistortion() -> None:
                                                       "drift.enabled": True, "drift.cubic_std_per_inference": c}), True)
     for chip in range(3):
         assert residual(chip, 0.2) > 1.2 * residual(chip, 0.0), chip
+

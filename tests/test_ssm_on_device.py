@@ -79,6 +79,19 @@ def test_a_tile_program_is_the_same_bits_from_call_to_call() -> None:
         assert torch.equal(again.weight, first.weight) and again.error == first.error
 
 
+def test_the_fits_least_squares_give_the_same_bits_from_call_to_call() -> None:
+    """The one least-squares solve of the device's fits (tile programs, the emitters' measured cubics): the
+    same bits whatever memory its arrays land in (torch's default driver differed in most of 100 calls)."""
+    from aocsim._numerics import least_squares
+
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(512, 49, generator=gen, dtype=torch.float64), torch.randn(512, 48, generator=gen, dtype=torch.float64)
+    first = least_squares(a, b)
+    for shift in range(100):
+        _ = [torch.empty(7 * shift + 1) for _ in range(3)]
+        assert torch.equal(least_squares(a.clone(), b.clone()), first)
+
+
 def test_closed_loop_rounds_do_not_let_a_weak_column_diverge() -> None:
     """a5-implicit's output projection on aoc48-twin: with one damping for every column, the error falls
     from 37 % to 18 % in three rounds, then grows again (one weak column's correction overshoots and

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.hardware.engine.machine import Mount
@@ -72,8 +73,7 @@ def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *,
     out = tiles(t, partial_sums=partial_sums, generator=probe)
     node = out.y / out.input_scale[:, None]
     x = torch.cat([t[:, live] / out.input_scale[:, None], t.new_ones(PROBES, 1)], dim=1)
-    # QR (gels): the default pivoted driver (gelsy) rounds differently from call to call on the CPU
-    solution = torch.linalg.lstsq(x, node, driver="gels").solution
+    solution = least_squares(x, node)
     a = program.new_zeros(program.shape)
     a[:, live] = solution[:k].T
     return a, solution[k]

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
 
+from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.programming import _frozen, chip_key
@@ -61,7 +62,7 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
         total += reading.diagonal(dim1=1, dim2=2)  # output i while emitter i is driven
     own = total / (REPEATS if layout.draws else 1)
     powers = torch.stack([levels ** p for p in range(4)], dim=1)  # [LEVELS, 4]
-    a = torch.linalg.lstsq(powers, own).solution  # [4, N]: a0, a1, a2, a3
+    a = least_squares(powers, own)  # [4, N]: a0, a1, a2, a3
     seen = a[1].abs() > DEAD * a[1].abs().median()
     k3, k2 = (torch.where(seen, a[p] / a[1], 0.0) for p in (3, 2))
     return torch.stack([k3, k2, torch.ones(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)])
