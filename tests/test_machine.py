@@ -73,8 +73,9 @@ def test_tiles_on_one_module_share_its_fixed_pattern_and_each_reload_draws_a_new
     stationary = TiledMatrix(quiet, w, generator=5)
     multiplexed = TiledMatrix(quiet, w, generator=5, mount=Mount(count=1, multiplexed=True))
     torch.testing.assert_close(stationary(t, call=0).y, stationary(t, call=1).y, rtol=0, atol=0)
-    first, again, second = (multiplexed(t, call=c).y for c in (0, 0, 1))
+    first, again, second, back = (multiplexed(t, call=c).y for c in (0, 0, 1, 0))
     torch.testing.assert_close(first, again, rtol=0, atol=0)  # a reload is keyed: same call, same bits
+    torch.testing.assert_close(back, first, rtol=0, atol=0)  # and kept: a call's reload found again
     assert (first - second).abs().max() > 1e-6
 
 

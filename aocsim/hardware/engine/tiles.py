@@ -56,7 +56,7 @@ from aocsim.hardware.engine.step import Constants, optical, stack_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.hardware.physics.energy import Activity
 
-PARTIAL_SUMS = ("analog", "digital")
+PARTIAL_SUMS, RELOADS_KEPT = ("analog", "digital"), 64  # RELOADS_KEPT: time-multiplexed reloads' constants kept
 
 
 @dataclass(frozen=True)
@@ -142,9 +142,9 @@ def tile_options(averaging: int = 1, predistort: bool = False) -> str:
 
 
 def check_predistort(predistort: object) -> bool:
-    if not isinstance(predistort, bool):
-        raise InputError(f"predistort = {predistort!r}; expected True or False (linearise the emitter drive)")
-    return predistort
+    if isinstance(predistort, bool):
+        return predistort
+    raise InputError(f"predistort = {predistort!r}; expected True or False (linearise the emitter drive)")
 
 
 def input_scale(t: torch.Tensor, input_range: float) -> torch.Tensor:
@@ -198,7 +198,7 @@ class TiledMatrix:
                                      for r in range(self.grid[0]) for c in range(self.grid[1]))]
         self.loops = self._load(self.key)
         self._stacked: tuple[Constants, torch.Tensor] | None = None
-        self._reloaded: tuple[int, tuple[Constants, torch.Tensor]] | None = None  # the last reload's constants
+        self._reloaded: dict[int, tuple[Constants, torch.Tensor]] = {}  # by reload key: a run repeats its calls
 
     def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
         """Every tile on its module (programming errors from `key`), its emitters' cubics drifted since measured."""
@@ -244,9 +244,10 @@ class TiledMatrix:
         node constants k0 [T, 1, 1, N]; built once per weight load, or for the `reload` written before
         a time-multiplexed product (its programming errors keyed by it)."""
         if reload is not None:
-            if self._reloaded is None or self._reloaded[0] != reload.value:
-                self._reloaded = (reload.value, _stack(self._load(reload)))
-            return self._reloaded[1]
+            if reload.value not in self._reloaded:  # kept: a token-by-token run reuses its visits' keys
+                self._reloaded = {**dict(list(self._reloaded.items())[1 - RELOADS_KEPT:]),
+                                  reload.value: _stack(self._load(reload))}
+            return self._reloaded[reload.value]
         if self._stacked is None:
             self._stacked = _stack(self.loops)
         return self._stacked
@@ -311,10 +312,9 @@ def _stack(loops: list[OpticalLoop]) -> tuple[Constants, torch.Tensor]:
 
 def tiled_matvec(device: DeviceProfile | str, weight: torch.Tensor, t: torch.Tensor, *,
                  partial_sums: str = "analog", tile_size: int | None = None, generator: keys.Seed = None,
-                 samples: object = None, call: int = 0, keep_partials: bool = False,
-                 input_range: float | None = None) -> TiledProduct:
-    """y = W t on `device`'s optical tiles: `TiledMatrix(device, weight, ...)(t, ...)` with one key
-    (from `generator`) for the static draws and the call's noise (separate purposes of the stream)."""
+                 samples: object = None, call: int = 0, keep_partials: bool = False, input_range: float | None = None
+                 ) -> TiledProduct:
+    """y = W t on `device`'s tiles: `TiledMatrix(device, weight, ...)(t, ...)`, one key for static draws and noise."""
     key = keys.as_key(generator)
     return TiledMatrix(device, weight, tile_size=tile_size, generator=key, input_range=input_range)(
         t, partial_sums=partial_sums, samples=samples, call=call, keep_partials=keep_partials)
