@@ -85,7 +85,7 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, r
     import time
 
     from aocsim.experiments.sweep import load_spec, sweep
-    from aocsim.experiments.sweep.table import point_table
+    from aocsim.experiments.sweep.table import front_table, point_table
     from aocsim.io.outputs import check_output_file
 
     loaded = load_spec(spec)
@@ -98,9 +98,10 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, r
     with compute() as threads:
         ds = sweep(loaded, out, workers=workers or threads, scheduler=scheduler, resume=resume, overwrite=overwrite,
                    progress=True)
-    click.echo(f"{len(loaded.points())} points x {len(loaded.chips)} chips x {len(loaded.seeds)} seeds in "
+    points = loaded.search.budget if loaded.search else len(loaded.points())
+    click.echo(f"{points} points x {len(loaded.chips)} chips x {len(loaded.seeds)} seeds in "
                f"{time.perf_counter() - start:.1f} s ({workers or threads} workers)" + (" resumed" if resume else ""))
-    click.echo(point_table(ds))
+    click.echo(front_table(ds) if loaded.search else point_table(ds))
     click.echo(f"wrote {out / 'results.nc'}")
     if plot is not None:
         from aocsim.experiments.sweep.plots import plot_sweep
@@ -117,6 +118,8 @@ def _check_size(spec: Any, out: Path, resume: bool, workers: int | None, yes: bo
     from aocsim.experiments.sweep.store import SweepStore
     from aocsim.threads import usable_cores
 
+    if spec.search is not None:  # its budget is checked by its spec
+        return
     points = spec.points()
     done = SweepStore(out).done() if resume else set()
     left = sum(p.key not in done for p in points)
@@ -192,16 +195,19 @@ def _pairs(items: tuple[str, ...]) -> dict[str, Any]:
 @friendly
 def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
     """Draw a sweep's RESULTS (results.nc): a line with a band (one axis), a heat map (two), or a
-    Pareto front; the mean over chips and seeds, the band their spread."""
-    from aocsim.experiments.sweep.plots import open_results, plot_pareto, plot_sweep
+    Pareto front; the mean over chips and seeds, the band their spread. A search's results: its trials
+    in its first two objectives and their front (results-front.png) unless --metric or --pareto."""
+    from aocsim.experiments.sweep.plots import open_results, plot_front, plot_pareto, plot_sweep
     from aocsim.io.outputs import check_output_file
 
     ds = open_results(results)
-    if metric is None and not pareto:
+    front = "pareto" in ds and metric is None and not pareto  # a search: its front, unless asked otherwise
+    if metric is None and not pareto and not front:
         metric = "accuracy" if "accuracy" in ds else next(iter(ds.data_vars))
-    default = results.with_name(f"{results.stem}-{'pareto-' + pareto if pareto else metric}.png")
-    out = check_output_file(out_path or default, what="--out")
+    name = "front" if front else "pareto-" + pareto if pareto else metric
+    out = check_output_file(out_path or results.with_name(f"{results.stem}-{name}.png"), what="--out")
     if out.exists() and not overwrite:
         raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
-    written: Any = plot_pareto(ds, out, cost=pareto) if pareto else plot_sweep(ds, out, metric=metric)
+    written: Any = (plot_front(ds, out) if front else plot_pareto(ds, out, cost=pareto) if pareto
+                    else plot_sweep(ds, out, metric=metric))
     click.echo(f"wrote {written}")

@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
+from aocsim.experiments.sweep.front import pareto_mask
 from aocsim.experiments.sweep.labels import (SHARES, axis_label, log_cost_ticks, metric_label, percent_axis,
                                              settings_text, value_ticks)
 
@@ -131,14 +132,56 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
 
 def pareto_front(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
     """Indices of the points no other point beats (lower or equal cost and higher or equal accuracy,
-    one of them strictly), sorted by cost."""
-    order = np.lexsort((-accuracy, cost))
-    front, best = [], -np.inf
-    for i in order:
-        if accuracy[i] > best:
-            front.append(i)
-            best = accuracy[i]
-    return np.asarray(front, dtype=int)
+    one of them strictly), one per distinct (cost, accuracy), sorted by cost (`front.pareto_mask`)."""
+    on = np.flatnonzero(pareto_mask(np.stack([cost, accuracy], axis=1), ("min", "max")))
+    _, first = np.unique(np.stack([cost[on], accuracy[on]], axis=1), axis=0, return_index=True)
+    on = on[np.sort(first)]
+    return on[np.argsort(cost[on], kind="stable")]
+
+
+def plot_front(ds: xr.Dataset, path: str | Path) -> Path:
+    """A search's trials (mean over chips x seeds) in its first two objectives: feasible ones as dots,
+    infeasible ones as crosses, the Pareto front drawn through its trials; the hypervolume in the title."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if "pareto" not in ds:
+        raise InputError("the results hold no search (no pareto variable); expected the results.nc of a sweep with "
+                         "a search block")
+    objectives = json.loads(ds.attrs["search"])["objectives"]
+    names = list(objectives)
+    mean = {m: ds[m].mean(("model", *RUN_DIMS)).values for m in names}
+    x = mean[names[0]] if len(names) > 1 else np.arange(ds.sizes["trial"])
+    y = mean[names[1]] if len(names) > 1 else mean[names[0]]
+    feasible, front = ds.feasible.values.astype(bool), ds.pareto.values.astype(bool)
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
+    ax.scatter(x[feasible], y[feasible], s=18, alpha=0.5, label="feasible trial")
+    ax.scatter(x[~feasible], y[~feasible], s=22, marker="x", color="grey", label="infeasible (a constraint fails)")
+    order = np.flatnonzero(front)[np.argsort(x[front], kind="stable")]
+    ax.step(x[order], y[order], where="post" if objectives.get(names[-1]) == "max" else "pre", color="C3",
+            marker="o", mec="black", label="Pareto front")
+    ax.set_xlabel(metric_label(names[0], ds[names[0]].attrs.get("units", "")) if len(names) > 1 else "trial")
+    ax.set_ylabel(metric_label(y_name := names[1] if len(names) > 1 else names[0], ds[y_name].attrs.get("units", "")))
+    for name, axis in ((names[0], ax.xaxis), (y_name, ax.yaxis)):
+        if name in SHARES and (axis is ax.yaxis or len(names) > 1):
+            percent_axis(axis)
+    finite = x[np.isfinite(x) & (x > 0)]
+    if len(names) > 1 and names[0] not in SHARES and len(finite) and finite.max() / finite.min() > 50:
+        ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    more = f"; objectives beyond two: {', '.join(names[2:])}" if len(names) > 2 else ""
+    ax.set_title(f"{ds.sizes['trial']} trials on {ds.attrs.get('device', '?')}, hypervolume "
+                 f"{float(ds.attrs['hypervolume']):.3g}{more}", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
 
 
 def _settings(ds: xr.Dataset, da: xr.DataArray) -> list[str]:

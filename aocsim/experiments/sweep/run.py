@@ -20,7 +20,8 @@ import xarray as xr
 from aocsim.errors import InputError
 from aocsim.solve.result import SolveStatus
 from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
-from aocsim.experiments.sweep.store import SweepStore, assemble, write_results
+from aocsim.experiments.sweep.search import results, run_search
+from aocsim.experiments.sweep.store import SweepStore, write_results
 
 log = logging.getLogger(__name__)
 _MODELS: dict[str, Any] = {}  # loaded models, per process
@@ -178,17 +179,23 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
         client = connect(scheduler) if isinstance(scheduler, str) else scheduler
     info = provenance(spec, base)
     store.prepare(spec, fingerprint(info), resume=resume, overwrite=overwrite)
-    done = store.done()
-    todo = [p for p in spec.points() if p.key not in done]
-    log.info("sweep: %d of %d points to run", len(todo), len(todo) + len(done))
+
+    def evaluate(points: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
+        return _dask(client, spec, base, points) if client is not None else _local(spec, base, points, workers)
+
     try:
-        results = _dask(client, spec, base, todo) if client is not None else _local(spec, base, todo, workers)
-        for key, ds in bar(results, desc="sweep points", total=len(todo), enabled=progress):
-            store.write_point(key, ds)
+        if spec.search is not None:
+            run_search(spec, store, evaluate, progress=progress)
+        else:
+            done = store.done()
+            todo = [p for p in spec.points() if p.key not in done]
+            log.info("sweep: %d of %d points to run", len(todo), len(todo) + len(done))
+            for key, ds in bar(evaluate(todo), desc="sweep points", total=len(todo), enabled=progress):
+                store.write_point(key, ds)
     finally:
         if client is not None and isinstance(scheduler, str):
             client.close()
-    ds = assemble(spec, store, info)
+    ds = results(spec, store, info)
     write_results(ds, store)
     return ds
 

@@ -28,6 +28,7 @@ See docs/SWEEPS.md.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -41,9 +42,11 @@ from aocsim.errors import AocsimError, InputError, ProfileError
 from aocsim.execute.placement import DECLARATIONS
 from aocsim.experiments.sweep.axes import Axis, count, drawn, mapping, short, zipped
 from aocsim.experiments.sweep.axes import values as axis_values
+from aocsim.experiments.sweep.search_spec import Search, metric_name, parse_search
 from aocsim.hardware.profiles.profile import _Loader
 
-TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "seeds", "chips", "root_seed", "metrics")
+TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "search", "space", "seeds", "chips", "root_seed",
+            "metrics")
 # Placement settings a sweep can vary: `placement.NAME` for every option declared in
 # aocsim/execute/placement.py (how a model is put on the device, not the device itself).
 PLACEMENT = {f"placement.{name}": d.help for name, d in DECLARATIONS.items()}
@@ -85,6 +88,7 @@ class SweepSpec:
     metrics: tuple[str, ...]
     source: dict[str, Any] = field(repr=False)
     device_path: str = ""  # the profile to load: `device`, a relative .yaml path resolved against the spec's folder
+    search: Search | None = None  # a co-design search over `search.space` instead of a grid (search_spec.py)
 
     @property
     def profile(self) -> str:
@@ -169,13 +173,15 @@ def parse_spec(raw: Any, *, where: str = "spec", check: bool = True, folder: Pat
         axes.append(zipped(raw["zip"]))
     if "random" in raw:
         axes.append(drawn(raw["random"]))
+    search = _search(raw, models, axes)
     paths = [p for a in axes for p in a.values]
     repeated = sorted({p for p in paths if paths.count(p) > 1})
     if repeated:
         raise InputError(f"parameter {repeated[0]!r} is swept twice; expected each path under one of axes, zip, random")
     spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
                      _ids("chips", raw.get("chips", 1)), count("root_seed", raw.get("root_seed", 0)),
-                     _metrics(raw.get("metrics")), source=raw, device_path=_device_path(device, folder))
+                     _metrics(raw.get("metrics"), search), source=raw, device_path=_device_path(device, folder),
+                     search=search)
     if check:
         check_points(spec)
     return spec
@@ -218,15 +224,30 @@ def _ids(name: str, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _metrics(value: Any) -> tuple[str, ...]:
+def _search(raw: dict[str, Any], models: tuple[str, ...], axes: list[Axis]) -> Search | None:
+    """The search block (search_spec.py), which replaces the grid: one model, no axes."""
+    if "search" not in raw:
+        if "space" in raw:
+            raise InputError("space is given without search; expected a search block (or axes for a grid)")
+        return None
+    if axes:
+        raise InputError(f"search and {axes[0].dim if axes[0].dim in ('zip', 'draw') else 'axes'} together; "
+                         "expected a search over space, or a grid")
+    if len(models) != 1:
+        raise InputError(f"model = {short(list(models))}: a search runs one model; expected one name")
+    return parse_search(raw["search"], raw.get("space"), tuple(METRICS))
+
+
+def _metrics(value: Any, search: Search | None = None) -> tuple[str, ...]:
     if value is None:
         return tuple(METRICS)
     if not isinstance(value, list) or not value:
         raise InputError(f"metrics = {short(value)}; expected a list among {', '.join(METRICS)}")
-    for m in value:
-        if m not in METRICS:
-            raise InputError(f"metrics: unknown metric {m!r}; expected among {', '.join(METRICS)}")
-    return tuple(dict.fromkeys(value))
+    metrics = [metric_name(m, "metrics", tuple(METRICS)) for m in value]
+    missing = [m for m in (search.metrics if search else ()) if m not in metrics]
+    if missing:
+        raise InputError(f"metrics lacks {missing[0]!r}, which the search reads; expected it among the metrics")
+    return tuple(dict.fromkeys(metrics))
 
 
 def check_points(spec: SweepSpec) -> None:
@@ -235,6 +256,8 @@ def check_points(spec: SweepSpec) -> None:
     from aocsim.hardware.profiles.checks import suggest
     from aocsim.hardware.profiles.schema import BY_KEY
 
+    if spec.search is not None:  # the corners of the box (schema ranges are intervals)
+        spec = dataclasses.replace(spec, axes=tuple(Axis(p.path, {p.path: p.bounds}) for p in spec.search.space))
     for axis in spec.axes:
         for path, values in axis.values.items():
             if path in PLACEMENT:

@@ -147,19 +147,3 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
 def write_results(ds: xr.Dataset, store: SweepStore) -> Path:
     _atomic_netcdf(ds, store.results)
     return store.results
-
-
-def status(root: str | Path) -> dict[str, object]:
-    """What is done in a sweep folder: points done and total, and whether results.nc is written."""
-    from aocsim.experiments.sweep.spec import parse_spec
-
-    store = SweepStore(root)
-    saved = store.saved_spec()
-    if saved is None:
-        raise InputError(f"DIR = {str(root)!r} holds no sweep ({SPEC_FILE} missing or not a sweep's); expected a "
-                         "folder written by aocsim sweep")
-    spec = parse_spec(json.loads(saved["spec"]), where=str(store.root / SPEC_FILE), check=False)
-    keys = [p.key for p in spec.points()]
-    finished = store.done() & set(keys)
-    return {"done": len(finished), "total": len(keys), "results": store.results.is_file(),
-            "missing": [k for k in keys if k not in finished]}

@@ -31,7 +31,8 @@ def open_sweep(path: str | Path) -> xr.Dataset:
     a results.nc file; a one-line InputError for anything else."""
     from aocsim.experiments.sweep.plots import open_results
     from aocsim.experiments.sweep.spec import parse_spec
-    from aocsim.experiments.sweep.store import SweepStore, assemble
+    from aocsim.experiments.sweep.search import results
+    from aocsim.experiments.sweep.store import SweepStore
 
     path = Path(path)
     if path.is_file():
@@ -44,7 +45,7 @@ def open_sweep(path: str | Path) -> xr.Dataset:
     if store.results.is_file():
         return open_results(store.results)
     spec = parse_spec(json.loads(saved["spec"]), where=str(path / "spec.json"), check=False)
-    return assemble(spec, store, {}, partial=True)
+    return results(spec, store, {}, partial=True)
 
 
 def axis_params(ds: xr.Dataset) -> dict[str, str]:
@@ -206,3 +207,21 @@ def _same(a: Any, b: Any) -> bool:
             and not isinstance(b, bool):
         return bool(np.isclose(float(a), float(b), rtol=1e-9, atol=0.0))
     return str(a) == str(b)
+
+
+def front_table(ds: xr.Dataset) -> str:
+    """A search's result: its Pareto front (the feasible trials nothing beats), ordered by the first
+    objective, and the front's hypervolume with its reference point (search.py)."""
+    search = json.loads(ds.attrs["search"])
+    objectives = list(search["objectives"])
+    front = np.flatnonzero(ds.pareto.values)
+    first = ds[objectives[0]].mean(("model", *RUN_DIMS)).values
+    order = front[np.argsort(first[front], kind="stable")]
+    goals = ", ".join(f"{m} {d}" for m, d in search["objectives"].items())
+    head = (f"search ({search['sampler']}, seed {search['seed']}): {ds.sizes['trial']} trials, "
+            f"{int(ds.feasible.sum())} feasible, {len(front)} on the Pareto front of {goals}; "
+            f"hypervolume {float(ds.attrs['hypervolume']):.4g} (reference {ds.attrs['hypervolume_reference']})")
+    if not len(order):
+        return head + "\nno feasible trial: the constraints hold nowhere the search looked"
+    table = point_table(ds.isel(trial=order), limit=len(order))
+    return f"{head}\nthe front, trials {', '.join(map(str, order))}:\n{table}"

@@ -1,0 +1,231 @@
+"""A co-design search: Optuna's ask/tell over a spec's `space`, its points run as a sweep's points.
+
+The search runs in rounds of `batch` trials: a round's trials are asked, run as sweep points (on the
+same local workers or Dask cluster, each written as it finishes: store.py), then told in trial
+order. The study lives in the sweep folder (`search.journal`, an Optuna journal file), and the
+sampler is seeded anew for every trial from the search's seed and the trial's number, so what a
+trial asks depends only on the seed and the trials told before its round: a search killed at any
+moment and resumed asks for the same points as an uninterrupted one, and the number of workers
+changes nothing (a round is `batch` trials whatever runs them). See docs/SWEEPS.md section 6.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import xarray as xr
+
+from aocsim.errors import InputError
+from aocsim.experiments.sweep.axes import Axis
+from aocsim.experiments.sweep.front import default_reference, hypervolume, pareto_mask
+from aocsim.experiments.sweep.search_spec import Search
+from aocsim.experiments.sweep.spec import Point, SweepSpec, point_key
+from aocsim.experiments.sweep.store import SweepStore, assemble
+
+STUDY_FILE = "search.journal"
+STUDY_NAME = "aocsim-search"
+VIOLATION = "constraint_violation"  # a trial's user attribute: Optuna's constraint values (<= 0 feasible)
+
+Evaluate = Callable[[list[Point]], Iterable[tuple[str, xr.Dataset]]]
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise InputError("a search needs Optuna; install it with pip install optuna") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def open_study(store: SweepStore, search: Search, *, writer: bool = True) -> Any:
+    """The search's study in the sweep folder, created or loaded. As the writer, first drop what a
+    killed run may have left: a half-written last journal line and the journal's lock files (one
+    search writes a folder at a time)."""
+    optuna = _optuna()
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = store.root / STUDY_FILE
+    if writer:
+        _repair(path)
+    elif not path.is_file():
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's experimental-feature notices
+        storage = JournalStorage(JournalFileBackend(str(path)))
+        directions = ["maximize" if d == "max" else "minimize" for d in search.objectives.values()]
+        return optuna.create_study(study_name=STUDY_NAME, storage=storage, directions=directions,
+                                   load_if_exists=True)
+
+
+def _repair(path: Path) -> None:
+    for suffix in (".lock", ".rename"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    if path.is_file():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):  # killed mid-append: the line is incomplete, the trial re-asked
+            with path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+
+
+def sampler(search: Search, number: int) -> Any:
+    """The sampler that asks trial `number`: seeded from the search's seed and the trial's number."""
+    optuna = _optuna()
+    seed = int(hashlib.sha256(f"{search.seed}:{number}".encode()).hexdigest()[:8], 16)
+    violation = _violation if search.constraints else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if search.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(population_size=search.batch, seed=seed, constraints_func=violation)
+        if search.sampler == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=search.batch, constraints_func=violation)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _violation(trial: Any) -> list[float]:
+    return list(trial.user_attrs[VIOLATION])
+
+
+def distributions(search: Search) -> dict[str, Any]:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out: dict[str, Any] = {}
+    for p in search.space:
+        if p.kind == "int":
+            out[p.path] = IntDistribution(*p.bounds)
+        elif p.kind == "choice":
+            out[p.path] = CategoricalDistribution(p.bounds)
+        else:
+            out[p.path] = FloatDistribution(*p.bounds, log=p.kind == "log")
+    return out
+
+
+def trial_point(spec: SweepSpec, trial: Any) -> Point:
+    settings = {p.path: trial.params[p.path] for p in spec.search.space}
+    return Point(spec.models[0], settings, (0, trial.number), point_key(spec, spec.models[0], settings))
+
+
+def run_search(spec: SweepSpec, store: SweepStore, evaluate: Evaluate, *, progress: bool = False) -> None:
+    """Ask, run and tell until `budget` trials are told; each finished point is written to `store`."""
+    from aocsim.progress import bar
+
+    study = open_study(store, spec.search)
+    left = spec.search.budget - sum(not _running(t) for t in study.get_trials(deepcopy=False))
+    for _ in bar(_rounds(spec, store, study, evaluate), desc="search points", total=max(left, 0), enabled=progress):
+        pass
+
+
+def _running(trial: Any) -> bool:
+    return trial.state.name == "RUNNING"
+
+
+def _rounds(spec: SweepSpec, store: SweepStore, study: Any, evaluate: Evaluate) -> Iterator[int]:
+    """Yields each trial's number as it is told."""
+    optuna = _optuna()
+    search, space = spec.search, distributions(spec.search)
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        running = [t.number for t in trials if _running(t)]
+        if not running and len(trials) >= search.budget:
+            return
+        # the round of the first trial not told (asked before a kill, or the next to ask)
+        start = (min(running) if running else len(trials)) // search.batch * search.batch
+        end = min(start + search.batch, search.budget)
+        for number in range(len(trials), end):  # ask the round's trials not asked before a kill
+            study.sampler = sampler(search, number)
+            study.ask(space)
+        batch = [t for t in study.get_trials(deepcopy=False)[start:end] if _running(t)]
+        points, done = {p.key: p for p in (trial_point(spec, t) for t in batch)}, store.done()
+        todo = [p for key, p in points.items() if key not in done]
+        for key, ds in evaluate(todo):
+            store.write_point(key, ds)
+        for t in batch:
+            key = trial_point(spec, t).key
+            values = objective_values(store.read_point(key), search)
+            handle = optuna.trial.Trial(study, t._trial_id)
+            handle.set_user_attr("point_key", key)
+            if search.constraints:
+                handle.set_user_attr(VIOLATION, violations(store.read_point(key), search))
+            study.sampler = sampler(search, t.number)  # tell's after_trial uses the sampler of the trial
+            study.tell(t.number, values)
+            yield t.number
+
+
+def objective_values(ds: xr.Dataset, search: Search) -> list[float]:
+    """A point's objectives: each metric's mean over chips and seeds."""
+    return [float(ds[m].mean()) for m in search.objectives]
+
+
+def violations(ds: xr.Dataset, search: Search) -> list[float]:
+    return [c.violation(float(ds[c.metric].mean())) for c in search.constraints]
+
+
+def trials_spec(spec: SweepSpec, store: SweepStore) -> SweepSpec:
+    """The spec with the trials asked so far as its one axis (`trial`): what `assemble` reads."""
+    study = open_study(store, spec.search, writer=False)
+    trials = [] if study is None else study.get_trials(deepcopy=False)
+    values = {p.path: tuple(t.params[p.path] for t in trials) for p in spec.search.space}
+    return dataclasses.replace(spec, axes=(Axis("trial", values),))
+
+
+def results(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, partial: bool = False) -> xr.Dataset:
+    """A sweep's Dataset (store.assemble): a grid's points, or a search's trials along `trial` with its
+    front marked (`mark_front`; not for `partial`, the points finished so far)."""
+    if spec.search is None:
+        return assemble(spec, store, provenance, partial=partial)
+    ds = assemble(trials_spec(spec, store), store, provenance, partial=partial)
+    return ds if partial else mark_front(ds, spec.search)
+
+
+def status(root: str | Path) -> dict[str, object]:
+    """What is done in a sweep folder: points done and total (a search's budget), whether results.nc is
+    written, and the keys of the points not written yet."""
+    from aocsim.experiments.sweep.spec import parse_spec
+    from aocsim.experiments.sweep.store import SPEC_FILE
+
+    store = SweepStore(root)
+    saved = store.saved_spec()
+    if saved is None:
+        raise InputError(f"DIR = {str(root)!r} holds no sweep ({SPEC_FILE} missing or not a sweep's); expected a "
+                         "folder written by aocsim sweep")
+    spec = parse_spec(json.loads(saved["spec"]), where=str(store.root / SPEC_FILE), check=False)
+    keys = [p.key for p in (trials_spec(spec, store) if spec.search else spec).points()]
+    done = store.done()
+    total = spec.search.budget if spec.search else len(keys)
+    return {"done": sum(k in done for k in keys), "total": total, "results": store.results.is_file(),
+            "missing": [k for k in keys if k not in done]}
+
+
+def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
+    """The search's Dataset with each trial's objectives, feasibility and Pareto membership, and the
+    front's hypervolume (in the attributes, with its reference point)."""
+    mean = {m: ds[m].mean(("model", "chip", "seed")) for m in search.metrics}
+    values = np.stack([mean[m].values for m in search.objectives], axis=1)
+    feasible = np.ones(ds.sizes["trial"], dtype=bool)
+    for c in search.constraints:
+        feasible &= np.array([c.violation(v) <= 0 for v in mean[c.metric].values])
+    directions = list(search.objectives.values())
+    front = pareto_mask(values, directions, feasible)
+    reference = (np.array(list(search.reference.values())) if search.reference is not None
+                 else default_reference(values, directions))
+    out = ds.copy()
+    out["feasible"] = ("trial", feasible)
+    out["feasible"].attrs["description"] = "the trial meets every constraint of the search (mean over chips x seeds)"
+    out["pareto"] = ("trial", front)
+    out["pareto"].attrs["description"] = "no feasible trial is as good in every objective and better in one"
+    out.attrs.update({
+        "search": json.dumps({"objectives": search.objectives, "sampler": search.sampler, "budget": search.budget,
+                              "seed": search.seed, "batch": search.batch}),
+        "hypervolume": hypervolume(values, directions, reference, feasible) if np.all(np.isfinite(reference))
+        else 0.0,
+        "hypervolume_reference": json.dumps(dict(zip(search.objectives, map(float, reference)))),
+    })
+    return out

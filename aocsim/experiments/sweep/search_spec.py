@@ -1,0 +1,179 @@
+"""The `search` and `space` blocks of a sweep spec: a co-design search instead of a grid.
+
+    search:
+      objectives: {agreement: max, energy_j: min}   # metrics of a point (mean over chips x seeds)
+      constraints: {agreement: ">= 0.99"}           # optional: a point outside them is infeasible
+      budget: 10                                     # points evaluated
+      sampler: nsga2                                 # nsga2 or tpe (Optuna), or random
+      seed: 3
+      batch: 4                                       # optional: points asked together (default 4)
+      reference: {agreement: 0.9, energy_j: 1.0e-5}  # optional: the hypervolume's reference point
+    space:
+      slm.bits: {int: [2, 9]}
+      noise.power_per_unit_w: {log: [1.0e-6, 1.0e-3]}
+      placement.partial_sums: {choice: [analog, digital]}
+
+Read and checked here, before any work (one-line InputErrors naming the field); run by
+`search.run_search` (docs/SWEEPS.md section 6).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from aocsim.errors import InputError
+from aocsim.experiments.sweep.axes import count, mapping, short
+
+SAMPLERS = ("nsga2", "tpe", "random")
+DIRECTIONS = ("max", "min")
+KINDS = ("int", "float", "log", "choice")  # a range of integers, of reals (linear or log-uniform), a list
+SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference")
+# Short names for the cost metrics, as a co-design question says them.
+ALIASES = {"energy_j": "energy_per_inference_j", "time_s": "time_per_inference_s"}
+_CONSTRAINT = re.compile(r"\s*(>=|<=)\s*(\S+)\s*")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched parameter: its kind (`KINDS`) and its bounds, or its choices."""
+
+    path: str
+    kind: str
+    bounds: tuple[Any, ...]  # (low, high) for int/float/log; the choices for choice
+
+    def corners(self) -> tuple[Any, ...]:
+        """The values that bound the box (to check them against the profile schema up front)."""
+        return self.bounds
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: str
+    op: str  # ">=" or "<="
+    bound: float
+
+    def violation(self, value: float) -> float:
+        """Optuna's convention: <= 0 when the point meets the constraint."""
+        return self.bound - value if self.op == ">=" else value - self.bound
+
+
+@dataclass(frozen=True)
+class Search:
+    objectives: dict[str, str]  # metric -> max or min
+    constraints: tuple[Constraint, ...]
+    budget: int
+    sampler: str
+    seed: int
+    batch: int
+    reference: dict[str, float] | None
+    space: tuple[Param, ...]
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Every metric the search reads: its objectives, then its constraints' ones."""
+        return tuple(dict.fromkeys([*self.objectives, *(c.metric for c in self.constraints)]))
+
+
+def metric_name(name: str, field: str, known: tuple[str, ...]) -> str:
+    """A metric of a point by its name or short alias; a one-line error naming the field otherwise."""
+    metric = ALIASES.get(name, name) if isinstance(name, str) else name
+    if metric not in known:
+        names = [*known, *ALIASES]
+        raise InputError(f"{field}: unknown metric {name!r}; expected one of {', '.join(names)}")
+    return metric
+
+
+def parse_search(raw: Any, space: Any, known: tuple[str, ...]) -> Search:
+    """The search block and its space, checked (metrics among `known`)."""
+    raw = mapping("search", raw)
+    unknown = [k for k in raw if k not in SEARCH_KEYS]
+    if unknown:
+        raise InputError(f"search.{unknown[0]} is not a search setting; expected {', '.join(SEARCH_KEYS)}")
+    objectives = mapping("search.objectives", raw.get("objectives"))
+    if not objectives:
+        raise InputError("search.objectives is empty; expected {metric: max or min} for at least one metric")
+    goals: dict[str, str] = {}
+    for name, direction in objectives.items():
+        metric = metric_name(name, "search.objectives", known)
+        if direction not in DIRECTIONS:
+            raise InputError(f"search.objectives.{name} = {short(direction)}; expected max or min")
+        if metric in goals:
+            raise InputError(f"search.objectives names {metric!r} twice; expected each metric once")
+        goals[metric] = direction
+    constraints = tuple(_constraint(name, text, known) for name, text in
+                        mapping("search.constraints", raw.get("constraints", {})).items())
+    budget = count("search.budget", raw.get("budget"), minimum=1)
+    sampler = raw.get("sampler", "nsga2")
+    if sampler not in SAMPLERS:
+        raise InputError(f"search.sampler = {short(sampler)}; expected one of {', '.join(SAMPLERS)}")
+    batch = count("search.batch", raw.get("batch", min(4, budget)), minimum=1)
+    if sampler == "nsga2" and batch < 2:
+        raise InputError(f"search.batch = {batch}; expected >= 2 with sampler nsga2 (its population)")
+    return Search(goals, constraints, budget, sampler, count("search.seed", raw.get("seed", 0)), batch,
+                  _reference(raw.get("reference"), goals, known), _space(space))
+
+
+def _constraint(name: str, text: Any, known: tuple[str, ...]) -> Constraint:
+    metric = metric_name(name, "search.constraints", known)
+    match = _CONSTRAINT.fullmatch(text) if isinstance(text, str) else None
+    bound = _number(match.group(2)) if match else None
+    if bound is None:
+        raise InputError(f"search.constraints.{name} = {short(text)}; expected \">= VALUE\" or \"<= VALUE\"")
+    return Constraint(metric, match.group(1), bound)
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _reference(raw: Any, goals: dict[str, str], known: tuple[str, ...]) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    ref = {metric_name(k, "search.reference", known): v for k, v in mapping("search.reference", raw).items()}
+    if set(ref) != set(goals) or not all(_finite(v) for v in ref.values()):
+        raise InputError(f"search.reference = {short(raw)}; expected a finite number for each objective "
+                         f"({', '.join(goals)})")
+    return {k: float(ref[k]) for k in goals}
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _space(raw: Any) -> tuple[Param, ...]:
+    if raw is None:
+        raise InputError("a search needs a space; expected space: {path: {int|float|log|choice: ...}}")
+    raw = mapping("space", raw)
+    if not raw:
+        raise InputError("space is empty; expected {path: {int|float|log|choice: ...}} for at least one parameter")
+    return tuple(_param(path, box) for path, box in raw.items())
+
+
+def _param(path: str, box: Any) -> Param:
+    expected = "{int: [low, high]}, {float: [low, high]}, {log: [low, high]} or {choice: [values]}"
+    if not isinstance(box, dict) or len(box) != 1 or next(iter(box)) not in KINDS:
+        raise InputError(f"space.{path} = {short(box)}; expected one of {expected}")
+    kind, value = next(iter(box.items()))
+    if kind == "choice":
+        from aocsim.experiments.sweep.axes import values
+
+        return Param(path, kind, values(f"space.{path}.choice", value))
+    ok = isinstance(value, list) and len(value) == 2 and all(_finite(v) for v in value)
+    if ok and kind == "int":
+        ok = all(isinstance(v, int) for v in value)
+    if not ok:
+        what = "two integers" if kind == "int" else "two finite numbers"
+        raise InputError(f"space.{path}.{kind} = {short(value)}; expected [low, high], {what}")
+    low, high = value
+    if low >= high:
+        raise InputError(f"space.{path}.{kind} = {short(value)}; expected low < high")
+    if kind == "log" and low <= 0:
+        raise InputError(f"space.{path}.log = {short(value)}; expected low > 0 (a log-uniform range)")
+    return Param(path, kind, (low, high) if kind == "int" else (float(low), float(high)))
