@@ -201,3 +201,29 @@ def test_the_command_prints_the_front_and_plot_draws_it(reference: xr.Dataset, t
     assert (tmp_path / "run" / "results-front.png").stat().st_size > 10_000
     shown = CliRunner().invoke(main, ["sweep", "status", str(tmp_path / "run")])
     assert "6 of 6 points done" in shown.output
+
+
+def test_a_search_against_a_grid_scores_both_up_to_one_reference(reference: xr.Dataset, tmp_path: Path) -> None:
+    from aocsim.experiments.sweep.search import against
+
+    itself = against(reference, reference)  # the same points: the same front and volume
+    assert itself["hypervolume"][0] == itself["hypervolume"][1] == pytest.approx(reference.attrs["hypervolume"])
+    grid_spec = {k: v for k, v in SEARCH.items() if k not in ("search", "space")}
+    grid_spec["axes"] = {"slm.bits": [2, 6], "noise.power_per_unit_w": [1.0e-7, 1.0e-5]}
+    sweep(parse_spec(grid_spec), tmp_path / "grid", workers=1)
+    grid = xr.open_dataset(tmp_path / "grid" / "results.nc", engine="h5netcdf").load()
+    both = against(reference, grid)
+    values = np.concatenate(both["values"])
+    ref = np.array(list(both["reference"].values()))
+    assert ref[0] < values[:, 0].min() and ref[1] > values[:, 1].max()  # beyond every point of either
+    for k, ds in enumerate((reference, grid)):
+        v, f = both["values"][k], both["feasible"][k]
+        assert both["hypervolume"][k] == pytest.approx(hypervolume(v, ["max", "min"], ref, f))
+    out = CliRunner().invoke(main, ["plot", str(tmp_path / "grid" / "results.nc"), "--against",
+                                    str(tmp_path / "grid" / "results.nc")])
+    assert out.exit_code == 1 and "expected RESULTS of a search" in out.output
+    search_file = tmp_path / "search.nc"
+    reference.to_netcdf(search_file, engine="h5netcdf")
+    out = CliRunner().invoke(main, ["plot", str(search_file), "--against", str(tmp_path / "grid" / "results.nc")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "search-front.png").stat().st_size > 10_000

@@ -188,12 +188,16 @@ def _pairs(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--metric", default=None, help="The variable to draw [default: accuracy, else the first metric].")
 @click.option("--pareto", type=click.Choice(["energy", "time"]), default=None,
               help="Instead: the Pareto front of accuracy against energy or time per inference.")
+@click.option("--against", "other_path", type=Path_(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A search's RESULTS only: another sweep's results.nc (a grid of the same budget) drawn beside "
+                   "its front, both hypervolumes up to one reference point.")
 @click.option("--out", "out_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="The figure (.png/.svg/.pdf) [default: next to RESULTS, named by what it draws: "
-                   "results-accuracy.png, results-pareto-energy.png].")
+                   "results-accuracy.png, results-pareto-energy.png, results-front.png].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing figure.")
 @friendly
-def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Path | None, overwrite: bool) -> None:
+def plot_cmd(results: Path, metric: str | None, pareto: str | None, other_path: Path | None, out_path: Path | None,
+             overwrite: bool) -> None:
     """Draw a sweep's RESULTS (results.nc): a line with a band (one axis), a heat map (two), or a
     Pareto front; the mean over chips and seeds, the band their spread. A search's results: its trials
     in its first two objectives and their front (results-front.png) unless --metric or --pareto."""
@@ -202,12 +206,16 @@ def plot_cmd(results: Path, metric: str | None, pareto: str | None, out_path: Pa
 
     ds = open_results(results)
     front = "pareto" in ds and metric is None and not pareto  # a search: its front, unless asked otherwise
+    if other_path is not None and not front:
+        raise click.ClickException(f"--against {other_path}: expected RESULTS of a search, drawn as its front "
+                                   "(without --metric or --pareto)")
     if metric is None and not pareto and not front:
         metric = "accuracy" if "accuracy" in ds else next(iter(ds.data_vars))
     name = "front" if front else "pareto-" + pareto if pareto else metric
     out = check_output_file(out_path or results.with_name(f"{results.stem}-{name}.png"), what="--out")
     if out.exists() and not overwrite:
         raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
-    written: Any = (plot_front(ds, out) if front else plot_pareto(ds, out, cost=pareto) if pareto
+    other = open_results(other_path) if other_path is not None else None
+    written: Any = (plot_front(ds, out, other=other) if front else plot_pareto(ds, out, cost=pareto) if pareto
                     else plot_sweep(ds, out, metric=metric))
     click.echo(f"wrote {written}")

@@ -139,44 +139,59 @@ def pareto_front(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
     return on[np.argsort(cost[on], kind="stable")]
 
 
-def plot_front(ds: xr.Dataset, path: str | Path) -> Path:
+def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = None,
+               other_label: str = "grid") -> Path:
     """A search's trials (mean over chips x seeds) in its first two objectives: feasible ones as dots,
-    infeasible ones as crosses, the Pareto front drawn through its trials; the hypervolume in the title."""
-    import json
-
+    infeasible ones as crosses, the Pareto front drawn through its trials; with `other` (a grid of the
+    same budget, say) its points and front beside them, both hypervolumes up to one reference point
+    (`search.against`) in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from aocsim.experiments.sweep.search import against, search_of
+
     if "pareto" not in ds:
         raise InputError("the results hold no search (no pareto variable); expected the results.nc of a sweep with "
                          "a search block")
-    objectives = json.loads(ds.attrs["search"])["objectives"]
-    names = list(objectives)
-    mean = {m: ds[m].mean(("model", *RUN_DIMS)).values for m in names}
-    x = mean[names[0]] if len(names) > 1 else np.arange(ds.sizes["trial"])
-    y = mean[names[1]] if len(names) > 1 else mean[names[0]]
-    feasible, front = ds.feasible.values.astype(bool), ds.pareto.values.astype(bool)
-    fig, ax = plt.subplots(figsize=(6.8, 4.6))
-    ax.scatter(x[feasible], y[feasible], s=18, alpha=0.5, label="feasible trial")
-    ax.scatter(x[~feasible], y[~feasible], s=22, marker="x", color="grey", label="infeasible (a constraint fails)")
-    order = np.flatnonzero(front)[np.argsort(x[front], kind="stable")]
-    ax.step(x[order], y[order], where="post" if objectives.get(names[-1]) == "max" else "pre", color="C3",
-            marker="o", mec="black", label="Pareto front")
-    ax.set_xlabel(metric_label(names[0], ds[names[0]].attrs.get("units", "")) if len(names) > 1 else "trial")
-    ax.set_ylabel(metric_label(y_name := names[1] if len(names) > 1 else names[0], ds[y_name].attrs.get("units", "")))
-    for name, axis in ((names[0], ax.xaxis), (y_name, ax.yaxis)):
-        if name in SHARES and (axis is ax.yaxis or len(names) > 1):
+    search = search_of(ds)
+    names, compared = list(search.objectives), against(ds, other if other is not None else ds)
+    # a cost (a minimised objective) along x, the other objective up: the front climbs to the right
+    ix = next((i for i, m in enumerate(names) if search.objectives[m] == "min"), 0) if len(names) > 1 else None
+    iy = next(i for i in range(len(names)) if i != ix)
+    x_name, y_name = (names[ix] if ix is not None else "trial"), names[iy]
+    runs = [("search", 0, "C3", "o")] + ([(other_label, 1, "C0", "s")] if other is not None else [])
+    fig, ax = plt.subplots(figsize=(7.2, 4.8))
+    for label, k, color, marker in runs:
+        values, feasible, front = compared["values"][k], compared["feasible"][k], compared["front"][k]
+        x = values[:, ix] if ix is not None else np.arange(len(values))
+        y = values[:, iy]
+        ax.scatter(x[feasible], y[feasible], s=18, alpha=0.45, color=color, marker=marker,
+                   label=f"{label}: {len(values)} points ({int(feasible.sum())} feasible)")
+        ax.scatter(x[~feasible], y[~feasible], s=20, marker="x", color=color, alpha=0.45)
+        order = np.flatnonzero(front)[np.argsort(x[front], kind="stable")]
+        ax.step(x[order], y[order], where="post", color=color, marker=marker, mec="black",
+                label=f"{label}: Pareto front, hypervolume {compared['hypervolume'][k]:.3g}")
+    ax.set_xlabel(metric_label(x_name, ds[x_name].attrs.get("units", "")) if ix is not None else "trial")
+    ax.set_ylabel(metric_label(y_name, ds[y_name].attrs.get("units", "")))
+    for name, axis in ((x_name, ax.xaxis), (y_name, ax.yaxis)):
+        if name in SHARES:
             percent_axis(axis)
-    finite = x[np.isfinite(x) & (x > 0)]
-    if len(names) > 1 and names[0] not in SHARES and len(finite) and finite.max() / finite.min() > 50:
+        elif name in ds and ds[name].attrs.get("units") in ("J", "s"):
+            from matplotlib.ticker import EngFormatter
+
+            axis.set_major_formatter(EngFormatter(unit=ds[name].attrs["units"], sep=" "))
+    x_all = np.concatenate([v[:, ix] for v in compared["values"]]) if ix is not None else np.array([])
+    x_all = x_all[np.isfinite(x_all) & (x_all > 0)]
+    if len(x_all) and x_all.max() / x_all.min() > 50:
         ax.set_xscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, title="x: infeasible (a constraint fails)", title_fontsize=7)
+    ref = ", ".join(f"{k} {v:.3g}" for k, v in compared["reference"].items())
     more = f"; objectives beyond two: {', '.join(names[2:])}" if len(names) > 2 else ""
-    ax.set_title(f"{ds.sizes['trial']} trials on {ds.attrs.get('device', '?')}, hypervolume "
-                 f"{float(ds.attrs['hypervolume']):.3g}{more}", fontsize=9)
+    ax.set_title(f"{metric_label(y_name)} against {metric_label(x_name)} on {ds.attrs.get('device', '?')}\n"
+                 f"hypervolume up to ({ref}){more}", fontsize=8)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=150)

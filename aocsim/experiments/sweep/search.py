@@ -204,18 +204,57 @@ def status(root: str | Path) -> dict[str, object]:
             "missing": [k for k in keys if k not in done]}
 
 
-def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
-    """The search's Dataset with each trial's objectives, feasibility and Pareto membership, and the
-    front's hypervolume (in the attributes, with its reference point)."""
-    mean = {m: ds[m].mean(("model", "chip", "seed")) for m in search.metrics}
-    values = np.stack([mean[m].values for m in search.objectives], axis=1)
-    feasible = np.ones(ds.sizes["trial"], dtype=bool)
+def scores(ds: xr.Dataset, search: Search) -> tuple[np.ndarray, np.ndarray]:
+    """Every point of a results Dataset (a search's trials or a grid's points, flattened): its objectives
+    [points, objectives] and whether it meets the search's constraints (means over chips x seeds)."""
+    mean = {m: ds[m].mean(("chip", "seed")).values.ravel() for m in search.metrics}
+    values = np.stack([mean[m] for m in search.objectives], axis=1)
+    feasible = np.ones(len(values), dtype=bool)
     for c in search.constraints:
-        feasible &= np.array([c.violation(v) <= 0 for v in mean[c.metric].values])
+        feasible &= np.array([c.violation(v) <= 0 for v in mean[c.metric]])
+    return values, feasible
+
+
+def reference_point(search: Search, *values: np.ndarray) -> np.ndarray:
+    """The hypervolume's reference: the search's own, else `front.default_reference` over all `values`."""
+    if search.reference is not None:
+        return np.array(list(search.reference.values()))
+    return default_reference(np.concatenate(values), list(search.objectives.values()))
+
+
+def search_of(ds: xr.Dataset) -> Search:
+    """The search block a results Dataset was run with (its spec attribute)."""
+    from aocsim.experiments.sweep.spec import parse_spec
+
+    spec = parse_spec(json.loads(ds.attrs["spec"]), check=False)
+    if spec.search is None:
+        raise InputError("the results are a grid's, not a search's; expected the results.nc of a sweep with a search")
+    return spec.search
+
+
+def against(search_ds: xr.Dataset, other: xr.Dataset) -> dict[str, Any]:
+    """A search's front against another sweep's results (a grid of the same budget, say) in the search's
+    objectives and constraints: each one's hypervolume up to one common reference point."""
+    search = search_of(search_ds)
+    missing = [m for m in search.metrics if m not in other]
+    if missing:
+        raise InputError(f"the other results lack {missing[0]!r}; expected the search's metrics ({', '.join(search.metrics)})")
+    (a, fa), (b, fb) = scores(search_ds, search), scores(other, search)
+    ref = reference_point(search, a, b)
+    directions = list(search.objectives.values())
+    return {"reference": dict(zip(search.objectives, map(float, ref))), "points": (len(a), len(b)),
+            "hypervolume": (hypervolume(a, directions, ref, fa), hypervolume(b, directions, ref, fb)),
+            "front": (pareto_mask(a, directions, fa), pareto_mask(b, directions, fb)), "values": (a, b),
+            "feasible": (fa, fb)}
+
+
+def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
+    """The search's Dataset with each trial's feasibility and Pareto membership, and the front's
+    hypervolume (in the attributes, with its reference point)."""
+    values, feasible = scores(ds, search)
     directions = list(search.objectives.values())
     front = pareto_mask(values, directions, feasible)
-    reference = (np.array(list(search.reference.values())) if search.reference is not None
-                 else default_reference(values, directions))
+    reference = reference_point(search, values)
     out = ds.copy()
     out["feasible"] = ("trial", feasible)
     out["feasible"].attrs["description"] = "the trial meets every constraint of the search (mean over chips x seeds)"
@@ -223,7 +262,8 @@ def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
     out["pareto"].attrs["description"] = "no feasible trial is as good in every objective and better in one"
     out.attrs.update({
         "search": json.dumps({"objectives": search.objectives, "sampler": search.sampler, "budget": search.budget,
-                              "seed": search.seed, "batch": search.batch}),
+                              "seed": search.seed, "batch": search.batch,
+                              "constraints": {c.metric: f"{c.op} {c.bound!r}" for c in search.constraints}}),
         "hypervolume": hypervolume(values, directions, reference, feasible) if np.all(np.isfinite(reference))
         else 0.0,
         "hypervolume_reference": json.dumps(dict(zip(search.objectives, map(float, reference)))),
