@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("dask_jobqueue")
 import dask  # noqa: E402
+import distributed  # noqa: E402
 
 from aocsim.cli import main  # noqa: E402
 from aocsim.experiments.sweep import parse_spec, sweep  # noqa: E402
@@ -165,12 +166,16 @@ def test_a_job_killed_mid_point_loses_no_finished_point(local: xr.Dataset, slurm
     deadline = time.monotonic() + 90
     while not list(points.glob("*.nc")) and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(fake["jobs"]()["1"], signal.SIGKILL)  # the only job, running the next point
+    scheduler = re.search(r"dask_worker (\S+)", (slurm / "1.sh").read_text()).group(1)
+    with distributed.Client(scheduler, timeout=10, set_as_default=False) as probe:
+        running = [str(k) for keys in probe.processing().values() for k in keys]
+    os.killpg(fake["jobs"]()["1"], signal.SIGKILL)  # the only job
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in points.glob("*.nc")}
     thread.join(timeout=120)
     assert not thread.is_alive(), "the sweep did not finish after its job was killed"
     assert "error" not in done, done.get("error")
-    assert 1 <= len(before) < 3, sorted(before)  # killed after a finished point, with points left
+    assert any(k.startswith("aocsim-point-") for k in running), running  # killed mid-point
+    assert 1 <= len(before) < 3, sorted(before)  # after a finished point, with points left
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in points.glob("*.nc")}
     assert {name: after.get(name) for name in before} == before  # kept as they were, not run again
     xr.testing.assert_identical(local, done["ds"])
