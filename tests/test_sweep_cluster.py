@@ -14,18 +14,19 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import dask
+import distributed
 import pytest
 import xarray as xr
 import yaml
 from click.testing import CliRunner
 
-pytest.importorskip("dask_jobqueue")
-import dask  # noqa: E402
-import distributed  # noqa: E402
+from aocsim.cli import main
+from aocsim.errors import AocsimError
+from aocsim.experiments.sweep import parse_spec, status, sweep
+from aocsim.experiments.sweep.cluster import sweep_on_slurm
 
-from aocsim.cli import main  # noqa: E402
-from aocsim.experiments.sweep import parse_spec, sweep  # noqa: E402
-from aocsim.experiments.sweep.cluster import sweep_on_slurm  # noqa: E402
+pytest.importorskip("dask_jobqueue")  # the test extra has it; aocsim[cluster] does too
 
 SPEC = {"model": "digits-deq48", "device": "aoc48", "data": {"samples": 30},
         "axes": {"noise.multiplier": [1, 4, 16]}, "seeds": 1, "chips": 1,
@@ -109,6 +110,8 @@ def _fake(state: Path) -> dict:
 def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Fake sbatch, squeue and scancel first on PATH, the loopback jobqueue config; afterwards no job's
     process is left (each found is killed, and the test fails)."""
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("the SLURM stand-in finds a job's processes in /proc (Linux)")
     state = tmp_path / "slurm"
     (state / "bin").mkdir(parents=True)
     for name, body in (("sbatch", SBATCH), ("squeue", SQUEUE), ("scancel", SCANCEL)):
@@ -150,38 +153,55 @@ def test_a_sweep_on_slurm_jobs_gives_the_local_dataset(local: xr.Dataset, slurm:
     assert "export OMP_NUM_THREADS=1" in script and "--nthreads 1" in script and "--nworkers" not in script
 
 
-def test_a_job_killed_mid_point_loses_no_finished_point(local: xr.Dataset, slurm: Path, tmp_path: Path) -> None:
-    out, fake = tmp_path / "killed", _fake(slurm)
-    points = out / "points"
+def _kill_after_the_first_point(slurm: Path, out: Path) -> tuple[dict, dict, list[str]]:
+    """sweep_on_slurm(SPEC) on one job, SIGKILLed (its whole process group) once a point is written:
+    what the sweep returned or raised, the point files at the kill (content and mtime), and the tasks
+    the scheduler had given the job then."""
     done: dict = {}
 
     def run() -> None:
         try:
             done["ds"] = sweep_on_slurm(parse_spec(SPEC), out, 1, watch_s=1.0)
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # reported by the tests
             done["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 90
-    while not list(points.glob("*.nc")) and thread.is_alive() and time.monotonic() < deadline:
+    while not list((out / "points").glob("*.nc")) and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     scheduler = re.search(r"dask_worker (\S+)", (slurm / "1.sh").read_text()).group(1)
     with distributed.Client(scheduler, timeout=10, set_as_default=False) as probe:
         running = [str(k) for keys in probe.processing().values() for k in keys]
-    os.killpg(fake["jobs"]()["1"], signal.SIGKILL)  # the only job
-    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in points.glob("*.nc")}
+    os.killpg(_fake(slurm)["jobs"]()["1"], signal.SIGKILL)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (out / "points").glob("*.nc")}
     thread.join(timeout=120)
     assert not thread.is_alive(), "the sweep did not finish after its job was killed"
-    assert "error" not in done, done.get("error")
     assert any(k.startswith("aocsim-point-") for k in running), running  # killed mid-point
     assert 1 <= len(before) < 3, sorted(before)  # after a finished point, with points left
-    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in points.glob("*.nc")}
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (out / "points").glob("*.nc")}
     assert {name: after.get(name) for name in before} == before  # kept as they were, not run again
+    return done, before, running
+
+
+def test_a_job_killed_mid_point_loses_no_finished_point(local: xr.Dataset, slurm: Path, tmp_path: Path) -> None:
+    done, _, _ = _kill_after_the_first_point(slurm, tmp_path / "killed")
+    assert "error" not in done, done.get("error")
     xr.testing.assert_identical(local, done["ds"])
-    assert sorted(fake["jobs"]()) == ["1", "2"]  # the killed job was replaced by one more
+    assert sorted(_fake(slurm)["jobs"]()) == ["1", "2"]  # the killed job was replaced by one more
     names = [re.search(r"--name (\S+)", (slurm / f"{n}.sh").read_text()).group(1) for n in ("1", "2")]
     assert names[0] != names[1]  # else Dask's timer for the lost worker could cancel the new job
+
+
+def test_a_point_whose_workers_keep_dying_is_a_one_line_error(slurm: Path, tmp_path: Path) -> None:
+    out = tmp_path / "dying"
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):  # the scheduler runs here
+        done, before, _ = _kill_after_the_first_point(slurm, out)
+    error = str(done.get("error"))
+    assert isinstance(done.get("error"), AocsimError) and "\n" not in error, error
+    assert "the workers running it ended 1 times (distributed.scheduler.allowed-failures = 0); the finished " \
+           "points are kept" in error
+    assert status(out)["done"] == len(before)  # finished points kept; the sweep resumes from them
 
 
 @pytest.mark.parametrize("other", [["--scheduler", "tcp://127.0.0.1:1"], ["--workers", "2"]])

@@ -81,6 +81,14 @@ def job_settings(cores: int | None = None, memory: str | None = None, walltime: 
     return settings
 
 
+def _checked(jobs: int, watch_s: float = 60.0, **settings: Any) -> dict[str, Any]:
+    from aocsim._checks import integer, real
+
+    integer(jobs, "--slurm JOBS", minimum=1)
+    real(watch_s, "watch_s", low=0, low_open=True)
+    return job_settings(**settings)
+
+
 @contextlib.contextmanager
 def slurm_client(jobs: int, *, cores: int | None = None, memory: str | None = None, walltime: str | None = None,
                  watch_s: float = 60.0, **options: Any) -> Iterator[Any]:
@@ -90,11 +98,7 @@ def slurm_client(jobs: int, *, cores: int | None = None, memory: str | None = No
     The jobs are submitted before the client is yielded (a job sbatch refuses is a one-line error);
     every `watch_s` seconds the jobs SLURM no longer lists are submitted again.
     """
-    from aocsim._checks import integer, real
-
-    jobs = integer(jobs, "--slurm JOBS", minimum=1)
-    watch_s = real(watch_s, "watch_s", low=0, low_open=True)
-    settings = job_settings(cores, memory, walltime, **options)
+    settings = _checked(jobs, watch_s, cores=cores, memory=memory, walltime=walltime, **options)
     from distributed import Client
 
     try:
@@ -112,7 +116,7 @@ def slurm_client(jobs: int, *, cores: int | None = None, memory: str | None = No
                              f"{CONFIG} (queue, account, walltime, memory)") from None
         log.info("submitted %d SLURM jobs of %d cores: %s", jobs, settings["cores"],
                  ", ".join(str(j.job_id) for j in cluster.workers.values()))
-        keeper = _Keeper(cluster, watch_s)
+        keeper = _Keeper(cluster, float(watch_s))
         keeper.start()
         yield client
     finally:
@@ -133,7 +137,7 @@ def sweep_on_slurm(spec: SweepSpec | str | Path, out: str | Path, jobs: int, *, 
     from aocsim.hardware.profiles.profile import load_device
 
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
-    job_settings(**{k: v for k, v in cluster.items() if k != "watch_s"})  # a bad setting is an error before any work
+    _checked(jobs, **cluster)  # a bad setting is an error before any work
     base = load_device(spec.profile)
     check_models(spec, base)
     store = SweepStore(out)
@@ -146,9 +150,10 @@ def sweep_on_slurm(spec: SweepSpec | str | Path, out: str | Path, jobs: int, *, 
         with slurm_client(jobs, **cluster) as client:
             return sweep(spec, out, scheduler=client, resume=True, progress=progress)
     except KilledWorker as exc:  # distributed.scheduler.allowed-failures: a point that ends its workers
-        raise AocsimError(f"point {exc.task} was running on {exc.allowed_failures + 1} workers that ended; the "
-                          f"finished points are kept in {out}: see the jobs' logs ({CONFIG}.log-directory), then "
-                          "run again with --resume") from None
+        raise AocsimError(f"point {exc.task}: the workers running it ended {exc.allowed_failures + 1} times "
+                          f"(distributed.scheduler.allowed-failures = {exc.allowed_failures}); the finished points "
+                          f"are kept in {out}: see the jobs' logs ({CONFIG}.log-directory), then run again with "
+                          "--resume") from None
 
 
 class _Keeper(threading.Thread):
