@@ -1,7 +1,8 @@
 """Sweeps on SLURM jobs through dask-jobqueue (aocsim/experiments/sweep/cluster.py), with a local
 stand-in for SLURM: fake sbatch, squeue and scancel on PATH that run each job script as a local
-process group on loopback. The same Dataset as a local run; a job killed mid-point loses no finished
-point (its point runs again on a job submitted in its place); one-line errors; no process left."""
+process group on loopback. The same Dataset as a local run, for a grid and a search; a job killed
+mid-point loses no finished point (its point runs again on a job submitted in its place); one-line
+errors; no process left."""
 
 from __future__ import annotations
 
@@ -151,6 +152,19 @@ def test_a_sweep_on_slurm_jobs_gives_the_local_dataset(local: xr.Dataset, slurm:
     assert sorted(_fake(slurm)["jobs"]()) == ["1", "2"]  # two jobs, none submitted again
     script = (slurm / "1.sh").read_text()  # one worker process per core, one thread each
     assert "export OMP_NUM_THREADS=1" in script and "--nthreads 1" in script and "--nworkers" not in script
+    again = CliRunner().invoke(main, ["--threads", "1", "sweep", str(_spec_file(tmp_path)), "--out", str(out),
+                                      "--slurm", "2", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert sorted(_fake(slurm)["jobs"]()) == ["1", "2"]  # nothing left to run: no job submitted
+
+
+def test_a_search_on_slurm_jobs_asks_and_runs_the_local_trials(slurm: Path, tmp_path: Path) -> None:
+    search = {"model": "digits-deq48", "device": "aoc48", "data": {"samples": 30}, "seeds": 1, "chips": 1,
+              "search": {"objectives": {"agreement": "max", "energy_j": "min"}, "budget": 2, "batch": 2,
+                         "sampler": "random", "seed": 3},
+              "space": {"slm.bits": {"int": [2, 6]}}, "metrics": ["agreement", "energy_j"]}
+    local = sweep(parse_spec(search), tmp_path / "local", workers=1)
+    xr.testing.assert_identical(local, sweep_on_slurm(parse_spec(search), tmp_path / "on-slurm", 2))
 
 
 def _kill_after_the_first_point(slurm: Path, out: Path) -> tuple[dict, dict, list[str]]:

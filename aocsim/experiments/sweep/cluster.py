@@ -129,9 +129,10 @@ def slurm_client(jobs: int, *, cores: int | None = None, memory: str | None = No
 
 def sweep_on_slurm(spec: SweepSpec | str | Path, out: str | Path, jobs: int, *, resume: bool = False,
                    overwrite: bool = False, progress: bool = False, **cluster: Any) -> xr.Dataset:
-    """`sweep` on `jobs` SLURM jobs (`slurm_client(jobs, **cluster)`). The settings, the spec, its models
-    and the folder are checked (and the folder prepared) before any job is submitted; a sweep with
-    nothing left to run submits none. Returns the Dataset, as `sweep` does."""
+    """`sweep` on `jobs` SLURM jobs (`slurm_client(jobs, **cluster)`), a grid or a search. The settings,
+    the spec, its models and the folder are checked (and the folder prepared) before any job is
+    submitted; a sweep with nothing left to run submits none. Returns the Dataset, as `sweep` does."""
+    from aocsim.experiments.sweep import status
     from aocsim.experiments.sweep.run import check_models, fingerprint, provenance, sweep
     from aocsim.experiments.sweep.store import SweepStore
     from aocsim.hardware.profiles.profile import load_device
@@ -142,7 +143,8 @@ def sweep_on_slurm(spec: SweepSpec | str | Path, out: str | Path, jobs: int, *, 
     check_models(spec, base)
     store = SweepStore(out)
     store.prepare(spec, fingerprint(provenance(spec, base)), resume=resume, overwrite=overwrite)
-    if store.done() >= {p.key for p in spec.points()}:
+    done = status(out)  # a search's: the points of its budget written so far
+    if done["done"] >= done["total"]:
         return sweep(spec, out, resume=True, progress=progress)  # only results.nc to write
     from distributed import KilledWorker
 
