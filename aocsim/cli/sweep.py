@@ -52,7 +52,8 @@ SWEEP_HELP = f"""Noise-sensitivity and co-design sweeps: `aocsim sweep SPEC --ou
 SPEC is a YAML file: model(s), device (a profile name, or a .yaml file relative to the spec's folder),
 data, axes (dotted device profile keys such as slm.bits, noise.power_per_unit_w (W), readout.adc_bits,
 or placement.NAME for NAME among {', '.join(DECLARATIONS)}), optional zip and random blocks, seeds,
-chips, root_seed, metrics (docs/SWEEPS.md). Each worker process runs torch on one thread. A sweep
+chips, root_seed, metrics (docs/SWEEPS.md). Each worker process runs torch on one thread: local
+processes (--workers), a Dask scheduler (--scheduler) or SLURM jobs (--slurm JOBS). A sweep
 of more than {LARGE} points says how long it will take, roughly, and starts only with --yes.
 """
 
@@ -70,6 +71,9 @@ def sweep_cmd() -> None:
               help="Local processes, one torch thread each [default: the CPU cores other work leaves free, "
                    "or --threads].")
 @click.option("--scheduler", default=None, help="A Dask scheduler, tcp://HOST:PORT (instead of local processes).")
+@click.option("--slurm", "slurm_jobs", type=click.IntRange(1, 10_000), default=None, metavar="JOBS",
+              help="Run the points on JOBS SLURM jobs through dask-jobqueue, job settings from "
+                   "~/.config/dask/jobqueue.yaml (instead of local processes; docs/SWEEPS.md).")
 @click.option("--resume", is_flag=True, help="Finish the sweep in --out: run only the points not written yet.")
 @click.option("--overwrite", is_flag=True,
               help="Start the sweep in --out again (removes only its own files); replaces an existing --plot.")
@@ -78,8 +82,8 @@ def sweep_cmd() -> None:
 @click.option("--yes", is_flag=True, help=f"Start a sweep of more than {LARGE} points (it prints its size and a "
                                           "rough duration and waits for this otherwise).")
 @friendly
-def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, resume: bool, overwrite: bool,
-            plot_path: Path | None, yes: bool) -> None:
+def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, slurm_jobs: int | None, resume: bool,
+            overwrite: bool, plot_path: Path | None, yes: bool) -> None:
     """Run SPEC's points (each one `aocsim compare`), write --out/results.nc and print a table of the
     metrics per point (mean over chips and seeds)."""
     import time
@@ -88,6 +92,9 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, r
     from aocsim.experiments.sweep.table import front_table, point_table
     from aocsim.io.outputs import check_output_file
 
+    other = "--scheduler" if scheduler is not None else "--workers" if workers is not None else None
+    if slurm_jobs is not None and other is not None:
+        raise click.ClickException(f"--slurm and {other} together; expected one of --slurm, --scheduler and --workers")
     loaded = load_spec(spec)
     plot = check_output_file(plot_path, what="--plot") if plot_path is not None else None
     if plot is not None and plot.exists() and not overwrite:
@@ -96,11 +103,17 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, r
     _check_size(loaded, out, resume, workers, yes)
     start = time.perf_counter()
     with compute() as threads:
-        ds = sweep(loaded, out, workers=workers or threads, scheduler=scheduler, resume=resume, overwrite=overwrite,
-                   progress=True)
+        if slurm_jobs is not None:
+            from aocsim.experiments.sweep.cluster import sweep_on_slurm
+
+            ds = sweep_on_slurm(loaded, out, slurm_jobs, resume=resume, overwrite=overwrite, progress=True)
+        else:
+            ds = sweep(loaded, out, workers=workers or threads, scheduler=scheduler, resume=resume,
+                       overwrite=overwrite, progress=True)
     points = loaded.search.budget if loaded.search else len(loaded.points())
+    where = f"{slurm_jobs} SLURM jobs" if slurm_jobs is not None else f"{workers or threads} workers"
     click.echo(f"{points} points x {len(loaded.chips)} chips x {len(loaded.seeds)} seeds in "
-               f"{time.perf_counter() - start:.1f} s ({workers or threads} workers)" + (" resumed" if resume else ""))
+               f"{time.perf_counter() - start:.1f} s ({where})" + (" resumed" if resume else ""))
     click.echo(front_table(ds) if loaded.search else point_table(ds))
     click.echo(f"wrote {out / 'results.nc'}")
     if plot is not None:
