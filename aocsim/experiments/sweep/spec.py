@@ -19,6 +19,8 @@
     chips: 2                            # simulated chips (variation.chip_seed): a count or a list
     root_seed: 0                        # every point's noise streams derive from it and the point's key
     metrics: [accuracy, agreement]      # optional: a subset of METRICS (default all)
+    search: {...}                       # instead of axes, zip and random: a co-design search over
+    space: {...}                        #   `space` (search_spec.py; docs/SWEEPS.md section 6)
 
 A parameter path is a device profile key (devices/SCHEMA.md) or a placement setting
 (`PLACEMENT`). Every point's profile is built and validated when the spec is read, so a value
