@@ -30,7 +30,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.execute.placement import Placement
-from aocsim.execute.snr import snr_of
+from aocsim.execute.snr import parts_for, snr_of
 from aocsim.execute.ssm_device import MapProgram, place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -49,12 +49,13 @@ def _flat(caches: list[TokenCache]) -> torch.Tensor:
 @torch.no_grad()
 def _exact_tokens(model: ImplicitSSM, tokens: torch.Tensor, tau: float) -> list[tuple[Any, ...]]:
     """Per token t: (the states before it, its fixed point z*, the states committed after it) on the
-    exact path (sequential mode, tolerance 1e-10)."""
+    exact path (sequential mode; relative tolerance 1e-10 in float64, 1e-5 in float32: its digits)."""
     u = model.injection(tokens)
+    tol = 1e-10 if u.dtype == torch.float64 else 1e-5
     caches = [block.init_cache(tokens.shape[0], u) for block in model.blocks]
     out = []
     for t in range(tokens.shape[1]):
-        z, after, *_ = model.solve_token(u[:, t], caches, t, tau=tau, tol=1e-10, max_iter=500)
+        z, after, *_ = model.solve_token(u[:, t], caches, t, tau=tau, tol=tol, max_iter=300)
         out.append((caches, z, after))
         caches = after
     return out
@@ -64,8 +65,10 @@ def _exact_tokens(model: ImplicitSSM, tokens: torch.Tensor, tau: float) -> list[
 def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[str, torch.Tensor],
                   placement: Placement, tokens: torch.Tensor, site: str, *, seed: int = 0,
                   programs: dict[str, MapProgram] | None = None) -> float:
-    """The SNR in dB of `profile`'s own noise at `site` for `model` placed as the resolved `placement`
-    says (module docstring), on `tokens` [B, L] (the first SEQUENCES), with weight load `seed`."""
+    """The SNR in dB of the noise at `site` for `model` placed on `profile` as the resolved `placement`
+    says (module docstring), on `tokens` [B, L] (the first SEQUENCES), with weight load `seed`: the
+    profile's own noise, and the noise the placement's snr_* options draw where set (on the abstract
+    model, the measurement reads the dB set: tests/test_snr_noise.py)."""
     tokens = model.check_tokens(tokens)[:SEQUENCES]
     b, length = tokens.shape
     tau = placement.damping
@@ -76,7 +79,8 @@ def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[
     values = []
     for draw in (1, 2):  # two independent draws of the same load
         seen = []
-        with placed.keyed(keys.as_key(seed).fold(keys.Stream.RUN, draw), torch.arange(b), length) as m:
+        run = keys.as_key(seed).fold(keys.Stream.RUN, draw)
+        with placed.keyed(run, torch.arange(b), length, tuple(parts_for(placement)), run.fold(keys.Stream.SNR)) as m:
             m.pass_hook(torch.arange(length), 0)
             u = m.injection(tokens)
             for t, (before, z, _after) in enumerate(exact):
@@ -86,6 +90,7 @@ def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[
                     seen.append(m.blocks[0].norm(torch.lerp(z, fz, tau)))
                 else:
                     _z, committed, *_ = m.solve_token(u[:, t], before, t, tau=tau, tol=placement.rtol, max_iter=cap)
+                    committed = committed if m.commit_hook is None else m.commit_hook(committed, t)
                     seen.append(_flat(committed))
         values.append(torch.stack(seen, 1).double())
     if site == "inputs":
