@@ -40,12 +40,13 @@ CASES = {  # each kind of placed model on the 16-channel machine, every stream i
     "tiled": lambda: (_deq(24), torch.rand(2, 8, dtype=torch.float64), torch.rand(16, 8, dtype=torch.float64),
                       {"max_iter": 2, "averaging": 2}),
     "hybrid": lambda: (_ssm(), torch.tensor([[0, 1, 1]]), torch.tensor([[1, 0, 1, 1]]),
-                       {"max_iter": 2, "averaging": 2, "elementwise": "analog"}),
+                       {"max_iter": 2, "averaging": 2, "elementwise": "analog", "snr_db": 30.0, "ema_alpha": 0.5}),
 }
 EXPECTED = {
     "native": {Stream.VARIATION, Stream.DARK, Stream.PROGRAMMING, Stream.DRIFT, Stream.ITERATION},
     "tiled": {Stream.VARIATION, Stream.DARK, Stream.PROGRAMMING, Stream.TILE_CALL, Stream.REPEAT, Stream.HOLD},
-    "hybrid": {Stream.VARIATION, Stream.DARK, Stream.ELEMENTWISE, Stream.PROGRAMMING, Stream.TILE_CALL, Stream.REPEAT},
+    "hybrid": {Stream.VARIATION, Stream.DARK, Stream.ELEMENTWISE, Stream.PROGRAMMING, Stream.TILE_CALL, Stream.REPEAT,
+               Stream.SNR},
 }
 
 

@@ -30,6 +30,8 @@ from aocsim.errors import InputError
 from aocsim.execute.inputs import check_token_inputs
 from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.run import Run, seed_key
+from aocsim.execute.snr import parts_for, readout
+from aocsim.execute.snr_mapping import device_multiplier
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs, linear_maps, place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
@@ -97,7 +99,8 @@ class HybridSSM:
         if calibration is None:
             raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
                              "calibration sequences, so expected token ids [B, L]")
-        return calibration_inputs(model, model.check_tokens(calibration))
+        tokens = model.check_tokens(calibration)
+        return {**calibration_inputs(model, tokens), "tokens": tokens}  # the tokens: snr_kind 'device' measures on them
 
     @staticmethod
     def exact(model: ImplicitSSM, inputs: torch.Tensor, placement: Placement) -> Run:
@@ -120,7 +123,11 @@ class HybridSSM:
         how = tile_options(placement.averaging, placement.predistort)
         tiles += f" ({how})" if how else ""
         analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
-        return f"hybrid: {tiles} on optical tiles{analog}; other linear maps, norms, conv, scan, head digital"
+        noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind})"
+                 if placement.snr_db is not None else "")
+        noise += f"; EMA readout alpha {placement.ema_alpha:g}" if placement.ema_alpha is not None else ""
+        return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
+                f"head digital{noise}")
 
     @staticmethod
     def attributes(model: ImplicitSSM, placement: Placement) -> dict[str, Any]:
@@ -133,21 +140,34 @@ class HybridSSM:
         if placement.tile_size is None and profile.channels is None:
             placement = Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
         self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
+        parts_for(placement)  # its one-line errors before any work
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
+        self.run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
+        if placement.snr_kind == "device" and placement.snr_db is not None:
+            if not placement.on_tiles:
+                raise InputError("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise "
+                                 "cannot be scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
+            self.device_snr = device_multiplier(model, profile, prepared, placement, prepared["tokens"],
+                                                programs=self.programs)  # once per chip (docs/LANGUAGE.md)
+            self.run_profile = profile.with_overrides({"noise.multiplier": self.device_snr[0]})
+        self.parts: list[Any] = []  # the last run's noise and readout (their tallies: the SNR drawn)
 
     @property
     def program_error(self) -> float:
         """The largest matrix error of this chip's tile programs (their last closed-loop round)."""
-        return max(p.error for p in self.programs.values())
+        return max((p.error for p in self.programs.values()), default=0.0)
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
         0 ... B - 1, which key their noise) in the placement's mode."""
         s, key = self.placement, seed_key(seed)
-        placed = place_ssm(self.model, self.profile, self.calibration, s, generator=key.fold(keys.Stream.LOAD),
+        placed = place_ssm(self.model, self.run_profile, self.calibration, s, generator=key.fold(keys.Stream.LOAD),
                            programs=self.programs)
         cap = s.max_iter or (30 if s.mode == "sequential" else 3 * inputs.shape[1] + 20)
+        self.parts = parts_for(s)
         out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, mode=s.mode, tau=s.damping,
-                     tol=s.rtol, max_iter=cap, trace=True)
+                     tol=s.rtol, max_iter=cap, trace=True, extras=tuple(self.parts),
+                     extras_key=key.fold(keys.Stream.SNR))
+        out = readout(out, placed.model, self.parts)
         return Run(out.logits, out.z, per_token(out, s.rtol), placed.activity(out.iterations),
                    median_over_positions(out.trace))

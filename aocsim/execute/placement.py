@@ -105,6 +105,26 @@ def nonnegative(name: str, value: Any) -> float:
     return value
 
 
+def decibels(name: str, value: Any) -> float:
+    """An SNR in dB: any real number, +inf (no noise) included."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf"):
+        value = math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == math.inf:
+        return math.inf
+    try:
+        return _number(name, value)
+    except InputError:
+        raise InputError(f"{name} = {short(value)}; expected an SNR in dB (a number, or inf for no noise)") from None
+
+
+def ema(name: str, value: Any) -> float:
+    """The weight alpha in (0, 1] of z_read <- alpha z_k + (1 - alpha) z_read."""
+    value = _number(name, value)
+    if not 0.0 < value <= 1.0:
+        raise InputError(f"{name} = {short(value)}; expected an EMA weight alpha in (0, 1] (1: the last iterate)")
+    return value
+
+
 def _number(name: str, value: Any) -> float:
     if isinstance(value, str):
         try:
@@ -117,16 +137,19 @@ def _number(name: str, value: Any) -> float:
 
 
 def map_names(name: str, value: Any) -> tuple[str, ...]:
-    """A non-empty subset of MAP_KINDS, in their order: a sequence of names or 'in_proj,out_proj'."""
+    """A subset of MAP_KINDS, in their order: a sequence of names or 'in_proj,out_proj'; 'none' (every
+    map digital: the model with only the noise the snr_* options draw) is the empty set."""
+    if isinstance(value, str) and value.strip() == "none":
+        return ()
     names = tuple(n.strip() for n in value.split(",")) if isinstance(value, str) else value
     try:
         chosen = tuple(names)
     except TypeError:
         chosen = ("?",)
     unknown = [n for n in chosen if n not in MAP_KINDS]
-    if unknown or not chosen or len(set(chosen)) != len(chosen):
+    if unknown or len(set(chosen)) != len(chosen):  # empty: 'none' read again
         raise InputError(f"{name} = {short(value)}: {'unknown map ' + repr(unknown[0]) if unknown else 'not a set'}; "
-                         f"expected a non-empty subset of {list(MAP_KINDS)} (e.g. 'in_proj,out_proj')")
+                         f"expected 'none' or a non-empty subset of {list(MAP_KINDS)} (e.g. 'in_proj,out_proj')")
     return tuple(k for k in MAP_KINDS if k in chosen)
 
 
@@ -151,8 +174,8 @@ class Placement:
         "switch")
     on_tiles: tuple[str, ...] | None = option(
         {HYBRID: MAP_KINDS}, map_names,
-        "implicit SSMs: the linear maps on optical tiles, comma-separated from inject, in_proj, out_proj; "
-        "the rest digital.")
+        "implicit SSMs: the linear maps on optical tiles, comma-separated from inject, in_proj, out_proj, or "
+        "'none' (all digital: the abstract noise model of the snr_* options alone); the rest digital.")
     mode: str | None = option(
         {HYBRID: "sequential"}, choice("sequential", "simultaneous"),
         "implicit SSMs: 'sequential' (token by token, the RNN) or 'simultaneous' (all tokens at once).")
@@ -192,6 +215,22 @@ class Placement:
         {HYBRID: 0.8}, damping,
         "implicit SSMs: tau of the device iteration z <- (1 - tau) z + tau f(z) (the fixed point stays; "
         "how fast and how noisily it is reached changes).")
+    # The SNR protocol (docs/LANGUAGE.md, noise set by an SNR; aocsim/execute/snr.py)
+    snr_db: float | None = option(
+        {HYBRID: None}, decibels,
+        "implicit SSMs: noise set by an SNR in dB at snr_site (inf: none) [default: off].")
+    snr_site: str | None = option(
+        {HYBRID: "inputs"}, choice("inputs", "states"),
+        "implicit SSMs: where snr_db's noise goes: 'inputs' (each block's input projection's input, every "
+        "iteration) or 'states' (the SSM states committed after each token; sequential mode).")
+    snr_kind: str | None = option(
+        {HYBRID: "additive"}, choice("additive", "multiplicative", "device"),
+        "implicit SSMs: snr_db's noise 'additive' (std rms(x) 10^(-SNR/20)), 'multiplicative' (x (1 + e), std "
+        "of e 10^(-SNR/20)) or 'device' (the profile's own noise, noise.multiplier scaled to snr_db at snr_site).")
+    ema_alpha: float | None = option(
+        {HYBRID: None}, ema,
+        "implicit SSMs: read the iteration as an EMA of its iterates, z_read <- a z_k + (1 - a) z_read, a in "
+        "(0, 1] [default: the last iterate].")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -105,29 +105,38 @@ class PlacedSSM:
             for name, layer in self.maps.items()]
 
     @contextlib.contextmanager
-    def keyed(self, generator: keys.Seed, sequences: torch.Tensor, length: int) -> Iterator[ImplicitSSM]:
+    def keyed(self, generator: keys.Seed, sequences: torch.Tensor, length: int, extras: tuple = (),
+              extras_key: keys.Seed = None) -> Iterator[ImplicitSSM]:
         """While open, the placed model's passes draw noise keyed by `generator` (`reset`), the
-        sequences' ids [B] and their positions in sequences of `length` tokens; yields the model."""
+        sequences' ids [B] and their positions in sequences of `length` tokens; yields the model.
+        `extras`: parts attached to the model for the run and keyed per token too (aocsim/execute/snr.py:
+        noise set by an SNR, drawing from `extras_key`; an EMA readout)."""
         self.reset(generator)
         context = TokenKeys(sequences.long(), length)
-        parts = [*self.maps.values(), *self.functions.values()]
+        parts = [*self.maps.values(), *self.functions.values(), *extras]
         for layer in parts:
             layer.token_keys = context
+        for part in extras:
+            part.reset(extras_key)
+            part.attach(self.model)
         self.model.pass_hook = context.announce
         try:
             yield self.model
         finally:
             self.model.pass_hook = None
+            for part in extras:
+                part.detach(self.model)
             for layer in parts:
                 layer.token_keys = None
 
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, *, generator: keys.Seed, sequences: torch.Tensor | None = None,
-                 **options):
+                 extras: tuple = (), extras_key: keys.Seed = None, **options):
         """`ImplicitSSM.forward` on the device (same options), its noise keyed by `generator`.
 
         `sequences`: the ids [B] of the sequences (default 0 ... B - 1), which key their noise: run a
-        sequence with the id it has in a larger batch and it draws what it draws there.
+        sequence with the id it has in a larger batch and it draws what it draws there. `extras`,
+        `extras_key`: as for `keyed`.
         """
         tokens = self.model.check_tokens(tokens)
         b, length = tokens.shape
@@ -136,7 +145,7 @@ class PlacedSSM:
         if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
                 or tuple(sequences.shape) != (b,) or bool((sequences < 0).any())):
             raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{b}] of ids >= 0")
-        with self.keyed(generator, sequences, length) as model:
+        with self.keyed(generator, sequences, length, extras, extras_key) as model:
             return model(tokens, **options)
 
 

@@ -68,8 +68,10 @@ class ImplicitSSM(nn.Module):
         # Called as pass_hook(positions, visit) before each pass of tokens through the maps: the token
         # positions [T] in the pass and its number (0 for the injection; then the iteration, of the
         # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
-        # keys each token's noise by them (aocsim/execute/ssm.py).
+        # keys each token's noise by them (aocsim/execute/ssm_device.py). commit_hook(caches, t): sequential
+        # mode, the states committed after token t, returned as the next token sees them (noise on states).
         self.pass_hook: Callable[[torch.Tensor, int], None] | None = None
+        self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its config, dtype, weights and card (worker processes receive models): torch
@@ -107,8 +109,7 @@ class ImplicitSSM(nn.Module):
         return self.inject(self.emb_norm(self.embedding(tokens)))
 
     def f(self, z: torch.Tensor, u: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
-        """One application of the layer stack to all tokens."""
-        return self.f_segment(z, u, chunk=chunk)[0]
+        return self.f_segment(z, u, chunk=chunk)[0]  # one application of the layer stack to all tokens
 
     def f_segment(self, z: torch.Tensor, u: torch.Tensor, caches: list[TokenCache] | None = None, *,
                   chunk: int = 64) -> tuple[torch.Tensor, list[TokenCache]]:
@@ -250,6 +251,7 @@ class ImplicitSSM(nn.Module):
         for t in range(L):  # the RNN: constant memory in L
             z_t, caches, its, r, seen = self.solve_token(u[:, t], caches, t, tau=tau, tol=tol, max_iter=max_iter,
                                                          trace=trace)
+            caches = caches if self.commit_hook is None else self.commit_hook(caches, t)
             zs.append(z_t)
             iters.append(its)
             res.append(r)

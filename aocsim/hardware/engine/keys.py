@@ -45,6 +45,7 @@ class Stream(enum.IntEnum):
     CALIBRATION = 14  # the probe passes that calibrate a weight load (its gains and offsets)
     RELOAD = 15  # a time-multiplexed tile's weight load before a product: (call,), then PROGRAMMING (tile,)
     HOLD = 16  # kT/C noise of an analog partial sum sampled onto its hold after tile i: (call, tile)
+    SNR = 19  # noise set by an SNR (aocsim/execute/snr.py): (site, block, visit or part)
     # under a chip's root
     VARIATION = 10  # fixed-pattern variation of a calibrated array: (tile, array index)
     DARK = 11  # each detector's dark current: (tile,)

@@ -1,0 +1,192 @@
+"""Noise set by an SNR in dB, and an EMA readout of the implicit iteration (docs/LANGUAGE.md, "Noise set
+by an SNR").
+
+The protocol of the AOC group's noise study of implicit language models, as placement options of an
+implicit SSM (aocsim/execute/placement.py: `snr_db`, `snr_site`, `snr_kind`, `ema_alpha`):
+
+- `SiteNoise` draws Gaussian noise at one site of the model: `inputs`, the input of every block's
+  input projection (RMSNorm(z), what the block's mixer reads) at every application of the map, or
+  `states`, the SSM states (conv window and scan state of every block) committed after each token in
+  sequential mode. Additive: x + rms(x) r n; multiplicative: x (1 + r n); r = 10^(-SNR/20) (`ratio`),
+  n standard normal, rms(x) over the vector of one token (inputs) or one state tensor of one
+  sequence (states). So the power of the drawn noise is the signal's power times 10^(-SNR/10).
+- `EmaReadout` reads the iteration as z_read <- alpha z_k + (1 - alpha) z_read over the iterates z_k
+  that enter the map (the zero start excluded; alpha 1: the last iterate).
+
+Both are keyed like the device (docs/PHYSICS.md, keyed randomness): the draws of token t of sequence
+s at visit v come from the run's key folded with `Stream.SNR`, the site, the block and v, at counter
+s L + t; so a run is reproducible from its seed and a sequence draws the same alone or in a batch.
+The device side of the mapping (what a profile's own noise measures in dB) is aocsim/execute/snr_mapping.py.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import torch
+
+from aocsim.errors import InputError
+from aocsim.execute.device_linear import TokenKeys
+from aocsim.execute.placement import Placement
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.nn.ssm_blocks import TokenCache
+
+SITES = ("inputs", "states")
+INPUTS, STATES = 0, 1  # the site's coordinate in the key
+
+
+def ratio(snr_db: float) -> float:
+    """The noise's std relative to the signal's rms at `snr_db` (an amplitude ratio: 10^(-SNR/20))."""
+    return 0.0 if snr_db == math.inf else 10.0 ** (-snr_db / 20.0)
+
+
+def snr_of(signal_power: float, noise_power: float) -> float:
+    """10 log10 of a power ratio (the SNR in dB the tallies and the mapping report)."""
+    return math.inf if noise_power == 0.0 else 10.0 * math.log10(signal_power / noise_power)
+
+
+def perturb(x: torch.Tensor, normal: torch.Tensor, snr_db: float, kind: str) -> torch.Tensor:
+    """x [S, N] (S samples of N values) with noise `normal` [S, N] (standard normal) at `snr_db`:
+    additive x + rms(x) r n, rms over each sample's N values, or multiplicative x (1 + r n)."""
+    r = ratio(snr_db)
+    if r == 0.0:
+        return x  # no noise: exactly the input
+    if kind == "additive":
+        return x + x.square().mean(-1, keepdim=True).sqrt() * (r * normal)
+    if kind == "multiplicative":
+        return x + x * (r * normal)
+    raise InputError(f"snr_kind = {kind!r}; expected 'additive' or 'multiplicative' for drawn noise")
+
+
+class SiteNoise:
+    """Noise at one site of a placed model (module docstring); `signal` and `noise` tally the sums of
+    squares of what it perturbed and of what it added (their ratio: the SNR drawn, `measured_db`)."""
+
+    def __init__(self, site: str, snr_db: float, kind: str) -> None:
+        self.site, self.snr_db, self.kind = site, snr_db, kind
+        self.token_keys: TokenKeys | None = None
+        self.key: keys.Key | None = None
+        self.signal = self.noise = 0.0
+        self.hooks: list[Any] = []
+
+    def reset(self, generator: keys.Seed) -> None:
+        self.key = keys.as_key(generator)
+
+    @property
+    def measured_db(self) -> float:
+        return snr_of(self.signal, self.noise)
+
+    def attach(self, model: ImplicitSSM) -> None:
+        if self.site == "inputs":
+            self.hooks = [block.in_proj.register_forward_pre_hook(partial(self._inputs, i))
+                          for i, block in enumerate(model.blocks)]
+        else:
+            model.commit_hook = self._states
+
+    def detach(self, model: ImplicitSSM) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
+        model.commit_hook = None
+
+    def _draw(self, x: torch.Tensor, samples: torch.Tensor, *coordinates: int) -> torch.Tensor:
+        """x [S, N] of the samples' counters [S], perturbed with the draws of key.fold(*coordinates)."""
+        if self.key is None or self.token_keys is None:
+            raise RuntimeError("SiteNoise used outside a keyed run (PlacedSSM.keyed): no noise key")
+        key = self.key.fold(*coordinates).tensor(x.device)
+        normal, _ = normal_pair(key, keys.sample_counters(samples.to(x.device), x.shape[-1]), x.dtype)
+        noisy = perturb(x, normal, self.snr_db, self.kind)
+        self.signal += float(x.double().square().sum())
+        self.noise += float((noisy - x).double().square().sum())
+        return noisy
+
+    def _inputs(self, block: int, _module: Any, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        x = args[0]
+        rows = self.token_keys
+        samples = rows.samples(tuple(x.shape[:-1]))
+        noisy = self._draw(x.reshape(-1, x.shape[-1]), samples, INPUTS, block, rows.visit)
+        return (noisy.reshape(x.shape), *args[1:])
+
+    def _states(self, caches: list[TokenCache], t: int) -> list[TokenCache]:
+        rows = self.token_keys
+        samples = rows.sequences.long() * rows.length + t
+        out = []
+        for block, cache in enumerate(caches):
+            conv, ssm = (self._draw(part.reshape(part.shape[0], -1), samples, STATES, block, j).reshape(part.shape)
+                         for j, part in enumerate((cache.conv, cache.ssm)))
+            out.append(TokenCache(conv, ssm))
+        return out
+
+
+class EmaReadout:
+    """z_read <- alpha z_k + (1 - alpha) z_read over the iterates entering the map (module docstring).
+
+    Seen at the input of the first block's norm, per token (positions from the pass hook): an input
+    equal to the token's previous one (a stopped row evaluated on with its batch, a frozen prefix's
+    extra pass) or to the zero start is not an iterate and leaves the EMA as it is."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.token_keys: TokenKeys | None = None
+        self.read: torch.Tensor | None = None  # [B, L, d]
+        self.last: torch.Tensor | None = None
+        self.hooks: list[Any] = []
+
+    def reset(self, generator: keys.Seed = None) -> None:
+        self.read = self.last = None
+
+    def attach(self, model: ImplicitSSM) -> None:
+        self.hooks = [model.blocks[0].norm.register_forward_pre_hook(self._see)]
+
+    def detach(self, model: ImplicitSSM) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
+
+    def _see(self, _module: Any, args: tuple[torch.Tensor, ...]) -> None:
+        rows = self.token_keys
+        z = args[0]
+        b, positions = len(rows.sequences), rows.positions.to(z.device)
+        z3 = z.reshape(b, positions.numel(), z.shape[-1])
+        if self.read is None:
+            self.read = z.new_full((b, rows.length, z.shape[-1]), float("nan"))
+            self.last = self.read.clone()
+        before = self.last[:, positions]
+        step = ((z3 != before).any(-1) & (z3 != 0).any(-1))[..., None]
+        old = self.read[:, positions]
+        fresh = torch.where(torch.isnan(old), z3, torch.lerp(old, z3, self.alpha) if self.alpha < 1.0 else z3)
+        self.read[:, positions] = torch.where(step, fresh, old)
+        self.last[:, positions] = z3
+
+    def z(self, z: torch.Tensor) -> torch.Tensor:
+        """The read state [B, L, d]: the EMA where a token had iterates, else the model's own z."""
+        if self.read is None:
+            return z
+        return torch.where(torch.isnan(self.read), z, self.read)
+
+
+def parts_for(placement: Placement) -> list[Any]:
+    """The noise and readout a resolved placement asks for (none when its options are off)."""
+    s = placement
+    parts: list[Any] = []
+    if s.snr_db is not None and s.snr_kind != "device":
+        if s.snr_site == "states" and s.mode != "sequential":
+            raise InputError(f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token "
+                             "in sequential mode only; expected mode 'sequential' or snr_site 'inputs'")
+        parts.append(SiteNoise(s.snr_site, s.snr_db, s.snr_kind))
+    if s.ema_alpha is not None:
+        parts.append(EmaReadout(s.ema_alpha))
+    return parts
+
+
+def readout(out: Any, model: ImplicitSSM, parts: list[Any]) -> Any:
+    """The model's output with z (and the logits) read through an `EmaReadout` among `parts`."""
+    for part in parts:
+        if isinstance(part, EmaReadout) and part.read is not None:
+            z = part.z(out.z)
+            return type(out)(model.head(z), z, out.iterations, out.residuals, out.trace)
+    return out
