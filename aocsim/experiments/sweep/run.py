@@ -114,11 +114,20 @@ def _job(spec: SweepSpec, base: Any, point: Point) -> tuple[str, xr.Dataset]:
     return point.key, run_point(spec, base, point)
 
 
-def _local(spec: SweepSpec, base: Any, todo: list[Point], workers: int) -> Iterator[tuple[str, xr.Dataset]]:
-    from aocsim.parallel import run_parts
+def _warm(models: tuple[str, ...]) -> None:
+    """A spawned worker's start-up (`aocsim.parallel.Workers`): the sweep's models and what a point imports."""
+    import aocsim.experiments.compare  # noqa: F401
 
-    for _, result in run_parts(_job, [(spec, base, p) for p in todo], workers):
-        yield result
+    for name in models:
+        _model(name)
+
+
+def _local(spec: SweepSpec, base: Any, todo: list[Point], workers: int) -> Iterator[tuple[str, xr.Dataset]]:
+    from aocsim.parallel import Workers, run_parts
+
+    with Workers(min(workers, len(todo)), warm=_warm, args=(spec.models,)) as pool:
+        for _, result in run_parts(_job, [(spec, base, p) for p in todo], pool):
+            yield result
 
 
 def connect(scheduler: str) -> Any:
