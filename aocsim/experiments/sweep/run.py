@@ -115,9 +115,13 @@ def _job(spec: SweepSpec, base: Any, point: Point) -> tuple[str, xr.Dataset]:
 
 
 def _warm(models: tuple[str, ...]) -> None:
-    """A spawned worker's start-up (`aocsim.parallel.Workers`): the sweep's models and what a point imports."""
+    """A spawned worker's start-up (`aocsim.parallel.Workers`): what a cold process does in its first point
+    (about 3 s more than in the next), so that the worker takes a point only when it can run it at speed."""
+    import torch._dynamo  # noqa: F401 - torch.optim (the fits' L-BFGS) imports it on its first step: 1.7 s
+
     import aocsim.experiments.compare  # noqa: F401
 
+    xr.Dataset({"x": ("i", np.zeros(1))})  # xarray looks for dask on its first array (0.7 s where installed)
     for name in models:
         _model(name)
 
