@@ -94,6 +94,8 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]],
                 torch.set_num_threads(threads)
             yield i, result
         return
+    if given is not None and given.pool is None:
+        raise RuntimeError("run_parts: these Workers are closed")
     pool = given if given is not None else Workers(min(count, len(parts)))
     try:
         yield from _shared(fn, parts, pool)
@@ -106,6 +108,8 @@ def _shared(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], pool: Worker
     """`run_parts` on this process and the spawned processes of `pool`."""
     import torch
 
+    executor = pool.pool
+    assert executor is not None  # an open pool of spawned workers (run_parts)
     todo = deque(range(len(parts)))
     lock = threading.Lock()
     finished: queue.Queue[tuple[int, Any, BaseException | None]] = queue.Queue()
@@ -121,8 +125,7 @@ def _shared(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], pool: Worker
             pass
         while (i := take()) is not None:
             try:
-                assert pool.pool is not None
-                finished.put((i, pool.pool.submit(fn, *parts[i]).result(), None))
+                finished.put((i, executor.submit(fn, *parts[i]).result(), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
                 finished.put((i, None, exc))
                 return

@@ -34,6 +34,8 @@ def test_workers_started_first_give_the_same_results_warmed_on_one_thread() -> N
         spawned = [r for _, r in run_parts(_where, [("wave", 0.3)] * 4, pool) if r[0] != os.getpid()]
         assert pool.pool is not None
     assert pool.pool is None  # closed on leaving the block
+    with pytest.raises(RuntimeError, match="closed"):
+        list(run_parts(operator.mul, parts, pool))
     assert spawned and all(warmed and threads == 1 for _, warmed, threads in spawned)
 
 
