@@ -13,32 +13,78 @@ import multiprocessing
 import queue
 import threading
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
 
-def _one_thread() -> None:
+def _start(warm: Callable[..., object] | None, args: tuple[Any, ...]) -> None:
+    """A spawned worker's initializer: torch on one thread, then the caller's warm-up (its imports, its
+    models), so that what a cold process does before its first part overlaps the caller's own work."""
     import torch
 
     torch.set_num_threads(1)
+    if warm is not None:
+        try:
+            warm(*args)
+        except Exception:  # noqa: BLE001 - a part that needs what failed raises it, where the caller sees it
+            pass
 
 
-def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], workers: int) -> Iterator[tuple[int, T]]:
+def _ready() -> None:
+    """Nothing; one per spawned worker, so that the pool starts them all at once (it spawns on submit)."""
+
+
+class Workers:
+    """`workers` cores for `run_parts`: this process and `workers - 1` spawned ones, started now.
+
+    A spawned process takes seconds to start (Python, torch, the caller's modules, `warm(*args)`: what
+    a cold process does before its first part). Started first thing, before the caller's serial set-up,
+    that start-up overlaps it instead of delaying the first parts. A context manager; `close` waits
+    for the processes to end.
+    """
+
+    def __init__(self, workers: int, warm: Callable[..., object] | None = None, args: tuple[Any, ...] = ()) -> None:
+        self.workers = max(1, workers)
+        self.pool: ProcessPoolExecutor | None = None
+        self.ready: list[Future[None]] = []
+        if self.workers > 1:
+            spawn = multiprocessing.get_context("spawn")
+            self.pool = ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=spawn, initializer=_start,
+                                            initargs=(warm, args))
+            self.ready = [self.pool.submit(_ready) for _ in range(self.workers - 1)]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]],
+              workers: int | Workers) -> Iterator[tuple[int, T]]:
     """Yield (i, fn(*parts[i])) for every part, in order of completion, on `workers` cores.
 
-    This process is one of the workers (it starts at once, while the others are spawned and import
-    torch); the other `workers - 1` are spawned processes. Parts are handed out in the order given,
-    each to the next free worker (so list the longest first). In this process alone, in order, if
-    workers <= 1 or there is one part. Every part runs on one torch thread wherever it runs, so that
-    its numbers do not depend on `workers` (torch splits a large reduction by its thread count, and
-    the rounding follows the split). `fn` must be importable (a module-level function) and its
-    arguments picklable.
+    This process is one of the workers (it starts at once); the others are spawned processes, started
+    here or, given `Workers`, already (its processes are left running for the caller to close). Parts
+    are handed out in the order given, each to the next free worker (so list the longest first); a
+    spawned worker takes its first part only once it has started, so that a slow start leaves the
+    parts to the workers that are up. In this process alone, in order, if workers <= 1 or there is one
+    part. Every part runs on one torch thread wherever it runs, so that its numbers do not depend on
+    `workers` (torch splits a large reduction by its thread count, and the rounding follows the
+    split). `fn` must be importable (a module-level function) and its arguments picklable.
     """
     import torch
 
-    if workers <= 1 or len(parts) <= 1:
+    given = workers if isinstance(workers, Workers) else None
+    count = given.workers if given is not None else workers
+    if count <= 1 or len(parts) <= 1:
         threads = torch.get_num_threads()
         for i, part in enumerate(parts):
             torch.set_num_threads(1)  # as on a worker: a reduction's rounding depends on the thread count
@@ -48,7 +94,22 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], workers: i
                 torch.set_num_threads(threads)
             yield i, result
         return
+    if given is not None and given.pool is None:
+        raise RuntimeError("run_parts: these Workers are closed")
+    pool = given if given is not None else Workers(min(count, len(parts)))
+    try:
+        yield from _shared(fn, parts, pool)
+    finally:
+        if given is None:
+            pool.close()
 
+
+def _shared(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], pool: Workers) -> Iterator[tuple[int, T]]:
+    """`run_parts` on this process and the spawned processes of `pool`."""
+    import torch
+
+    executor = pool.pool
+    assert executor is not None  # an open pool of spawned workers (run_parts)
     todo = deque(range(len(parts)))
     lock = threading.Lock()
     finished: queue.Queue[tuple[int, Any, BaseException | None]] = queue.Queue()
@@ -57,10 +118,14 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], workers: i
         with lock:
             return todo.popleft() if todo else None
 
-    def feed(pool: ProcessPoolExecutor) -> None:  # keeps one part in flight on one spawned worker
+    def feed(ready: Future[None]) -> None:  # keeps one part in flight on one spawned worker
+        try:
+            ready.result()  # started (a pool that cannot start raises here, and below)
+        except BaseException:  # noqa: BLE001 - the next submit raises it again, with the part it failed
+            pass
         while (i := take()) is not None:
             try:
-                finished.put((i, pool.submit(fn, *parts[i]).result(), None))
+                finished.put((i, executor.submit(fn, *parts[i]).result(), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
                 finished.put((i, None, exc))
                 return
@@ -78,33 +143,30 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], workers: i
             yield i, result
             block = False
 
-    spawned = min(workers, len(parts)) - 1
-    context = multiprocessing.get_context("spawn")
     threads = torch.get_num_threads()
     outstanding = len(parts)
-    with ProcessPoolExecutor(max_workers=spawned, mp_context=context, initializer=_one_thread) as pool:
-        feeders = [threading.Thread(target=feed, args=(pool,), daemon=True) for _ in range(spawned)]
-        for feeder in feeders:
-            feeder.start()
-        torch.set_num_threads(1)  # this process is one worker among `workers`
-        try:
-            while (i := take()) is not None:
-                result = fn(*parts[i])
+    feeders = [threading.Thread(target=feed, args=(ready,), daemon=True) for ready in pool.ready[:len(parts) - 1]]
+    for feeder in feeders:
+        feeder.start()
+    torch.set_num_threads(1)  # this process is one worker among `workers`
+    try:
+        while (i := take()) is not None:
+            result = fn(*parts[i])
+            outstanding -= 1
+            yield i, result
+            for done in drain(block=False):
                 outstanding -= 1
-                yield i, result
-                for done in drain(block=False):
-                    outstanding -= 1
-                    yield done
-            while outstanding:
-                for done in drain(block=True):
-                    outstanding -= 1
-                    yield done
-        finally:
-            torch.set_num_threads(threads)
-            with lock:
-                todo.clear()
-            for feeder in feeders:
-                feeder.join()
+                yield done
+        while outstanding:
+            for done in drain(block=True):
+                outstanding -= 1
+                yield done
+    finally:
+        torch.set_num_threads(threads)
+        with lock:
+            todo.clear()
+        for feeder in feeders:
+            feeder.join()
 
 
 def split_rows(n: int, parts: int) -> list[slice]:

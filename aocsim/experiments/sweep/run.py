@@ -115,11 +115,24 @@ def _job(spec: SweepSpec, base: Any, point: Point) -> tuple[str, xr.Dataset]:
     return point.key, run_point(spec, base, point)
 
 
-def _local(spec: SweepSpec, base: Any, todo: list[Point], workers: int) -> Iterator[tuple[str, xr.Dataset]]:
-    from aocsim.parallel import run_parts
+def _warm(models: tuple[str, ...]) -> None:
+    """A spawned worker's start-up (`aocsim.parallel.Workers`): what a cold process does in its first point
+    (about 3 s more than in the next), so that the worker takes a point only when it can run it at speed."""
+    import torch._dynamo  # noqa: F401 - torch.optim (the fits' L-BFGS) imports it on its first step: 1.7 s
 
-    for _, result in run_parts(_job, [(spec, base, p) for p in todo], workers):
-        yield result
+    import aocsim.experiments.compare  # noqa: F401
+
+    xr.Dataset({"x": ("i", np.zeros(1))})  # xarray looks for dask on its first array (0.7 s where installed)
+    for name in models:
+        _model(name)
+
+
+def _local(spec: SweepSpec, base: Any, todo: list[Point], workers: int) -> Iterator[tuple[str, xr.Dataset]]:
+    from aocsim.parallel import Workers, run_parts
+
+    with Workers(min(workers, len(todo)), warm=_warm, args=(spec.models,)) as pool:
+        for _, result in run_parts(_job, [(spec, base, p) for p in todo], pool):
+            yield result
 
 
 def connect(scheduler: str) -> Any:
