@@ -10,8 +10,10 @@ threads).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -19,17 +21,26 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 T = TypeVar("T")
 
 
-def _start(warm: Callable[..., object] | None, args: tuple[Any, ...]) -> None:
+def _start(warm: Callable[..., object] | None, args: tuple[Any, ...], parent: int) -> None:
     """A spawned worker's initializer: torch on one thread, then the caller's warm-up (its imports, its
     models), so that what a cold process does before its first part overlaps the caller's own work."""
     import torch
 
     torch.set_num_threads(1)
+    threading.Thread(target=_end_with, args=(parent,), daemon=True).start()
     if warm is not None:
         try:
             warm(*args)
         except Exception:  # noqa: BLE001 - a part that needs what failed raises it, where the caller sees it
             pass
+
+
+def _end_with(parent: int) -> None:
+    """Ends this worker once its parent is gone (killed, say): it would otherwise finish its part for
+    nobody, holding a core."""
+    while os.getppid() == parent:  # the creator's pid, passed in: it may die before this starts
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _ready() -> None:
@@ -52,7 +63,7 @@ class Workers:
         if self.workers > 1:
             spawn = multiprocessing.get_context("spawn")
             self.pool = ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=spawn, initializer=_start,
-                                            initargs=(warm, args))
+                                            initargs=(warm, args, os.getpid()))
             self.ready = [self.pool.submit(_ready) for _ in range(self.workers - 1)]
 
     def close(self) -> None:

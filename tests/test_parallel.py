@@ -49,3 +49,40 @@ def test_a_worker_that_has_not_started_takes_no_part_and_a_failed_warm_up_is_not
     with Workers(2, warm=operator.truediv, args=(1, 0)) as pool:
         pool.ready[0].result()  # started despite the warm-up's error
         assert sorted(run_parts(operator.mul, [(i, 2) for i in range(4)], pool)) == [(i, 2 * i) for i in range(4)]
+
+
+def test_a_spawned_worker_ends_when_its_parent_is_killed(tmp_path) -> None:
+    """A sweep killed with SIGKILL leaves no worker finishing its point for nobody."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import time\nfrom aocsim.parallel import run_parts\n"
+              "for _ in run_parts(time.sleep, [(60,), (60,)], 2):\n    pass\n")
+    parent = subprocess.Popen([sys.executable, "-c", script])
+
+    def children() -> list[int]:
+        out = []
+        for entry in os.listdir("/proc"):
+            try:
+                stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(stat[1]) == parent.pid and stat[0] != "Z":
+                out.append(int(entry))
+        return out
+
+    deadline = time.monotonic() + 60
+    while not (workers := [p for p in children() if "spawn" in open(f"/proc/{p}/cmdline").read()]):
+        assert time.monotonic() < deadline, "no spawned worker started"
+        time.sleep(0.1)
+    time.sleep(1.0)  # its initializer has run: it sleeps in its part
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+              for p in workers):
+        assert time.monotonic() < deadline, "the spawned worker outlived its killed parent"
+        time.sleep(0.1)

@@ -127,12 +127,11 @@ def _warm(models: tuple[str, ...]) -> None:
         _model(name)
 
 
-def _local(spec: SweepSpec, base: Any, todo: list[Point], workers: int) -> Iterator[tuple[str, xr.Dataset]]:
-    from aocsim.parallel import Workers, run_parts
+def _local(spec: SweepSpec, base: Any, todo: list[Point], pool: Any) -> Iterator[tuple[str, xr.Dataset]]:
+    from aocsim.parallel import run_parts
 
-    with Workers(min(workers, len(todo)), warm=_warm, args=(spec.models,)) as pool:
-        for _, result in run_parts(_job, [(spec, base, p) for p in todo], pool):
-            yield result
+    for _, result in run_parts(_job, [(spec, base, p) for p in todo], pool):
+        yield result
 
 
 def connect(scheduler: str) -> Any:
@@ -193,8 +192,17 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
     info = provenance(spec, base)
     store.prepare(spec, fingerprint(info), resume=resume, overwrite=overwrite)
 
+    pools: list[Any] = []  # the local workers, started once for all the points (a search's rounds too)
+
     def evaluate(points: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
-        return _dask(client, spec, base, points) if client is not None else _local(spec, base, points, workers)
+        if client is not None:
+            return _dask(client, spec, base, points)
+        if not pools:
+            from aocsim.parallel import Workers
+
+            size = spec.search.batch if spec.search is not None else len(points)
+            pools.append(Workers(min(workers, size), warm=_warm, args=(spec.models,)))
+        return _local(spec, base, points, pools[0])
 
     try:
         if spec.search is not None:
@@ -206,6 +214,8 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
             for key, ds in bar(evaluate(todo), desc="sweep points", total=len(todo), enabled=progress):
                 store.write_point(key, ds)
     finally:
+        for pool in pools:
+            pool.close()
         if client is not None and isinstance(scheduler, str):
             client.close()
     ds = results(spec, store, info)

@@ -215,11 +215,20 @@ def scores(ds: xr.Dataset, search: Search) -> tuple[np.ndarray, np.ndarray]:
     return values, feasible
 
 
-def reference_point(search: Search, *values: np.ndarray) -> np.ndarray:
-    """The hypervolume's reference: the search's own, else `front.default_reference` over all `values`."""
+def reference_point(search: Search, *scored: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The hypervolume's reference: the search's own (`search.reference`); else, per objective, the bound
+    of a constraint on it that limits it from the bad side (an infeasible trial never counts, so the
+    front is measured from the worst value allowed), or `front.default_reference` over the feasible
+    points of all `scored` (values, feasible) pairs."""
     if search.reference is not None:
         return np.array(list(search.reference.values()))
-    return default_reference(np.concatenate(values), list(search.objectives.values()))
+    values = np.concatenate([v[f] for v, f in scored])
+    ref = default_reference(values, list(search.objectives.values()))
+    for i, (metric, direction) in enumerate(search.objectives.items()):
+        for c in search.constraints:
+            if c.metric == metric and c.op == (">=" if direction == "max" else "<="):
+                ref[i] = c.bound
+    return ref
 
 
 def search_of(ds: xr.Dataset) -> Search:
@@ -240,7 +249,7 @@ def against(search_ds: xr.Dataset, other: xr.Dataset) -> dict[str, Any]:
     if missing:
         raise InputError(f"the other results lack {missing[0]!r}; expected the search's metrics ({', '.join(search.metrics)})")
     (a, fa), (b, fb) = scores(search_ds, search), scores(other, search)
-    ref = reference_point(search, a, b)
+    ref = reference_point(search, (a, fa), (b, fb))
     directions = list(search.objectives.values())
     return {"reference": dict(zip(search.objectives, map(float, ref))), "points": (len(a), len(b)),
             "hypervolume": (hypervolume(a, directions, ref, fa), hypervolume(b, directions, ref, fb)),
@@ -254,7 +263,7 @@ def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
     values, feasible = scores(ds, search)
     directions = list(search.objectives.values())
     front = pareto_mask(values, directions, feasible)
-    reference = reference_point(search, values)
+    reference = reference_point(search, (values, feasible))
     out = ds.copy()
     out["feasible"] = ("trial", feasible)
     out["feasible"].attrs["description"] = "the trial meets every constraint of the search (mean over chips x seeds)"
