@@ -5,6 +5,7 @@ one-line errors for bad search specs before any work."""
 from __future__ import annotations
 
 import itertools
+import re
 import json
 import os
 import signal
@@ -229,3 +230,23 @@ def test_a_search_against_a_grid_scores_both_up_to_one_reference(reference: xr.D
     out = CliRunner().invoke(main, ["plot", str(search_file), "--against", str(tmp_path / "grid" / "results.nc")])
     assert out.exit_code == 0, out.output
     assert (tmp_path / "search-front.png").stat().st_size > 10_000
+
+
+def test_start_trials_are_asked_as_given_and_survive_a_kill_between_enqueue_and_ask(tmp_path: Path) -> None:
+    start = {"slm.bits": 6, "noise.power_per_unit_w": 1.0e-5}
+    spec = {**SEARCH, "search": {**SEARCH["search"], "budget": 3, "start": [start]}}
+    whole = sweep(parse_spec(spec), tmp_path / "whole", workers=1)
+    assert {p: whole[p].values[0].item() for p in start} == start  # trial 0 is the known-good machine
+    out = tmp_path / "cut"
+    sweep(parse_spec(spec), out, workers=1)
+    journal = out / STUDY_FILE
+    lines = journal.read_bytes().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if b'"op_code":4' in line)
+    journal.write_bytes(b"".join(lines[: first + 1]))  # killed after the start trial was enqueued, before its ask
+    (out / "results.nc").unlink()
+    xr.testing.assert_identical(whole, sweep(parse_spec(spec), out, workers=1, resume=True))
+    for bad, message in (([{"slm.bits": 6}], "expected a value for each parameter"),
+                         ([{**start, "slm.bits": 12}], "search.start[0].slm.bits = 12; expected a value inside"),
+                         ([start] * 4, "expected a list of at most budget (3)")):
+        with pytest.raises(InputError, match=re.escape(message)):
+            parse_spec({**spec, "search": {**spec["search"], "start": bad}})

@@ -175,17 +175,21 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
                 label=f"{label}: Pareto front, hypervolume {compared['hypervolume'][k]:.3g}")
     ax.set_xlabel(metric_label(x_name, ds[x_name].attrs.get("units", "")) if ix is not None else "trial")
     ax.set_ylabel(metric_label(y_name, ds[y_name].attrs.get("units", "")))
-    for name, axis in ((x_name, ax.xaxis), (y_name, ax.yaxis)):
-        if name in SHARES:
-            percent_axis(axis)
-        elif name in ds and ds[name].attrs.get("units") in ("J", "s"):
-            from matplotlib.ticker import EngFormatter
-
-            axis.set_major_formatter(EngFormatter(unit=ds[name].attrs["units"], sep=" "))
     x_all = np.concatenate([v[:, ix] for v in compared["values"]]) if ix is not None else np.array([])
     x_all = x_all[np.isfinite(x_all) & (x_all > 0)]
-    if len(x_all) and x_all.max() / x_all.min() > 50:
+    log = bool(len(x_all) and x_all.max() / x_all.min() > 10)
+    if log:
         ax.set_xscale("log")
+    for name, axis in ((x_name, ax.xaxis), (y_name, ax.yaxis)):
+        unit = str(ds[name].attrs.get("units", "")) if name in ds else ""
+        if name in SHARES:
+            percent_axis(axis)
+        elif unit in ("J", "s") and axis is ax.xaxis and log:
+            log_cost_ticks(axis, unit, x_all.max() / x_all.min())
+        elif unit in ("J", "s"):
+            from matplotlib.ticker import EngFormatter
+
+            axis.set_major_formatter(EngFormatter(unit=unit, sep=" "))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, title="x: infeasible (a constraint fails)", title_fontsize=7)
     ref = ", ".join(f"{k} {v:.3g}" for k, v in compared["reference"].items())

@@ -133,6 +133,11 @@ def _rounds(spec: SweepSpec, store: SweepStore, study: Any, evaluate: Evaluate) 
     search, space = spec.search, distributions(spec.search)
     while True:
         trials = study.get_trials(deepcopy=False)
+        waiting = [t.number for t in trials if t.state.name == "WAITING"]
+        if waiting:  # a start trial enqueued before a kill: ask it now (asking takes it as enqueued)
+            study.sampler = sampler(search, waiting[0])
+            study.ask(space)
+            continue
         running = [t.number for t in trials if _running(t)]
         if not running and len(trials) >= search.budget:
             return
@@ -141,6 +146,8 @@ def _rounds(spec: SweepSpec, store: SweepStore, study: Any, evaluate: Evaluate) 
         end = min(start + search.batch, search.budget)
         for number in range(len(trials), end):  # ask the round's trials not asked before a kill
             study.sampler = sampler(search, number)
+            if number < len(search.start):  # a start trial: enqueued, it is the next asked, as given
+                study.enqueue_trial(search.start[number])
             study.ask(space)
         batch = [t for t in study.get_trials(deepcopy=False)[start:end] if _running(t)]
         points, done = {p.key: p for p in (trial_point(spec, t) for t in batch)}, store.done()

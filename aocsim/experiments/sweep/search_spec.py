@@ -8,6 +8,7 @@
       seed: 3
       batch: 4                                       # optional: points asked together (default 4)
       reference: {agreement: 0.9, energy_j: 1.0e-5}  # optional: the hypervolume's reference point
+      start: [{slm.bits: 9, noise.power_per_unit_w: 1.0e-4}]   # optional: the first trials' settings
     space:
       slm.bits: {int: [2, 9]}
       noise.power_per_unit_w: {log: [1.0e-6, 1.0e-3]}
@@ -30,7 +31,7 @@ from aocsim.experiments.sweep.axes import count, mapping, short
 SAMPLERS = ("nsga2", "tpe", "random")
 DIRECTIONS = ("max", "min")
 KINDS = ("int", "float", "log", "choice")  # a range of integers, of reals (linear or log-uniform), a list
-SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference")
+SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference", "start")
 # Short names for the cost metrics, as a co-design question says them.
 ALIASES = {"energy_j": "energy_per_inference_j", "time_s": "time_per_inference_s"}
 _CONSTRAINT = re.compile(r"\s*(>=|<=)\s*(\S+)\s*")
@@ -70,6 +71,7 @@ class Search:
     batch: int
     reference: dict[str, float] | None
     space: tuple[Param, ...]
+    start: tuple[dict[str, Any], ...] = ()  # the first trials' settings, asked as given (a known-good machine)
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -112,8 +114,29 @@ def parse_search(raw: Any, space: Any, known: tuple[str, ...]) -> Search:
     batch = count("search.batch", raw.get("batch", min(4, budget)), minimum=1)
     if sampler == "nsga2" and batch < 2:
         raise InputError(f"search.batch = {batch}; expected >= 2 with sampler nsga2 (its population)")
+    params = _space(space)
     return Search(goals, constraints, budget, sampler, count("search.seed", raw.get("seed", 0)), batch,
-                  _reference(raw.get("reference"), goals, known), _space(space))
+                  _reference(raw.get("reference"), goals, known), params, _start(raw.get("start", []), params, budget))
+
+
+def _start(raw: Any, params: tuple[Param, ...], budget: int) -> tuple[dict[str, Any], ...]:
+    """Settings of the first trials: each a value for every parameter of the space, inside it."""
+    if not isinstance(raw, list) or len(raw) > budget:
+        raise InputError(f"search.start = {short(raw)}; expected a list of at most budget ({budget}) settings")
+    out = []
+    for i, point in enumerate(raw):
+        point = mapping(f"search.start[{i}]", point)
+        if set(point) != {p.path for p in params}:
+            raise InputError(f"search.start[{i}] = {short(point)}; expected a value for each parameter of the space "
+                             f"({', '.join(p.path for p in params)})")
+        for p in params:
+            v = point[p.path]
+            inside = (v in p.bounds if p.kind == "choice" else
+                      _finite(v) and (isinstance(v, int) or p.kind != "int") and p.bounds[0] <= v <= p.bounds[1])
+            if not inside:
+                raise InputError(f"search.start[{i}].{p.path} = {short(v)}; expected a value inside space.{p.path}")
+        out.append({p.path: point[p.path] for p in params})
+    return tuple(out)
 
 
 def _constraint(name: str, text: Any, known: tuple[str, ...]) -> Constraint:
