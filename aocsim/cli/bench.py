@@ -8,6 +8,12 @@ import click
 from aocsim.cli.common import compute, friendly
 from aocsim.errors import AocsimError
 
+# Points of `aocsim bench sweep`. A spawned worker starts in about 5 s of CPU (torch, then torch._dynamo,
+# which the fits' L-BFGS imports on its first step) while a point takes about 1.6 s: at 16 points that
+# start-up is a fifth of a 2-worker run and caps its ratio near 1.6x; 32 points show the scaling a
+# sweep of tens to hundreds of points gets (docs/SWEEPS.md section 2 gives both).
+SWEEP_POINTS = 32
+
 
 @click.group()
 def bench() -> None:
@@ -41,7 +47,7 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
 
 
 @bench.command("sweep")
-@click.option("--points", default=16, show_default=True, type=click.IntRange(min=2), help="Points of the sweep.")
+@click.option("--points", default=SWEEP_POINTS, show_default=True, type=click.IntRange(min=2), help="Points of the sweep.")
 @click.option("--workers", "workers", multiple=True, type=click.IntRange(min=1), default=(1, 2), show_default=True,
               help="Local worker counts to time (repeatable); the first is the yardstick.")
 @friendly

@@ -120,7 +120,7 @@ class SweepBenchRow:
         return self.points / self.seconds
 
 
-def bench_sweep(workers: tuple[int, ...] = (1, 2), *, points: int = 16, samples: int = 450) -> list[SweepBenchRow]:
+def bench_sweep(workers: tuple[int, ...] = (1, 2), *, points: int, samples: int = 450) -> list[SweepBenchRow]:
     """The same CPU-bound sweep (digits-deq48 on aoc48, `points` values of noise.multiplier, one chip
     and seed each) on 1, 2, ... local workers, in this run, one after another; each worker runs
     torch on one thread, so the ratio of throughputs is the scaling over processes. The yardstick
