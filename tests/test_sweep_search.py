@@ -250,3 +250,17 @@ def test_start_trials_are_asked_as_given_and_survive_a_kill_between_enqueue_and_
                          ([start] * 4, "expected a list of at most budget (3)")):
         with pytest.raises(InputError, match=re.escape(message)):
             parse_spec({**spec, "search": {**spec["search"], "start": bad}})
+
+
+def test_a_huge_search_needs_yes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import aocsim.experiments.sweep as sweeps
+
+    def start(*args, **kwargs):  # instead of running 2000 trials: stop where they would start
+        raise SystemExit(3)
+
+    monkeypatch.setattr(sweeps, "sweep", start)
+    spec = _write(tmp_path, {**SEARCH, "search": {**SEARCH["search"], "budget": 2000}})
+    out = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "big"), "--workers", "2"])
+    assert out.exit_code == 1 and out.output.count("\n") == 1, out.output
+    assert re.search(r"2000 points x 1 chips x 1 seeds; about [\d.]+ (minutes|hours) on 2 workers", out.output)
+    assert "pass --yes to start it" in out.output and not (tmp_path / "big").exists()

@@ -131,11 +131,14 @@ def _check_size(spec: Any, out: Path, resume: bool, workers: int | None, yes: bo
     from aocsim.experiments.sweep.store import SweepStore
     from aocsim.threads import usable_cores
 
-    if spec.search is not None:  # its budget is checked by its spec
-        return
-    points = spec.points()
-    done = SweepStore(out).done() if resume else set()
-    left = sum(p.key not in done for p in points)
+    if spec.search is not None:  # the trials of its budget not told yet
+        from aocsim.experiments.sweep import status
+
+        resumed = resume and SweepStore(out).saved_spec() is not None
+        left = spec.search.budget - (status(out)["done"] if resumed else 0)
+    else:
+        done = SweepStore(out).done() if resume else set()
+        left = sum(p.key not in done for p in spec.points())
     if left <= LARGE:
         return
     ctx = click.get_current_context()

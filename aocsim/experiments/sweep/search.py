@@ -156,23 +156,14 @@ def _rounds(spec: SweepSpec, store: SweepStore, study: Any, evaluate: Evaluate) 
             store.write_point(key, ds)
         for t in batch:
             key = trial_point(spec, t).key
-            values = objective_values(store.read_point(key), search)
+            (values,), (violation,) = scores(store.read_point(key), search, violations=True)
             handle = optuna.trial.Trial(study, t._trial_id)
             handle.set_user_attr("point_key", key)
             if search.constraints:
-                handle.set_user_attr(VIOLATION, violations(store.read_point(key), search))
+                handle.set_user_attr(VIOLATION, violation.tolist())
             study.sampler = sampler(search, t.number)  # tell's after_trial uses the sampler of the trial
-            study.tell(t.number, values)
+            study.tell(t.number, values.tolist())
             yield t.number
-
-
-def objective_values(ds: xr.Dataset, search: Search) -> list[float]:
-    """A point's objectives: each metric's mean over chips and seeds."""
-    return [float(ds[m].mean()) for m in search.objectives]
-
-
-def violations(ds: xr.Dataset, search: Search) -> list[float]:
-    return [c.violation(float(ds[c.metric].mean())) for c in search.constraints]
 
 
 def trials_spec(spec: SweepSpec, store: SweepStore) -> SweepSpec:
@@ -211,15 +202,16 @@ def status(root: str | Path) -> dict[str, object]:
             "missing": [k for k in keys if k not in done]}
 
 
-def scores(ds: xr.Dataset, search: Search) -> tuple[np.ndarray, np.ndarray]:
-    """Every point of a results Dataset (a search's trials or a grid's points, flattened): its objectives
-    [points, objectives] and whether it meets the search's constraints (means over chips x seeds)."""
+def scores(ds: xr.Dataset, search: Search, *, violations: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Every point of a results Dataset or point file (a search's trials or a grid's points, flattened):
+    its objectives [points, objectives] (each metric's mean over chips x seeds) and whether it meets the
+    search's constraints; with `violations`, instead of that, each constraint's violation [points,
+    constraints] (Optuna's convention: <= 0 met)."""
     mean = {m: ds[m].mean(("chip", "seed")).values.ravel() for m in search.metrics}
     values = np.stack([mean[m] for m in search.objectives], axis=1)
-    feasible = np.ones(len(values), dtype=bool)
-    for c in search.constraints:
-        feasible &= np.array([c.violation(v) <= 0 for v in mean[c.metric]])
-    return values, feasible
+    violation = np.stack([c.violation(mean[c.metric]) for c in search.constraints], axis=1) \
+        if search.constraints else np.zeros((len(values), 0))
+    return values, violation if violations else np.all(violation <= 0, axis=1)
 
 
 def reference_point(search: Search, *scored: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

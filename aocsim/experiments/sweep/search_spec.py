@@ -45,10 +45,6 @@ class Param:
     kind: str
     bounds: tuple[Any, ...]  # (low, high) for int/float/log; the choices for choice
 
-    def corners(self) -> tuple[Any, ...]:
-        """The values that bound the box (to check them against the profile schema up front)."""
-        return self.bounds
-
 
 @dataclass(frozen=True)
 class Constraint:
