@@ -64,7 +64,6 @@ def test_noisy_aoc48_is_reproducible_on_any_number_of_workers_and_keeps_parity(d
                                          "runs as a hybrid SSM"),
     ({"placement": {"fit": False}}, "fit = False applies to native DEQs"),
     ({"placement": {"bogus": 1}}, "placement.bogus is not a placement option"),
-    ({"model": "parity-explicit1"}, "explicit SSM: it has no fixed point"),
     ({"placement": {"on_tiles": ("inject", "conv")}}, "unknown map 'conv'; expected 'none' or a non-empty subset of"),
     ({"placement": {"on_tiles": ("inject", "inject")}}, "not a set; expected 'none' or a non-empty subset"),
 ])

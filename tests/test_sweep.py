@@ -215,7 +215,8 @@ def test_settings_a_model_cannot_take_are_refused_before_any_work(tmp_path: Path
     for change, message in (({"axes": {"placement.tile_size": [16, 48]}}, native),
                             ({"data": {"samples": 5000}}, "samples = 5000"),
                             ({"axes": {"placement.averaging": [1, 4]}}, native),
-                            ({"axes": {"placement.mode": ["sequential"]}}, "expected it only for hybrid SSMs")):
+                            ({"axes": {"placement.mode": ["sequential"]}}, "expected it only for hybrid SSMs"),
+                            ({"metrics": ["bits_per_character"]}, "but model 'digits-deq48' has task 'digits'")):
         with pytest.raises(InputError, match=re.escape(message)):
             sweep(parse_spec({**SMALL, **change}), tmp_path / "never")
         assert not (tmp_path / "never").exists()
@@ -250,3 +251,17 @@ def test_a_resume_after_the_device_profile_was_edited_is_refused(tmp_path: Path)
         sweep(parse_spec({**SMALL, "device": str(device), "data": {"samples": 4}, "axes": {"slm.bits": [9]}}), out,
               resume=True)
     assert "\n" not in str(err.value)
+
+
+def test_language_models_sweep_their_bits_per_character(tmp_path: Path) -> None:
+    # the abstract noise model (no map on tiles): at inf dB the device path is the exact one; noise
+    # on the states costs bits; the metric is each path's mean of the compare Dataset's nll_bits
+    spec = {"model": "charlm-explicit1", "device": "aoc48", "data": {"sequences": 2, "length_factor": 1},
+            "axes": {"placement.on_tiles": ["none"], "placement.mode": ["sequential"],
+                     "placement.snr_site": ["states"], "placement.snr_db": [0.0, float("inf")]},
+            "seeds": 1, "chips": 1, "metrics": ["bits_per_character", "exact_bits_per_character"]}
+    ds = sweep(parse_spec(spec), tmp_path / "bits", workers=1).squeeze()
+    device, exact = ds.bits_per_character, ds.exact_bits_per_character
+    assert float(device.sel(**{"placement.snr_db": float("inf")})) == float(exact.sel(**{"placement.snr_db": float("inf")}))
+    assert float(device.sel(**{"placement.snr_db": 0.0})) > float(exact.sel(**{"placement.snr_db": 0.0})) + 0.1
+    assert 1.0 < float(exact[0]) < 4.0

@@ -139,9 +139,6 @@ def _load(names: tuple[str, ...]) -> dict[str, Any]:
     loaded: dict[str, Any] = {}
     for name in names:
         model = load_model(name)
-        if model.card.get("task") in ("state_tracking", "language") and not model.config.implicit:
-            raise click.ClickException(f"model {name!r} is an explicit SSM: it has no fixed point to run on the "
-                                       "device loop; expected a DEQ or an implicit SSM")
         if model.card.get("task") not in ("digits", "state_tracking", "language"):
             raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; compare runs digits "
                                        "DEQs, state-tracking implicit SSMs and language models")

@@ -1,7 +1,8 @@
 """An implicit SSM on a virtual AOC as a hybrid: its linear maps on optical tiles, the rest digital
 (`HybridSSM`).
 
-The model (aocsim/nn/implicit_ssm.py) iterates z = f(z) per token; inside f, every linear map
+The model (aocsim/nn/implicit_ssm.py) iterates z = f(z) per token (an explicit baseline,
+`implicit=False`, makes one pass of f from z = 0: one pass on the device too, priced as one); inside f, every linear map
 (the injection W_u, and each block's input and output projections) is a matrix product. On the
 device, the maps the placement names (`on_tiles`, default all) become calibrated `DeviceLinear`s
 (aocsim/execute/device_linear.py): the matrix programmed onto a grid of optical tiles, each call a
@@ -93,9 +94,6 @@ class HybridSSM:
     @staticmethod
     def prepare(model: ImplicitSSM, calibration: Any, placement: Placement) -> dict[str, torch.Tensor]:
         """What each map sees on the exact path for the calibration sequences (`calibration_inputs`)."""
-        if not model.config.implicit:
-            raise InputError("model is an explicit SSM: it has no fixed point to run on the device loop; "
-                             "expected an implicit SSM or a DEQ")
         if calibration is None:
             raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
                              "calibration sequences, so expected token ids [B, L]")
@@ -144,6 +142,10 @@ class HybridSSM:
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
         self.run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
         if placement.snr_kind == "device" and placement.snr_db is not None:
+            if not model.config.implicit:
+                raise InputError("snr_kind = 'device' on an explicit SSM: the mapping measures the noise at the "
+                                 "implicit iteration's sites; expected an implicit SSM (run an explicit one on the "
+                                 "profile with the noise.multiplier the implicit model's mapping gives)")
             if not placement.on_tiles:
                 raise InputError("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise "
                                  "cannot be scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
@@ -169,5 +171,6 @@ class HybridSSM:
                      tol=s.rtol, max_iter=cap, trace=True, extras=tuple(self.parts),
                      extras_key=key.fold(keys.Stream.SNR))
         out = readout(out, placed.model, self.parts)
-        return Run(out.logits, out.z, per_token(out, s.rtol), placed.activity(out.iterations),
+        passes = out.iterations if self.model.config.implicit else torch.ones_like(out.iterations)  # explicit: one pass
+        return Run(out.logits, out.z, per_token(out, s.rtol), placed.activity(passes),
                    median_over_positions(out.trace))

@@ -204,7 +204,9 @@ def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[st
                          f"(one [R, K] tensor per map: {on_tiles(model, placement)})")
     maps = linear_maps(plain_copy(model))
     index = {name: m for m, name in enumerate(maps)}
-    names = on_tiles(model, placement)
+    # a map that only ever multiplies zero needs no tiles (an explicit 1-block model's input
+    # projection: its block's input is RMSNorm(0)); it stays digital
+    names = [n for n in on_tiles(model, placement) if bool(calibration[n].abs().max() > 0)]
     programs = fit_maps(device, [(maps[n].weight.detach(), calibration[n], fit_key(device, index[n])) for n in names],
                         modules=placement.modules, tile_size=placement.tile_size, partial_sums=placement.partial_sums,
                         predistort=placement.predistort)

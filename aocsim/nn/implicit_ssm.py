@@ -175,7 +175,7 @@ class ImplicitSSM(nn.Module):
         tokens = self.check_tokens(tokens)
         self._announce(0, tokens.shape[1], 0)
         u = self.injection(tokens)
-        if not self.config.implicit:
+        if not self.config.implicit and mode == "simultaneous":  # sequential: token by token (`solve_token`)
             z = self.f(torch.zeros(*tokens.shape, self.config.d_model, dtype=u.dtype, device=u.device), u,
                        chunk=chunk)
             zeros = torch.zeros(tokens.shape, dtype=u.dtype, device=u.device)

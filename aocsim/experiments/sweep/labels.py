@@ -22,6 +22,7 @@ METRIC_WORDS = {
     "iterations": ("device iterations per inference", ""), "fixed_point_error": ("fixed-point error (median)", ""),
     "residual": ("device residual (median)", ""), "time_per_inference_s": ("hardware time per inference", "s"),
     "energy_per_inference_j": ("energy per inference", "J"),
+    "bits_per_character": ("device bits per character", "bits"), "exact_bits_per_character": ("exact bits per character", "bits"),
 }
 SHARES = {"accuracy", "exact_accuracy", "agreement", "converged"}
 

@@ -107,6 +107,10 @@ def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
             out[m] = xr.full_like(ds.agreement.mean(per_run), ds.attrs.get("modules", 1), dtype=np.float64)
         elif m == "weight_loads_per_inference":
             out[m] = ds.weight_loads.mean(per_run)
+        elif m == "bits_per_character":
+            out[m] = device.nll_bits.mean(per_run)
+        elif m == "exact_bits_per_character":
+            out[m] = ds.nll_bits.sel(path="exact").mean(per_run)
     result = xr.Dataset({k: v.astype(np.float64).drop_vars("path", errors="ignore") for k, v in out.items()})
     return result.transpose("chip", "seed")
 

@@ -64,7 +64,10 @@ METRICS = {
     "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/physics/energy.py)",
     "modules": "optical modules of the machine the placement declares (docs/PHYSICS.md section 6)",
     "weight_loads_per_inference": "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
+    "bits_per_character": "language models: mean -log2 p(target) of the device's next-character outputs, bits",
+    "exact_bits_per_character": "language models: the same on the exact path",
 }
+LANGUAGE_METRICS = ("bits_per_character", "exact_bits_per_character")  # named, never in the default
 DATA_KEYS = {"samples", "sequences", "length_factor"}
 
 
@@ -242,7 +245,7 @@ def _search(raw: dict[str, Any], models: tuple[str, ...], axes: list[Axis]) -> S
 
 def _metrics(value: Any, search: Search | None = None) -> tuple[str, ...]:
     if value is None:
-        return tuple(METRICS)
+        return tuple(m for m in METRICS if m not in LANGUAGE_METRICS)
     if not isinstance(value, list) or not value:
         raise InputError(f"metrics = {short(value)}; expected a list among {', '.join(METRICS)}")
     metrics = [metric_name(m, "metrics", tuple(METRICS)) for m in value]
@@ -257,6 +260,7 @@ def check_points(spec: SweepSpec) -> None:
     from aocsim.hardware.profiles.profile import load_device
     from aocsim.hardware.profiles.checks import suggest
     from aocsim.hardware.profiles.schema import BY_KEY
+    from aocsim.io.model_files import read_card, resolve_model_dir
 
     if spec.search is not None:  # the corners of the box (schema ranges are intervals)
         spec = dataclasses.replace(spec, axes=tuple(Axis(p.path, {p.path: p.bounds}) for p in spec.search.space))
@@ -271,6 +275,12 @@ def check_points(spec: SweepSpec) -> None:
                 hint = suggest(path) if not path.startswith("placement.") else ""
                 raise InputError(f"unknown parameter {path!r}{hint}; expected a device profile key (devices/SCHEMA.md) "
                                  f"or one of {', '.join(PLACEMENT)}")
+    asked = [m for m in spec.metrics if m in LANGUAGE_METRICS]
+    for model in spec.models if asked else ():
+        task = read_card(resolve_model_dir(model)).get("task")
+        if task != "language":
+            raise InputError(f"metrics has {asked[0]!r}, but model {model!r} has task {task!r}; expected language "
+                             "models (charlm-*) only")
     try:
         base = load_device(spec.profile)
     except AocsimError as exc:
