@@ -265,3 +265,8 @@ def test_language_models_sweep_their_bits_per_character(tmp_path: Path) -> None:
     assert float(device.sel(**{"placement.snr_db": float("inf")})) == float(exact.sel(**{"placement.snr_db": float("inf")}))
     assert float(device.sel(**{"placement.snr_db": 0.0})) > float(exact.sel(**{"placement.snr_db": 0.0})) + 0.1
     assert 1.0 < float(exact[0]) < 4.0
+    from aocsim.experiments.language import plot_bits_against_snr
+
+    assert plot_bits_against_snr(ds, tmp_path / "bits.png").stat().st_size > 10_000
+    with pytest.raises(InputError, match="no 'bits_per_character'"):
+        plot_bits_against_snr(ds.drop_vars("bits_per_character"), tmp_path / "no.png")
