@@ -23,7 +23,9 @@ Noise: keyed by token when a placed model announces its passes (`TokenKeys`: the
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +35,11 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.fit import affine_fit
 from aocsim.execute.placement import count, switch
+from aocsim.execute import tile_program
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.programming import _frozen
 from aocsim.hardware.engine.tiles import TiledMatrix, input_scale
 from aocsim.hardware.engine.tiles import _input_range as default_input_range
 from aocsim.hardware.engine.tiles import _tile_size as resolve_tile_size
@@ -47,6 +51,8 @@ HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC'
 # (a5-implicit's in_proj has one at a tenth of the median norm) is mostly noise at the node, and a gain
 # fitted to noise (0.003 on one aoc48 load) would multiply it by hundreds.
 GAIN_SPREAD = 4.0
+FIT_MEMO = 16  # the models' programs kept per process (`fit_maps`): a few models x chips of a sweep
+_FITS: OrderedDict[tuple, list[MapProgram]] = OrderedDict()
 
 
 @dataclass
@@ -127,13 +133,38 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
                       mount or Mount())
 
 
+def _digest(t: torch.Tensor) -> tuple:
+    data = t.detach().to("cpu").contiguous()
+    return (str(data.dtype), tuple(data.shape), hashlib.sha256(data.numpy().tobytes()).hexdigest())
+
+
 def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,
              modules: int | None, **options: Any) -> list[MapProgram]:
     """The programs of a model's maps [(W, calibration inputs, fit key)] on one machine (`fit_map`
     with `options`): weight-stationary (modules None, or at least the programs' tiles) puts each map's
     tiles on modules of their own, after the previous map's; fewer modules time-multiplexes every
     tile onto them (`Mount`). Fitted in order, so that each map knows where the last one ended (a
-    program can be a tile wider than its matrix: dead input positions are skipped)."""
+    program can be a tile wider than its matrix: dead input positions are skipped).
+
+    Memoised in the process (`FIT_MEMO` entries) on everything a fit reads: every value of the
+    profile (the chip), each map's W, inputs and key, the options and the fit's constants. So sweep
+    points that differ only in what a fit does not read (averaging, the stop rule, the SNR noise, the
+    mode) place the model once per chip; a fit is deterministic, so a hit is what a fit would give.
+    """
+    memo_key = (_frozen(device.values, tuple(sorted(device.values))),
+                tuple((_digest(w), _digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
+                tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
+                HEADROOM)
+    if memo_key not in _FITS:
+        _FITS[memo_key] = _fit_maps(device, maps, modules=modules, **options)
+        while len(_FITS) > FIT_MEMO:
+            _FITS.popitem(last=False)
+    _FITS.move_to_end(memo_key)
+    return list(_FITS[memo_key])
+
+
+def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,
+              modules: int | None, **options: Any) -> list[MapProgram]:
     def fit_all(multiplexed: bool) -> list[MapProgram]:
         programs: list[MapProgram] = []
         for weight, inputs, key in maps:
