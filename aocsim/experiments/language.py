@@ -78,14 +78,17 @@ def plot_bits_by_position(results: dict[str, list[float]], path: Path, *, train_
 
 
 SNR = "placement.snr_db"
+SITE = "placement.snr_site"
 
 
 def plot_bits_against_snr(ds: Any, path: Path, *, lines: tuple[str, ...] = ("model", "placement.snr_kind"),
                           title: str = "") -> Path:
-    """Bits per character against the SNR in dB of a language-model sweep (`bits_per_character` over a
-    `placement.snr_db` axis; docs/LANGUAGE.md, the SNR study): one panel per `placement.snr_site`
-    (when swept), one line per combination of the `lines` dimensions, mean over chips and seeds; the
-    noiseless point (inf dB) drawn at the right end, each model's exact path as a dotted level.
+    """What noise set by an SNR costs a language model: the device path's bits per character above its
+    exact path's (log axis above 0.01 bits, linear through 0) against the SNR in dB, from a sweep with `bits_per_character` and
+    `exact_bits_per_character` over a `placement.snr_db` axis (docs/LANGUAGE.md, the SNR study). One
+    panel per `placement.snr_site` (when swept); one line per combination of the `lines` dimensions
+    (colour by the first, dash by the second), mean over chips and seeds. The noiseless point (inf dB)
+    is left out: it is the exact path, up to the device's stop rule.
 
     Args:
         ds: the sweep's results (`aocsim.experiments.sweep.plots.open_results`).
@@ -100,42 +103,35 @@ def plot_bits_against_snr(ds: Any, path: Path, *, lines: tuple[str, ...] = ("mod
     from aocsim.errors import InputError
     from aocsim.experiments.plots import plt
 
-    for needed in ("bits_per_character", SNR):
+    for needed in ("bits_per_character", "exact_bits_per_character", SNR):
         if needed not in ds.variables:
             raise InputError(f"the results have no {needed!r}; expected a language-model sweep over {SNR} with the "
-                             "bits_per_character metric")
-    site = "placement.snr_site"
-    others = [d for d in ds.bits_per_character.dims if d not in (*lines, SNR, site, "chip", "seed") and ds.sizes[d] > 1]
+                             "bits_per_character and exact_bits_per_character metrics")
+    dims = ds.bits_per_character.dims
+    others = [d for d in dims if d not in (*lines, SNR, SITE, "chip", "seed") and ds.sizes[d] > 1]
     if others:
         raise InputError(f"{others[0]} has {ds.sizes[others[0]]} values; expected it among lines {list(lines)} or one value")
-    db = np.asarray(ds[SNR].values, dtype=float)
-    finite = db[np.isfinite(db)]
-    right = finite.max() + 0.5 * (finite.max() - finite.min()) if finite.size > 1 else 1.0
-    x = np.where(np.isfinite(db), db, right)
-    sites = [str(v) for v in ds[site].values] if site in ds.dims else [None]
+    excess = (ds.bits_per_character - ds.exact_bits_per_character).mean([d for d in ("chip", "seed") if d in dims])
+    excess = excess.where(np.isfinite(ds[SNR]), drop=True)
+    sites = [str(v) for v in ds[SITE].values] if SITE in dims else [None]
+    present = [d for d in lines if d in dims]
     fig, panels = plt.subplots(1, len(sites), figsize=(5.5 * len(sites), 4.2), squeeze=False, sharey=True)
     for ax, where in zip(panels[0], sites):
-        one = ds if where is None else ds.sel({site: where})
-        present = [d for d in lines if d in one.bits_per_character.dims]
-        combos = itertools.product(*[list(one[d].values) for d in present])
-        for combo in combos:
-            sel = one.sel(dict(zip(present, combo)))
-            bits = sel.bits_per_character.mean([d for d in sel.bits_per_character.dims if d != SNR])
-            order = np.argsort(x)
-            ax.plot(x[order], bits.transpose(SNR).values[order], marker="o", ms=3,
-                    ls="-" if len(present) < 2 else ["-", "--", "-.", ":"][list(one[present[-1]].values).index(combo[-1]) % 4],
-                    color=f"C{list(one[present[0]].values).index(combo[0])}" if present else None,
-                    label=", ".join(str(c) for c in combo) or "device path")
-        if "exact_bits_per_character" in one:
-            for k, model in enumerate(one.model.values if "model" in one.dims else [None]):
-                level = one.exact_bits_per_character if model is None else one.exact_bits_per_character.sel(model=model)
-                ax.axhline(float(level.mean()), color=f"C{k}", lw=0.8, ls=":")
-        ax.set_xticks([*sorted(set(finite)), right] if np.isinf(db).any() else sorted(set(finite)),
-                      [f"{v:g}" for v in sorted(set(finite))] + (["none"] if np.isinf(db).any() else []))
-        ax.set_xlabel("SNR of the noise, dB (none: no noise)")
+        one = excess if where is None else excess.sel({SITE: where})
+        for combo in itertools.product(*[list(ds[d].values) for d in present]):
+            line = one.sel(dict(zip(present, combo)))
+            line = line.mean([d for d in line.dims if d != SNR]).sortby(SNR)
+            colour = list(ds[present[0]].values).index(combo[0]) if present else 0
+            dash = ["-", "--", "-.", ":"][list(ds[present[1]].values).index(combo[1]) % 4] if len(present) > 1 else "-"
+            words = [str(c) if d == "model" else f"{d.split('.')[-1]} {c}" for d, c in zip(present, combo)]
+            ax.plot(line[SNR].values, line.values, marker="o", ms=3, ls=dash, color=f"C{colour}",
+                    label=", ".join(words) or "device path")
+        ax.set_yscale("symlog", linthresh=0.01)  # log above 0.01 bits; linear through 0 (the exact path)
+        ax.axhline(0.0, color="black", lw=0.6)
+        ax.set_xlabel("SNR of the noise, dB")
         ax.set_title(f"noise on the {where}" if where else title, fontsize=10)
-        ax.grid(alpha=0.3)
-    panels[0][0].set_ylabel("bits per character (held out; dotted: exact path)")
+        ax.grid(alpha=0.3, which="both")
+    panels[0][0].set_ylabel("bits per character above the exact path\n(log above 0.01, linear below)")
     panels[0][-1].legend(fontsize=7)
     if title and sites[0] is not None:
         fig.suptitle(title, fontsize=10)
