@@ -217,7 +217,7 @@ def test_generate_cli_errors_are_one_line(tiny_dir: Path) -> None:
                           ([str(tiny_dir), "--prompt", "the", "--length", "0"], "Error: length = 0; expected"),
                           ([str(tiny_dir), "--prompt", "the", "--length", "-3"], "Error: length = -3; expected"),
                           (["digits-deq48", "--prompt", "x"],
-                           "Error: model digits-deq48 is a deq model on task 'digits'; expected a language model")):
+                           "Error: model digits-deq48 has kind 'deq' and task 'digits'; expected a language model")):
         out = run("generate", *args)
         assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
         assert out.output.startswith(message), out.output

@@ -69,7 +69,7 @@ def card_vocabulary(model: nn.Module) -> Vocabulary:
     """The vocabulary in a language model's card, or a one-line error saying what the model is."""
     card = getattr(model, "card", {})
     if card.get("task") != TASK:
-        raise InputError(f"model {card.get('name', '?')} is a {card.get('kind', '?')} model on task "
+        raise InputError(f"model {card.get('name', '?')} has kind {card.get('kind', '?')!r} and task "
                          f"{card.get('task')!r}; expected a language model (task {TASK!r})")
     vocab = Vocabulary(card.get("vocabulary", ""))
     if vocab.size != model.config.vocab_size or card.get("unknown_id") != vocab.unknown_id:
