@@ -154,3 +154,19 @@ def test_states_need_sequential_mode_and_device_noise_needs_tiles(model) -> None
         _abstract(model, snr_db=10.0, snr_kind="device")
     with pytest.raises(InputError, match="snr_db = 10.0 applies to hybrid SSMs"):
         place(load_model("digits-deq48"), "aoc48", {"snr_db": 10.0})
+
+
+def test_the_abstract_model_runs_on_a_profile_of_any_size_at_no_cost(tmp_path) -> None:
+    """With every map digital nothing is powered: no channel count is needed to price the run (0 J)."""
+    from click.testing import CliRunner
+
+    from aocsim import compare
+    from aocsim.cli import main
+
+    ds = compare("parity-implicit", "ideal", TOKENS, placement={"on_tiles": "none", "snr_db": 20, "max_iter": 8})
+    assert float(abs(ds.energy_j).max()) == 0.0 and float(ds.hardware_time_s.sel(path="device").max()) == 0.0
+    out = CliRunner().invoke(main, ["compare", "parity-implicit", "--device", "ideal", "--on-tiles", "none",
+                                    "--snr-db", "20", "--chips", "1", "--seeds", "1", "--sequences", "2",
+                                    "--out", str(tmp_path / "r.nc")])
+    assert out.exit_code == 0, out.output
+    assert "machine            none: every map digital" in out.output

@@ -205,10 +205,13 @@ def _print_compare(s: dict[str, Any]) -> None:
     click.echo(f"  agreement          {spread(s['agreement'])}")
     click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
     click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
-    click.echo(f"  machine            {s['modules']} optical module{'s' * (s['modules'] > 1)}, "
-               f"{s['weight_loads']:.3g} weight loads per {unit} (mean)")
-    click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean; {s['timing']})")
-    click.echo(f"  energy             {1e6 * s['energy_j']:.2f} uJ per {unit} (mean; docs/PHYSICS.md section 6)")
+    if s["hardware_time_s"] == 0 and s["energy_j"] == 0:  # on_tiles 'none': the abstract noise model
+        click.echo("  machine            none: every map digital (no hardware time or energy)")
+    else:
+        click.echo(f"  machine            {s['modules']} optical module{'s' * (s['modules'] > 1)}, "
+                   f"{s['weight_loads']:.3g} weight loads per {unit} (mean)")
+        click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean; {s['timing']})")
+        click.echo(f"  energy             {1e6 * s['energy_j']:.2f} uJ per {unit} (mean; docs/PHYSICS.md section 6)")
     click.echo("  where")
     for term, meaning in s["terms"].items():
         click.echo(f"    {term:12s} {meaning}")

@@ -138,7 +138,10 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     if not isinstance(activity, Activity):
         raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.physics.energy.Activity")
     v = profile.values
-    power = static_power_w(profile, activity.channels)
+    if activity.channels is None and profile.channels is None and not np.any(np.asarray(activity.time_s) > 0):
+        power = {"emitters": 0.0, "slm": 0.0, "detectors_tia": 0.0}  # nothing ran on the optics: none powered
+    else:
+        power = static_power_w(profile, activity.channels)
     modules = activity.modules or 1
     out: dict[str, Number] = {name: modules * p * activity.time_s for name, p in power.items()}
     out["slm"] = out["slm"] + activity.weight_loads * v["energy.slm_reload_energy_j"]
