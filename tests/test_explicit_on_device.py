@@ -46,6 +46,7 @@ def test_an_explicit_model_on_tiles_is_priced_as_one_pass(data) -> None:
     assert np.allclose(ds.hardware_time_s.sel(path="device"), 2 * 20e-9)
     assert float(ds.energy_j.min()) > 0
     assert ds.attrs["modules"] == 4 + 2  # inject 4 x 1 tiles, out_proj 1 x 2
+    assert ds.attrs["maps_on_tiles"] == "inject, blocks.0.out_proj"
     assert float(ds.fixed_point_error.min()) > 0  # the tiles' noise and errors reach the state
 
 
@@ -60,10 +61,23 @@ def test_a_map_that_only_multiplies_zero_gets_no_tiles() -> None:
         assert set(programs) == expected, name
 
 
-def test_the_device_snr_mapping_refuses_an_explicit_model(data) -> None:
+@pytest.mark.parametrize(("placement", "message"), [
+    ({"snr_kind": "device", "snr_db": 20}, "snr_kind = 'device' on an explicit SSM"),
+    ({"ema_alpha": 0.2}, "ema_alpha = 0.2 on an explicit SSM: its one pass has no iterates"),
+    ({"on_tiles": "in_proj"}, "on_tiles = 'in_proj' on an explicit SSM: its first block's input projection"),
+])
+def test_what_an_explicit_model_cannot_take_is_refused_before_any_fit(placement, message, data,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim.execute import device_linear
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a fit ran before the refusal")
+
+    monkeypatch.setattr(device_linear, "_fit_maps", no_fit)
+    monkeypatch.setattr(device_linear, "_FITS", type(device_linear._FITS)())
     tokens, targets = data
-    with pytest.raises(InputError, match="snr_kind = 'device' on an explicit SSM"):
-        compare("parity-explicit1", "aoc48", tokens, targets, placement=dict(snr_kind="device", snr_db=20))
+    with pytest.raises(InputError, match=message):
+        compare("parity-explicit1", "aoc48", tokens, targets, placement=placement)
 
 
 def test_state_noise_reaches_an_explicit_model_token_by_token(data) -> None:

@@ -10,7 +10,7 @@ import xarray as xr
 from aocsim import compare, load_model
 from aocsim.execute import device_linear, tile_program
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs
-from aocsim.execute.registry import resolve
+from aocsim.execute.registry import resolve, resolve_profile
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
 
@@ -61,11 +61,20 @@ def test_anything_a_fit_reads_fits_again(fits: list[int], monkeypatch: pytest.Mo
 
 
 def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> None:
+    """A hit, after a run has used the programs (a caller that changed them would show here), equals a
+    fresh fit; and it shows `keys.recording()` the keys the fit drew."""
+    from aocsim.hardware.engine import keys
+
     model = load_model("parity-implicit")
-    profile = load_device("aoc48")
+    profile = resolve_profile("aoc48", 0)  # chip 0, as compare places it
     calibration = calibration_inputs(model, TOKENS)
     placement = resolve(model, profile).placement
-    remembered = fit_programs(model, profile, calibration, placement)
+    with keys.recording() as drawn_by_fit:
+        fit_programs(model, profile, calibration, placement)
+    compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+    with keys.recording() as drawn_by_hit:
+        remembered = fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 1 and [k.value for k in drawn_by_hit] == [k.value for k in drawn_by_fit] != []
     device_linear._FITS.clear()
     fresh = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 2

@@ -270,3 +270,5 @@ def test_language_models_sweep_their_bits_per_character(tmp_path: Path) -> None:
     assert plot_bits_against_snr(ds, tmp_path / "bits.png").stat().st_size > 10_000
     with pytest.raises(InputError, match="the results have no 'bits_per_character'"):
         plot_bits_against_snr(ds.drop_vars("bits_per_character"), tmp_path / "no.png")
+    with pytest.raises(InputError, match="the SNR is the x axis"):
+        plot_bits_against_snr(ds, tmp_path / "no.png", lines=("model", "placement.snr_db"))

@@ -37,7 +37,7 @@ from aocsim.execute.fit import affine_fit
 from aocsim.execute.placement import count, switch
 from aocsim.execute import tile_program
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
-from aocsim.hardware.engine import keys
+from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.programming import _frozen
 from aocsim.hardware.engine.tiles import TiledMatrix, input_scale
@@ -52,7 +52,7 @@ HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC'
 # fitted to noise (0.003 on one aoc48 load) would multiply it by hundreds.
 GAIN_SPREAD = 4.0
 FIT_MEMO = 16  # the models' programs kept per process (`fit_maps`): a few models x chips of a sweep
-_FITS: OrderedDict[tuple, list[MapProgram]] = OrderedDict()
+_FITS: OrderedDict[tuple, tuple[list[MapProgram], list[keys.Key]]] = OrderedDict()
 
 
 @dataclass
@@ -135,7 +135,8 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
 
 def _digest(t: torch.Tensor) -> tuple:
     data = t.detach().to("cpu").contiguous()
-    return (str(data.dtype), tuple(data.shape), hashlib.sha256(data.numpy().tobytes()).hexdigest())
+    raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype's bits
+    return (str(data.dtype), str(t.device), tuple(data.shape), hashlib.sha256(raw).hexdigest())
 
 
 def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,
@@ -147,20 +148,25 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     program can be a tile wider than its matrix: dead input positions are skipped).
 
     Memoised in the process (`FIT_MEMO` entries) on everything a fit reads: every value of the
-    profile (the chip), each map's W, inputs and key, the options and the fit's constants. So sweep
+    profile (the chip), each map's W, inputs and key, the options and the fit's constants (and the
+    emitter measurement's, for predistortion). An entry keeps the keys its fit drew, which
+    `keys.recording()` sees again on every hit (as `programming._cached`). So sweep
     points that differ only in what a fit does not read (averaging, the stop rule, the SNR noise, the
     mode) place the model once per chip; a fit is deterministic, so a hit is what a fit would give.
     """
     memo_key = (_frozen(device.values, tuple(sorted(device.values))),
                 tuple((_digest(w), _digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
                 tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
-                HEADROOM)
+                tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     if memo_key not in _FITS:
-        _FITS[memo_key] = _fit_maps(device, maps, modules=modules, **options)
+        with keys.recording() as drawn:  # kept with the programs: `keys.recording()` sees them on every hit
+            _FITS[memo_key] = (_fit_maps(device, maps, modules=modules, **options), list(drawn))
         while len(_FITS) > FIT_MEMO:
             _FITS.popitem(last=False)
     _FITS.move_to_end(memo_key)
-    return list(_FITS[memo_key])
+    programs, drawn = _FITS[memo_key]
+    keys.note_drawn(drawn)
+    return list(programs)
 
 
 def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,

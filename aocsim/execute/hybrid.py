@@ -33,7 +33,7 @@ from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.snr import parts_for, readout
 from aocsim.execute.snr_mapping import device_multiplier
-from aocsim.execute.ssm_device import calibration_inputs, fit_programs, linear_maps, place_ssm
+from aocsim.execute.ssm_device import calibration_inputs, fit_programs, on_tiles, place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.engine.tiles import tile_options
@@ -75,6 +75,21 @@ def per_token(out: Any, tol: float) -> SolveResult:
     return SolveResult(out.z, status, out.iterations, nan, out.residuals, out.trace, "picard (per token)")
 
 
+def _check_explicit(model: ImplicitSSM, placement: Placement) -> None:
+    """What an explicit SSM (one pass of the map from z = 0) cannot take, as one-line errors before any work."""
+    if placement.snr_kind == "device" and placement.snr_db is not None:
+        raise InputError("snr_kind = 'device' on an explicit SSM: the mapping measures the noise at the implicit "
+                         "iteration's sites; expected an implicit SSM (run an explicit one on the profile with the "
+                         "noise.multiplier the implicit model's mapping gives)")
+    if placement.ema_alpha is not None:
+        raise InputError(f"ema_alpha = {placement.ema_alpha} on an explicit SSM: its one pass has no iterates to "
+                         "average; expected an implicit SSM, or no ema_alpha")
+    if placement.on_tiles and not on_tiles(model, placement):
+        raise InputError(f"on_tiles = {','.join(placement.on_tiles)!r} on an explicit SSM: its first block's input "
+                         "projection multiplies RMSNorm(0) = 0 and stays digital, so no map would be on tiles; "
+                         "expected another map (inject, out_proj) or 'none'")
+
+
 class HybridSSM:
     """An implicit SSM on one chip of a device (module docstring)."""
 
@@ -94,6 +109,8 @@ class HybridSSM:
     @staticmethod
     def prepare(model: ImplicitSSM, calibration: Any, placement: Placement) -> dict[str, torch.Tensor]:
         """What each map sees on the exact path for the calibration sequences (`calibration_inputs`)."""
+        if not model.config.implicit:
+            _check_explicit(model, placement)
         if calibration is None:
             raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
                              "calibration sequences, so expected token ids [B, L]")
@@ -112,7 +129,8 @@ class HybridSSM:
     @staticmethod
     def timing(profile: DeviceProfile, placement: Placement) -> str:
         """What the hardware time counts."""
-        return ("the injection's tile products once per token, the projections' every iteration; each map "
+        return ("the injection's tile products once per token, the projections' every iteration (an explicit "
+                "model's once); each map "
                 + machine_words(profile, placement.modules))
 
     @staticmethod
@@ -124,13 +142,14 @@ class HybridSSM:
         noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind})"
                  if placement.snr_db is not None else "")
         noise += f"; EMA readout alpha {placement.ema_alpha:g}" if placement.ema_alpha is not None else ""
+        once = "" if model.config.implicit else "; explicit: one pass from z = 0 (the first block's in_proj, reading 0, digital)"
         return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
-                f"head digital{noise}")
+                f"head digital{noise}{once}")
 
     @staticmethod
     def attributes(model: ImplicitSSM, placement: Placement) -> dict[str, Any]:
         """Dataset attributes beyond the placement's: the exact path's tolerance, the maps on tiles."""
-        maps = ", ".join(n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles)
+        maps = ", ".join(on_tiles(model, placement))
         return {"exact_tol": EXACT_TOL.get(model.head.weight.dtype, 1e-5), "maps_on_tiles": maps}
 
     def __init__(self, model: ImplicitSSM, profile: DeviceProfile, placement: Placement,
@@ -139,16 +158,12 @@ class HybridSSM:
             placement = Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
         self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
         parts_for(placement)  # its one-line errors before any work
+        if placement.snr_kind == "device" and placement.snr_db is not None and not placement.on_tiles:
+            raise InputError("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise "
+                             "cannot be scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
         self.run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
         if placement.snr_kind == "device" and placement.snr_db is not None:
-            if not model.config.implicit:
-                raise InputError("snr_kind = 'device' on an explicit SSM: the mapping measures the noise at the "
-                                 "implicit iteration's sites; expected an implicit SSM (run an explicit one on the "
-                                 "profile with the noise.multiplier the implicit model's mapping gives)")
-            if not placement.on_tiles:
-                raise InputError("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise "
-                                 "cannot be scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
             self.device_snr = device_multiplier(model, profile, prepared, placement, prepared["tokens"],
                                                 programs=self.programs)  # once per chip (docs/LANGUAGE.md)
             self.run_profile = profile.with_overrides({"noise.multiplier": self.device_snr[0]})

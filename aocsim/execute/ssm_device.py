@@ -190,8 +190,11 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
 
 
 def on_tiles(model: ImplicitSSM, placement: Placement) -> list[str]:
-    """The names of the maps the placement puts on tiles, in `linear_maps` order."""
-    return [n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles]
+    """The names of the maps the placement puts on tiles, in `linear_maps` order. An explicit model's
+    one pass starts at z = 0, so its first block reads RMSNorm(0) = 0: that input projection only
+    ever multiplies zero and needs no tiles (it stays digital)."""
+    idle = set() if model.config.implicit else {"blocks.0.in_proj"}
+    return [n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles and n not in idle]
 
 
 def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
@@ -204,9 +207,7 @@ def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[st
                          f"(one [R, K] tensor per map: {on_tiles(model, placement)})")
     maps = linear_maps(plain_copy(model))
     index = {name: m for m, name in enumerate(maps)}
-    # a map that only ever multiplies zero needs no tiles (an explicit 1-block model's input
-    # projection: its block's input is RMSNorm(0)); it stays digital
-    names = [n for n in on_tiles(model, placement) if bool(calibration[n].abs().max() > 0)]
+    names = on_tiles(model, placement)
     programs = fit_maps(device, [(maps[n].weight.detach(), calibration[n], fit_key(device, index[n])) for n in names],
                         modules=placement.modules, tile_size=placement.tile_size, partial_sums=placement.partial_sums,
                         predistort=placement.predistort)

@@ -108,6 +108,11 @@ def plot_bits_against_snr(ds: Any, path: Path, *, lines: tuple[str, ...] = ("mod
             raise InputError(f"the results have no {needed!r}; expected a language-model sweep over {SNR} with the "
                              "bits_per_character and exact_bits_per_character metrics")
     dims = ds.bits_per_character.dims
+    if SNR in lines or SITE in lines:
+        raise InputError(f"lines = {list(lines)}; the SNR is the x axis and the site the panels, so expected other "
+                         "dimensions (model, placement.snr_kind, placement.ema_alpha, ...)")
+    if SNR not in dims:
+        raise InputError(f"{SNR} is not a dimension of the results (zipped or random axes?); expected a grid axis")
     others = [d for d in dims if d not in (*lines, SNR, SITE, "chip", "seed") and ds.sizes[d] > 1]
     if others:
         raise InputError(f"{others[0]} has {ds.sizes[others[0]]} values; expected it among lines {list(lines)} or one value")
