@@ -147,3 +147,26 @@ def test_drifted_emitters_undo_part_of_the_predistortion() -> None:
     for chip in range(3):
         assert residual(chip, 0.2) > 1.2 * residual(chip, 0.0), chip
 
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.3])
+def test_all_tiles_predistorted_in_one_call_are_each_tile_on_its_own(spread: float) -> None:
+    """The stacked predistortion (one call over [T, B, N], `tile_shapes`) against a yardstick that drives
+    tile by tile through its module's `drive_shapes`: the same bits; a narrow last column keeps its
+    padded channels at exactly 0."""
+    from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
+    from aocsim.hardware.physics import components as C
+
+    profile = load_device("aoc48", {"emitter.cubic_spread": spread, "variation.chip_seed": 2})
+    loop = OpticalLoop(profile, torch.zeros(48, 48, dtype=F64), gain="absolute", generator=0)
+    drive = (torch.rand(5, 70, generator=torch.Generator().manual_seed(1), dtype=F64) * 2 - 1) * 0.2
+    cols, size, n, modules = 2, 40, 48, [0, 3, 1, 4]
+    stacked = predistorted_tiles(profile, drive, cols, size, n, modules, 0.2, loop.injection)
+    padded = torch.nn.functional.pad(drive, (0, n))
+    for i, module in enumerate(modules):
+        start = (i % cols) * size
+        width = min(size, drive.shape[1] - start)
+        shapes = drive_shapes(profile, n, module, 0.2, F64, "cpu")
+        one = loop.injection(C.predistort_drive(padded[:, start:start + n], *shapes))[:, :width]
+        assert torch.equal(stacked[i, :, :width], one), i
+        assert bool((stacked[i, :, width:] == 0).all()), i

@@ -94,17 +94,31 @@ def drive_shapes(profile: DeviceProfile, n: int, module: int, input_range: float
     return measured_shapes(profile, n, module, input_range, dtype, device)
 
 
+def tile_shapes(profile: DeviceProfile, n: int, modules: list[int], input_range: float, dtype: torch.dtype,
+                device: torch.device | str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """(positive, negative): the cubics the tiles on `modules` predistort with (`drive_shapes`), stacked
+    for one call of `components.predistort_drive` on every tile's drive [T, B, N]: the profile's
+    shared coefficients (numbers) without a spread, else each tile's coefficients as tensors [T, 1, N]."""
+    per_tile = [drive_shapes(profile, n, module, input_range, dtype, device) for module in modules]
+    if not isinstance(per_tile[0][0], torch.Tensor):  # one cubic for every emitter of the profile
+        return per_tile[0]
+    return tuple(tuple(torch.stack([shapes[path][j] for shapes in per_tile])[:, None, :] for j in range(4))
+                 for path in (0, 1))  # type: ignore[return-value]
+
+
 def predistorted_tiles(profile: DeviceProfile, drive: torch.Tensor, cols: int, tile_size: int, n: int,
-                       modules: list[int], input_range: float, dac: Callable[[torch.Tensor], torch.Tensor]
-                       ) -> torch.Tensor:
+                       modules: list[int], input_range: float, dac: Callable[[torch.Tensor], torch.Tensor],
+                       shapes: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None) -> torch.Tensor:
     """Every tile's DAC'd emitter drive [T, B, N] from the drive [B, K]: tile i (column i mod cols, on
-    modules[i]) gets its input block through the inverse of its module's emitters (`drive_shapes`); its
-    padded channels stay exactly 0 (the DAC converts only real inputs)."""
-    x = torch.zeros(len(modules), drive.shape[0], n, dtype=drive.dtype, device=drive.device)
+    modules[i]) gets its input block through the inverse of its module's emitters (`tile_shapes`, or
+    `shapes` as it returned them), all tiles in one call; its padded channels stay exactly 0 (the DAC
+    converts only real inputs)."""
     padded = F.pad(drive, (0, n))
-    for i, module in enumerate(modules):
-        start = (i % cols) * tile_size
-        width = min(tile_size, drive.shape[1] - start)
-        shapes = drive_shapes(profile, n, module, input_range, drive.dtype, drive.device)
-        x[i, :, :width] = dac(C.predistort_drive(padded[:, start:start + n], *shapes))[:, :width]
-    return x
+    starts = [(i % cols) * tile_size for i in range(len(modules))]
+    blocks = torch.stack([padded[:, start:start + n] for start in starts])  # [T, B, N]
+    if shapes is None:
+        shapes = tile_shapes(profile, n, modules, input_range, drive.dtype, drive.device)
+    x = dac(C.predistort_drive(blocks, *shapes))
+    widths = torch.tensor([min(tile_size, drive.shape[1] - start) for start in starts], device=drive.device)
+    live = torch.arange(n, device=drive.device) < widths[:, None]  # [T, N]: the tile's real inputs
+    return torch.where(live[:, None, :], x, torch.zeros((), dtype=x.dtype, device=x.device))

@@ -9,8 +9,8 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    `injection.clip` (1 on `ideal`: no clip, tanh). Not the clip half-range alone: 1.3 V on the
    twins lies far outside the calibrated LED cubics, whose response turns over there. With
    `predistort`, u is replaced by the drive whose mean LED response is linear in it
-   (`components.predistort_drive`: the driver's digital lookup before the DAC; per tile, from its
-   module's `emitter_calibration.drive_shapes`), then clipped and DAC-quantised (`OpticalLoop.injection`).
+   (`components.predistort_drive`: the driver's digital lookup before the DAC; per tile, its module's
+   cubics, `emitter_calibration.tile_shapes`), then clipped and DAC-quantised (`OpticalLoop.injection`).
 2. Tile: W is cut into a grid of rows x cols blocks of `tile_size`, zero-padded to the chip's N
    channels. Tile i = r * cols + c is its own `OpticalLoop(gain="absolute", tile=i, module=i mod
    modules)`: its own SLM load (scale max |W_tile|, programming error key.fold(PROGRAMMING, i)) on
@@ -27,13 +27,11 @@ Data flow of one call (docs/ARCHITECTURE.md: profile -> weight load -> optics; h
    output; "digital": one ADC per tile output, the codes summed digitally. y = reading * s_in (digital).
    Callers scale W so that |W u| fits range_v; `adc_clipped` counts the inputs that did not.
 
-The machine the tiles run on (weight-stationary or time-multiplexed): `aocsim.hardware.engine.machine`.
-
-Not modelled here: saturation rails, loop bandwidth and drift (they act on the loop state across
-iterations; a tile pass is one settled round trip of a weight load), and any per-tile calibration: on
-the calibrated twins the absolute convention's small-signal gain is not 1 (about 0.13 on aoc48-twin) and
-the node offsets (k0, LED bias, darkness) are un-scaled with the signal, so y there is an uncalibrated
-analog reading of W t; on `ideal` it is exact.
+The machine the tiles run on (weight-stationary or time-multiplexed): `aocsim.hardware.engine.machine`. Not
+modelled here: saturation rails, loop bandwidth and drift (they act on the loop state across iterations; a tile
+pass is one settled round trip of a weight load), and any per-tile calibration: on the calibrated twins the
+absolute convention's small-signal gain is not 1 (about 0.13 on aoc48-twin) and the node offsets (k0, LED bias,
+darkness) are un-scaled with the signal, so y there is an uncalibrated analog reading of W t (exact on `ideal`).
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ import torch.nn.functional as F
 from aocsim.errors import InputError
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
+from aocsim.hardware.engine.emitter_calibration import predistorted_tiles, tile_shapes
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
 from aocsim.hardware.engine.partial_sums import analog_sum
@@ -187,10 +185,8 @@ class TiledMatrix:
         self.input_range = _input_range(self.profile, input_range)
         self.predistort = check_predistort(predistort)
         self.key = keys.as_key(generator)
-        m, k = weight.shape
-        self.grid = (math.ceil(m / ts), math.ceil(k / ts))
-        tiles = self.grid[0] * self.grid[1]
-        self.mount = mount = Mount() if mount is None else mount
+        self.grid = (math.ceil(weight.shape[0] / ts), math.ceil(weight.shape[1] / ts))
+        tiles, self.mount = self.grid[0] * self.grid[1], (mount := Mount() if mount is None else mount)
         self.multiplexed = mount.multiplexed
         self.modules = min(mount.count, tiles) if mount.multiplexed else tiles  # the modules its products use
         self.blocks = [F.pad(block, (0, n - block.shape[1], 0, n - block.shape[0]))
@@ -199,6 +195,7 @@ class TiledMatrix:
         self.loops = self._load(self.key)
         self._stacked: tuple[Constants, torch.Tensor] | None = None
         self._reloaded: dict[int, tuple[Constants, torch.Tensor]] = {}  # by reload key: a run repeats its calls
+        self._shapes: tuple | None = None  # ((dtype, device), the tiles' emitter cubics)
 
     def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
         """Every tile on its module (programming errors from `key`), its emitters' cubics drifted since measured."""
@@ -210,9 +207,11 @@ class TiledMatrix:
         s_in = input_scale(t, self.input_range)
         (rows, cols), ts, n, (batch, k) = self.grid, self.tile_size, self.channels, t.shape
         if self.predistort:  # each tile through the inverse of its own module's emitters
-            modules = [self.mount.module(i) for i in range(rows * cols)]
+            at, modules = (t.dtype, t.device), [self.mount.module(i) for i in range(rows * cols)]
+            if self._shapes is None or self._shapes[0] != at:
+                self._shapes = (at, tile_shapes(self.profile, n, modules, self.input_range, *at))
             return predistorted_tiles(self.profile, t / s_in[:, None], cols, ts, n, modules, self.input_range,
-                                      self.loops[0].injection), s_in
+                                      self.loops[0].injection, self._shapes[1]), s_in
         blocks = F.pad(self.loops[0].injection(t / s_in[:, None]), (0, cols * ts - k)).view(batch, cols, ts)
         return F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols) % cols], s_in
 
