@@ -34,22 +34,36 @@ def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def splitmix64(state: torch.Tensor) -> torch.Tensor:
-    """SplitMix64's output function on int64 states (two's complement bits)."""
-    z = (state ^ _shr(state, 30)) * _signed(_MIX1)
-    z = (z ^ _shr(z, 27)) * _signed(_MIX2)
-    return z ^ _shr(z, 31)
+    """SplitMix64's output function on int64 states (two's complement bits); `state` is not changed.
+
+    z = (s ^ (s >>> 30)) * MIX1; z = (z ^ (z >>> 27)) * MIX2; z ^ (z >>> 31), each logical shift an
+    arithmetic one masked (`_shr`), done in place on one temporary (the eager path allocates once)."""
+    z = state >> 30
+    z &= (1 << 34) - 1
+    z ^= state
+    z *= _signed(_MIX1)
+    t = z >> 27
+    t &= (1 << 37) - 1
+    z ^= t
+    z *= _signed(_MIX2)
+    t = z >> 31
+    t &= (1 << 33) - 1
+    return z.bitwise_xor_(t)
 
 
 def normal_pair(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Two independent standard-normal tensors shaped like `offsets`: numbers base + offsets of the stream.
 
     `offsets` is data (`keys.sample_counters`), not an index expression, so that compilers
-    do not try to reason about the wrapping 64-bit products symbolically.
+    do not try to reason about the wrapping 64-bit products symbolically. `base` broadcasts with it
+    (a key per tile and pass). The arithmetic after the first sum runs in place on its temporaries.
     """
     bits = splitmix64(base + offsets * _signed(GOLDEN_GAMMA))
     scale = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
-    u1 = ((bits & _LOW32) + 1).to(torch.float64 if dtype == torch.float64 else torch.float32) * scale
-    u2 = (_shr(bits, 32) + 1).to(u1.dtype) * scale
-    radius = torch.sqrt(-2.0 * torch.log(u1))
-    angle = (2.0 * torch.pi) * u2
-    return (radius * torch.cos(angle)).to(dtype), (radius * torch.sin(angle)).to(dtype)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    u1 = (bits & _LOW32).add_(1).to(work).mul_(scale)
+    u2 = _shr(bits, 32).add_(1).to(work).mul_(scale)
+    radius = u1.log_().mul_(-2.0).sqrt_()  # sqrt(-2 log u1)
+    angle = u2.mul_(2.0 * torch.pi)
+    first = torch.cos(angle).mul_(radius)
+    return first.to(dtype), angle.sin_().mul_(radius).to(dtype)
