@@ -229,3 +229,14 @@ def test_devices_show_prints_energy_and_tops_per_watt() -> None:
     assert "8.76 us, 55.4 uJ" in out.output and "static power emitters 1.92 W, SLM 2 W" in out.output
     ideal = CliRunner().invoke(main, ["devices", "show", "ideal"])
     assert ideal.exit_code == 0 and "channels: null, so no TOPS/W" in ideal.output
+
+
+def test_a_run_with_nothing_on_the_optics_powers_none_of_the_static_components() -> None:
+    """`STATIC` names what `static_power_w` prices; a run with no time on the optics and no channel count
+    (every map digital, on a profile of any size) gets 0 J from each of them."""
+    from aocsim.hardware.physics.energy import STATIC, Activity, energy_j, static_power_w
+    from aocsim.hardware.profiles.profile import load_device
+
+    assert tuple(static_power_w(load_device("aoc48"))) == STATIC
+    out = energy_j(load_device("ideal"), Activity(0.0))
+    assert all(out[name] == 0.0 for name in STATIC) and out["total"] == 0.0

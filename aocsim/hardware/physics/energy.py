@@ -30,7 +30,8 @@ from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.profile import DeviceProfile
 
 Number = Union[int, float, np.ndarray]
-COMPONENTS = ("emitters", "slm", "detectors_tia", "dac", "adc", "digital")
+STATIC = ("emitters", "slm", "detectors_tia")  # the components `static_power_w` prices
+COMPONENTS = (*STATIC, "dac", "adc", "digital")
 
 
 def _counts(value: Any, name: str) -> Number:
@@ -139,7 +140,7 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
         raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.physics.energy.Activity")
     v = profile.values
     if activity.channels is None and profile.channels is None and not np.any(np.asarray(activity.time_s) > 0):
-        power = {"emitters": 0.0, "slm": 0.0, "detectors_tia": 0.0}  # nothing ran on the optics: none powered
+        power = dict.fromkeys(STATIC, 0.0)  # nothing ran on the optics: none powered
     else:
         power = static_power_w(profile, activity.channels)
     modules = activity.modules or 1
