@@ -59,7 +59,8 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
     A DEQ that fits the device runs natively on the test images, a larger one with beta W on optical
     tiles; implicit SSMs run as hybrids (linear maps on calibrated tiles) on fresh sequences. Prints
     accuracy (exact vs device, mean +- std over chips x seeds), agreement of the device's predictions
-    with the exact ones, iterations, device statuses, hardware time and energy, and writes the
+    with the exact ones (a regression, e.g. regression-twin48: the mean squared error and the device's
+    output error instead), iterations, device statuses, hardware time and energy, and writes the
     labelled results to --out. Several models go to one NetCDF group each, named by the model (the
     file's root holds only the list of groups); open one with
 
@@ -139,9 +140,9 @@ def _load(names: tuple[str, ...]) -> dict[str, Any]:
     loaded: dict[str, Any] = {}
     for name in names:
         model = load_model(name)
-        if model.card.get("task") not in ("digits", "state_tracking", "language"):
+        if model.card.get("task") not in ("digits", "regression", "state_tracking", "language"):
             raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; compare runs digits "
-                                       "DEQs, state-tracking implicit SSMs and language models")
+                                       "DEQs, twin regressions, state-tracking implicit SSMs and language models")
         if model.card["name"] in loaded:
             raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
                                        "expected distinct models (one NetCDF group each)")
@@ -202,7 +203,15 @@ def _print_compare(s: dict[str, Any]) -> None:
     if s["accuracy"] is not None:
         click.echo(f"  accuracy exact     {100 * s['accuracy']['exact']:7.2f} %")
         click.echo(f"  accuracy device    {spread(s['accuracy']['device'])}")
-    click.echo(f"  agreement          {spread(s['agreement'])}")
+    if s.get("mse") is not None:
+        e = s["mse"]
+        click.echo(f"  mse                exact {e['exact']:.3g}, device {e['device'][0]:.3g} +- {e['device'][1]:.2g} "
+                   f"(max {e['device'][2]:.3g}; {e['device'][0] / e['exact']:.3f}x exact)")
+    if s.get("output_rms") is not None:
+        r = s["output_rms"]
+        click.echo(f"  output rms         {r[0]:.3g} +- {r[1]:.2g} (max {r[2]:.3g}) device - exact")
+    if s["agreement"] is not None:
+        click.echo(f"  agreement          {spread(s['agreement'])}")
     click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
     click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
     if s["hardware_time_s"] == 0 and s["energy_j"] == 0:  # on_tiles 'none': the abstract noise model

@@ -74,6 +74,15 @@ def count(name: str, value: Any) -> int:
     return value
 
 
+def count_or_zero(name: str, value: Any) -> int:
+    """An integer >= 0 (command-line text allowed)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{name} = {short(value)}; expected an integer >= 0")
+    return value
+
+
 def switch(name: str, value: Any) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false"):
         value = value.lower() == "true"
@@ -198,6 +207,11 @@ class Placement:
         {TILED: None, HYBRID: None}, count,
         "models on tiles: optical modules per mapped matrix [default: one per tile, weight-stationary]; fewer "
         "than its tiles time-multiplexes them, each product writing every tile again (slm.reload_time_s).")
+    probes: int | None = option(
+        {TWIN: 0}, count_or_zero,
+        "twin DEQs: after each weight load, solve this many probe inputs (evenly spread over the calibration "
+        "inputs) on the chip and refit the digital readout V z + c to the nominal pipeline's outputs for them "
+        "(no labels) [0: the readout as trained].")
     max_iter: int | None = option(
         {NATIVE: 2000, TILED: 100, HYBRID: None, TWIN: 2000}, count,
         "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: 30 per token sequentially, "

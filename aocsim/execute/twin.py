@@ -6,16 +6,19 @@ runs as it is. Per seed its W is loaded onto the device's SLM (`TwinDEQ.loop`: q
 load's programming draws), and every input is solved on that loop (one drift step, then the
 per-iteration noise of its sample), the digital U x + b entering through the DAC and V z + c read
 from the state. Nothing is fitted per chip: what differs between the nominal pipeline and a chip (its
-fixed pattern, the programming error, noise) is the device's error. The exact path is the nominal
+fixed pattern, the programming error, noise) is the device's error, unless the placement's `probes`
+refit the digital readout per load on probe inputs (`Probes`: what a chip can measure, no labels). The exact path is the nominal
 pipeline in float64 (`TwinDEQ.forward`). docs/TWIN_MODELS.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
+from aocsim._numerics import least_squares
 from aocsim.errors import InputError
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.placement import TWIN, Placement
@@ -54,8 +57,10 @@ class TwinPlaced:
         return check_deq_inputs(model, inputs, targets)
 
     @staticmethod
-    def prepare(model: TwinDEQ, calibration: Any, placement: Placement) -> None:
-        return None  # the same weights on every chip: nothing to fit
+    def prepare(model: TwinDEQ, calibration: Any, placement: Placement) -> Probes | None:
+        """Nothing to fit (the same weights on every chip); with `probes`, the probe inputs and their
+        nominal outputs, which each load's readout is refitted to (`Probes`)."""
+        return Probes.choose(model, calibration, placement.probes) if placement.probes else None
 
     @staticmethod
     def exact(model: TwinDEQ, inputs: torch.Tensor, placement: Placement) -> Run:
@@ -65,14 +70,17 @@ class TwinPlaced:
 
     @staticmethod
     def describe(model: TwinDEQ, placement: Placement) -> str:
-        return "twin-native (its W on the SLM as trained, no compilation fit; U x + b and V z + c digital)"
+        readout = (f"V z + c refitted per weight load on {placement.probes} probe inputs (not in the per-inference "
+                   "time and energy)" if placement.probes else "V z + c as trained")
+        return f"twin-native (its W on the SLM as trained, no compilation fit; U x + b digital, {readout})"
 
     @staticmethod
     def timing(profile: DeviceProfile, placement: Placement) -> str:
         return stop_rule(profile.values, readout=placement.stop == "readout")
 
-    def __init__(self, model: TwinDEQ, profile: DeviceProfile, placement: Placement, prepared: None) -> None:
-        self.model, self.profile, self.placement = model, profile, placement
+    def __init__(self, model: TwinDEQ, profile: DeviceProfile, placement: Placement, prepared: Probes | None
+                 ) -> None:
+        self.model, self.profile, self.placement, self.probes = model, profile, placement, prepared
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load W with `seed`'s programming draws, then solve every input on the loop and read out."""
@@ -80,6 +88,49 @@ class TwinPlaced:
         run_key = key.fold(keys.Stream.RUN)
         with torch.no_grad():
             loop = self.model.loop(self.profile, generator=key.fold(keys.Stream.LOAD)).drifted(run_key)
-            result = loop.solve(self.model.injection(inputs), generator=run_key, samples=samples, stop=s.stop,
-                                max_iter=s.max_iter, atol=s.atol, rtol=s.rtol, trace=s.stop == "tolerance")
-        return Run(self.model.readout(result.z), result.z, result, result.activity, result.trace)
+            solve = dict(stop=s.stop, max_iter=s.max_iter, atol=s.atol, rtol=s.rtol)
+            result = loop.solve(self.model.injection(inputs), generator=run_key, samples=samples,
+                                trace=s.stop == "tolerance", **solve)
+            readout = self.model.readout if self.probes is None else self.probes.readout(
+                loop.solve(self.model.injection(self.probes.inputs), generator=key.fold(keys.Stream.CALIBRATION),
+                           **solve).z)
+        return Run(readout(result.z), result.z, result, result.activity, result.trace)
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Per-load calibration of a twin DEQ's readout (placement option `probes`; docs/TWIN_MODELS.md section 3).
+
+    A chip's static errors (its variation, the load's programming error, its emitters' cubics) move the
+    fixed points; the digital readout can follow them. After a weight load the chip solves a few probe
+    inputs (rows of the calibration inputs spread evenly over them, no labels), and V z + c is refitted by
+    least squares on its readout channels so that the chip's states give the nominal pipeline's outputs
+    for those probes (the exact path's, computed digitally).
+    """
+
+    inputs: torch.Tensor  # [P, input_size]
+    targets: torch.Tensor  # [P, output_size]: the nominal pipeline's outputs
+    channels: torch.Tensor  # the readout channels (V's non-zero columns)
+
+    @classmethod
+    def choose(cls, model: TwinDEQ, calibration: Any, probes: int) -> "Probes":
+        channels = torch.nonzero(model.readout_mask.any(0)).flatten()
+        if calibration is None:
+            raise InputError(f"probes = {probes}; the probe inputs are drawn from the calibration inputs, so expected "
+                             "calibration inputs (compare's calibration=, or a bundled model's task)")
+        x, _ = check_deq_inputs(model, calibration, name="calibration")
+        if not len(channels) + 1 <= probes <= x.shape[0]:
+            raise InputError(f"probes = {probes}; the readout fit has {len(channels) + 1} coefficients per output and "
+                             f"the calibration inputs {x.shape[0]} rows, so expected 0 or an integer in "
+                             f"[{len(channels) + 1}, {x.shape[0]}]")
+        x = x[torch.linspace(0, x.shape[0] - 1, probes, dtype=torch.float64).round().long()]
+        with torch.no_grad():
+            return cls(x, model(x).logits.double(), channels)
+
+    def features(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.cat([z[:, self.channels].double(), z.new_ones(z.shape[0], 1, dtype=torch.float64)], dim=1)
+
+    def readout(self, z_probes: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The refitted readout z -> [z_readout, 1] coef, from the chip's states at the probes."""
+        coef = least_squares(self.features(z_probes), self.targets)
+        return lambda z: (self.features(z) @ coef).to(z.dtype)

@@ -21,7 +21,7 @@ import xarray as xr
 from aocsim._checks import integer
 from aocsim.errors import InputError
 from aocsim.execute.registry import resolve, resolve_profile
-from aocsim.experiments.results import ACTIVITY, comparison_dataset, nll_bits
+from aocsim.experiments.results import ACTIVITY, comparison_dataset, is_regression, nll_bits, predictions
 from aocsim.hardware.physics.energy import Activity, energy_j
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.io.model_files import load_model
@@ -54,7 +54,8 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
         model: a loaded DEQ or implicit SSM, a bundled model name or a model directory.
         device: a profile name or `DeviceProfile`.
         inputs: a DEQ's inputs [B, input_size] (digits: pixel / 16), or token ids [B, L].
-        targets: class ids [B] or [B, L] (adds `correct`), or None.
+        targets: class ids [B] or [B, L] (adds `correct`), a regression's values [B] or [B, 1] (adds
+            `squared_error`), or None.
         placement: an `aocsim.execute.Placement` (or a mapping of its options): how the model goes onto
             the device; None = its kind's defaults. An option that does not apply to the model's kind
             is a one-line error.
@@ -67,9 +68,9 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
 
     Returns:
         Dataset with dims path ("exact", "device"), chip, seed, sample (and position for sequence
-        models): `prediction`, `correct`, `iterations`, `status` (`SolveStatus` values), `residual`,
+        models): `prediction` (a class; a regression's output value), `correct` (`squared_error` for a regression), `iterations`, `status` (`SolveStatus` values), `residual`,
         `hardware_time_s` (NaN on the exact path); over chip, seed, sample: `agreement` (device
-        prediction == exact), `fixed_point_error`, the machine's activity (conversions, digital
+        prediction == exact; a regression: `output_error`, device - exact), `fixed_point_error`, the machine's activity (conversions, digital
         operations, round trips, weight loads) and `energy_j`; `residual_trace` per iteration.
         Attributes: the placement, provenance.
 
@@ -134,11 +135,11 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
         run = placed.run(x, seed)
         solve, act = run.solve, run.activity
         one: dict[str, Any] = {
-            "prediction": run.outputs.argmax(-1).numpy(), "iterations": solve.iterations.numpy(),
+            "prediction": predictions(run.outputs), "iterations": solve.iterations.numpy(),
             "status": solve.status.numpy(), "residual": getattr(solve, cls.residual).double().numpy(),
             "fixed_point_error": ((run.z - exact_z).norm(dim=-1) / exact_z.norm(dim=-1)).double().numpy(),
             "trace": None if run.trace is None else run.trace.double().numpy()}
-        if targets is not None:
+        if targets is not None and not is_regression(run.outputs):
             one["nll_bits"] = nll_bits(run.outputs, targets)
         for name in ACTIVITY:
             one[name] = np.broadcast_to(np.asarray(getattr(act, name), dtype=np.float64), one["iterations"].shape)

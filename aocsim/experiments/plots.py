@@ -78,7 +78,8 @@ def _finish(fig: Any, ax: Any, path: Path, train_length: int, title: str, xlabel
 def plot_compare(results: dict[str, Any], path: Path) -> Path:
     """`aocsim.compare` results, one row of panels per figure kind, models side by side.
 
-    Left: accuracy (or, without targets, agreement) of the exact path and of the device, the device
+    Left: accuracy (or, without targets, agreement; a regression's mean squared error, on an axis of its own
+    when the figure has classifiers too) of the exact path and of the device, the device
     as the mean over chips x seeds with the range of the runs. Middle: the distribution of the
     fixed-point error ||z_device - z_exact|| / ||z_exact|| over every sample (and token), log axis.
     Right (models with `residual_trace`): convergence, the residual per iteration, median and the
@@ -93,27 +94,33 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     traced = {name: ds for name, ds in results.items() if "residual_trace" in ds}
     fig, axes = plt.subplots(1, 3 if traced else 2, figsize=(15 if traced else 10, 3.8))
     acc_ax, fpe_ax = axes[0], axes[1]
+    scores = {name: _scores(ds) for name, ds in results.items()}
+    shares = {what for _, _, what in scores.values() if what != "mean squared error"}
+    mse_ax = None
+    if any(what == "mean squared error" for _, _, what in scores.values()):  # regressions: their own axis
+        mse_ax = acc_ax.twinx() if shares else acc_ax
+        mse_ax.set_ylabel("mean squared error")
     for i, (name, ds) in enumerate(results.items()):
-        per_run = [d for d in ("sample", "position") if d in ds.dims]
-        if "correct" in ds:
-            exact = float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean())
-            runs = ds.correct.sel(path="device").mean(per_run).values.ravel()
-            what = "accuracy"
-        else:
-            exact, runs, what = 1.0, ds.agreement.mean(per_run).values.ravel(), "agreement"
-        acc_ax.bar(i - 0.2, exact, width=0.4, color="tab:blue", label="exact" if i == 0 else None)
+        exact, runs, what = scores[name]
+        ax = mse_ax if what == "mean squared error" else acc_ax
+        ax.bar(i - 0.2, exact, width=0.4, color="tab:blue", label="exact" if i == 0 else None)
         spread = np.clip([[runs.mean() - runs.min()], [runs.max() - runs.mean()]], 0, None)  # rounding: >= 0
-        acc_ax.bar(i + 0.2, runs.mean(), width=0.4, color="tab:orange", label="device" if i == 0 else None,
-                   yerr=spread, capsize=3)
-        acc_ax.text(i + 0.2, min(runs.mean(), 0.95), f"{100 * runs.mean():.1f}", ha="center", va="top", fontsize=7)
+        ax.bar(i + 0.2, runs.mean(), width=0.4, color="tab:orange", label="device" if i == 0 else None,
+               yerr=spread, capsize=3)
+        label = f"{runs.mean():.3g}" if ax is mse_ax else f"{100 * runs.mean():.1f}"
+        ax.text(i + 0.2, runs.mean() if ax is mse_ax else min(runs.mean(), 0.95), label, ha="center", va="top",
+                fontsize=7)
         err = ds.fixed_point_error.values.ravel()
         err = err[np.isfinite(err) & (err > 0)]
         if err.size:
             bins = np.logspace(np.log10(err.min()), np.log10(err.max()) + 1e-9, 40)
             fpe_ax.hist(err, bins=bins, histtype="step", lw=1.2, label=name)
     acc_ax.set_xticks(range(len(results)), list(results), fontsize=8)
-    acc_ax.set_ylim(0, 1.05)
-    acc_ax.set_ylabel(what if len({"correct" in ds for ds in results.values()}) == 1 else "accuracy / agreement")
+    if mse_ax is not None:
+        mse_ax.set_ylim(bottom=0)
+    if shares:
+        acc_ax.set_ylim(0, 1.05)
+        acc_ax.set_ylabel(" / ".join(sorted(shares)))
     acc_ax.legend(fontsize=7, loc="lower right")
     device = next(iter(results.values())).attrs.get("device", "")
     acc_ax.set_title(f"exact path vs {device} (device: mean, range over chips x seeds)", fontsize=9)
@@ -128,6 +135,20 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _scores(ds: Any) -> tuple[float, Any, str]:
+    """(exact, device per run, what) of a compare Dataset's headline: accuracy, agreement without targets,
+    or a regression's mean squared error."""
+    per_run = [d for d in ("sample", "position") if d in ds.dims]
+    for var, what in (("correct", "accuracy"), ("squared_error", "mean squared error")):
+        if var in ds:
+            return (float(ds[var].sel(path="exact").isel(chip=0, seed=0).mean()),
+                    ds[var].sel(path="device").mean(per_run).values.ravel(), what)
+    if "agreement" in ds:
+        return 1.0, ds.agreement.mean(per_run).values.ravel(), "agreement"
+    rms = ((ds.output_error ** 2).mean(per_run) ** 0.5).values.ravel()  # a regression without targets
+    return float("nan"), rms ** 2, "mean squared error"
 
 
 def _convergence(ax: Any, results: dict[str, Any]) -> None:

@@ -46,6 +46,16 @@ def nll_bits(outputs: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
     return (-logp / np.log(2.0)).numpy()
 
 
+def is_regression(outputs: torch.Tensor) -> bool:
+    """One output per sample: a regression (a classifier has at least two classes)."""
+    return outputs.shape[-1] == 1
+
+
+def predictions(outputs: torch.Tensor) -> np.ndarray:
+    """What a run answers per sample: the class (argmax of the outputs), or a regression's value (float64)."""
+    return outputs[..., 0].detach().double().numpy() if is_regression(outputs) else outputs.argmax(-1).numpy()
+
+
 def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfile, exact: Any,
                        device: dict[str, np.ndarray], activity: Activity, traces: dict[tuple[int, int], np.ndarray],
                        targets: torch.Tensor | None, seeds: list[int], chips: list[int]) -> xr.Dataset:
@@ -54,7 +64,8 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
     cls = placed.cls
     dims = ("path", "chip", "seed", *cls.dims)
     lengths = device["prediction"].shape[2:]
-    per_path = {"prediction": exact.outputs.argmax(-1).numpy(), "iterations": exact.solve.iterations.numpy(),
+    regression = is_regression(exact.outputs)
+    per_path = {"prediction": predictions(exact.outputs), "iterations": exact.solve.iterations.numpy(),
                 "status": exact.solve.status.numpy(), "residual": getattr(exact.solve, cls.residual).double().numpy(),
                 "hardware_time_s": np.full(lengths, np.nan)}
     device["hardware_time_s"] = np.asarray(activity.time_s, dtype=np.float64)
@@ -63,12 +74,17 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         both = np.stack([np.broadcast_to(value, device[name].shape), device[name]]).astype(device[name].dtype)
         data[name] = (dims, both)
     pred = data["prediction"][1]
-    data["agreement"] = (dims[1:], pred[1] == pred[0])
+    if regression:  # no answers to agree on: how far the device's values lie from the exact path's
+        data["output_error"] = (dims[1:], pred[1] - pred[0])
+    else:
+        data["agreement"] = (dims[1:], pred[1] == pred[0])
     data["fixed_point_error"] = (dims[1:], device["fixed_point_error"])
     data["energy_j"] = (dims[1:], device["energy_j"])
     for name in ACTIVITY[1:]:
         data[name] = (dims[1:], np.asarray(getattr(activity, name), dtype=np.float64))
-    if targets is not None:
+    if targets is not None and regression:
+        data["squared_error"] = (dims, (pred - targets.double().numpy()) ** 2)
+    elif targets is not None:
         data["correct"] = (dims, pred == targets.numpy())
         data["nll_bits"] = (dims, np.stack([np.broadcast_to(nll_bits(exact.outputs, targets), device["nll_bits"].shape),
                                             device["nll_bits"]]))
@@ -79,6 +95,11 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
     ds["residual"].attrs["units"] = cls.residual_units
     ds["hardware_time_s"].attrs.update(units="s", description=cls.timing(profile, placed.placement))
     ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
+    if regression:
+        ds["output_error"].attrs["description"] = "device output - exact output (the model's units)"
+        ds["prediction"].attrs["description"] = "the model's output (a regression)"
+    if "squared_error" in ds:
+        ds["squared_error"].attrs["description"] = "(output - target)^2 (the model's units squared)"
     if "nll_bits" in ds:
         ds["nll_bits"].attrs.update(units="bits", description="-log2 of the probability the output gives the target "
                                                               "(bits per character for a language model)")
@@ -99,7 +120,7 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
         "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
         "kind": cls.kind, "placement": cls.describe(model, placed.placement), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
-        "classes": int(exact.outputs.shape[-1]),
+        **({"task": "regression"} if regression else {"classes": int(exact.outputs.shape[-1])}),
     })
     ds.attrs.update(trust_attributes(ds))  # `trusted` and `warnings` (aocsim.experiments.trust)
     return ds
@@ -123,7 +144,8 @@ def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray]
 def summarize(ds: xr.Dataset) -> dict[str, Any]:
     """The headline figures of a `compare` Dataset (spreads over chips x seeds, one value per run).
 
-    Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min),
+    Returns accuracy (exact; device mean, std, min; None without targets), agreement (mean, std, min; None for a
+    regression, which has `output_rms` (mean, std, max) instead and, with targets, `mse` (exact; device mean, std, max)),
     mean iterations per path, device status counts, mean hardware time and energy per sample (s, J), the machine's
     optical modules and mean weight loads per sample, and the number
     of runs (chips x seeds) and samples. For sequence models every figure is per token (`unit`). `terms`: one
@@ -132,12 +154,12 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
     """
     runs = ds.sizes["chip"] * ds.sizes["seed"]
     per_run = [d for d in ("sample", "position") if d in ds.dims]
-    agree = ds.agreement.mean(per_run)
+    agree = ds.agreement.mean(per_run) if "agreement" in ds else None
     out: dict[str, Any] = {
         "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs,
         "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": "token" if "position" in ds.dims else "sample",
         "mode": ds.attrs.get("placement.mode"),
-        "agreement": (float(agree.mean()), float(agree.std()), float(agree.min())),
+        "agreement": None if agree is None else (float(agree.mean()), float(agree.std()), float(agree.min())),
         "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
         "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
         "timing": ds.hardware_time_s.attrs.get("description", ""),
@@ -151,6 +173,13 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         bits = ds.nll_bits.sel(path="device").mean(per_run)
         out["bits"] = {"exact": float(ds.nll_bits.sel(path="exact").isel(chip=0, seed=0).mean()),
                        "device": (float(bits.mean()), float(bits.std()), float(bits.max()))}
+    if "output_error" in ds:
+        rms = np.sqrt((ds.output_error ** 2).mean(per_run))
+        out["output_rms"] = (float(rms.mean()), float(rms.std()), float(rms.max()))
+    if "squared_error" in ds:
+        mse = ds.squared_error.sel(path="device").mean(per_run)
+        out["mse"] = {"exact": float(ds.squared_error.sel(path="exact").isel(chip=0, seed=0).mean()),
+                      "device": (float(mse.mean()), float(mse.std()), float(mse.max()))}
     if "correct" in ds:
         device = ds.correct.sel(path="device").mean(per_run)
         out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
@@ -174,8 +203,12 @@ def terms(ds: xr.Dataset) -> dict[str, str]:
         cap_text = f"{int(cap)} iterations"
     else:  # the hybrid's cap depends on its mode (aocsim/execute/placement.py, max_iter)
         cap_text = "30 per token" if ds.attrs.get("placement.mode") == "sequential" else "3 L + 20 iterations"
+    first = ({"output rms": f"root mean square of device output - exact output over a run's {unit}s",
+              "mse": f"mean squared error against the targets over a run's {unit}s"}
+             if ds.attrs.get("task") == "regression" else
+             {"agreement": f"share of {unit}s whose device prediction == exact prediction"})
     return {
-        "agreement": f"share of {unit}s whose device prediction == exact prediction",
+        **first,
         "converged": f"met the tolerance: {rule}",
         "noise_floor": "stopped above the tolerance, the residual putting the state within the device's predicted noise spread",
         "max_iter": f"the iteration cap ({cap_text}) reached before the tolerance",

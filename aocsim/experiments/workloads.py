@@ -4,6 +4,9 @@ One function (`default_workload`) builds it from the model card's task:
 
 - digits DEQs: the test images and labels (the first `samples`, default all 450), calibrated on
   the training images (the fit inputs of a native DEQ, the tile values of a tiled one; no labels);
+- twin regressions (`regression-twin48`): the test points and the function's values there (the first
+  `samples`, default all 1,000), calibrated on the training grid (no labels: a twin DEQ's `probes`
+  are drawn from it);
 - state-tracking implicit SSMs: `sequences` fresh word problems of `length_factor` times the
   training length, every element equally likely (generator `SEQUENCE_GENERATOR`), calibrated on 16
   sequences of the training length with identity tokens at probability 0.5 (generator
@@ -49,6 +52,8 @@ def default_calibration(model: Any) -> torch.Tensor | None:
         from aocsim.tasks.digits import load_split
 
         return load_split(model.weight.dtype).x_train
+    if task == "regression":
+        return _regression_split(model).x_train
     if task == "state_tracking":
         from aocsim.tasks.groups import group, word_problems
 
@@ -67,6 +72,14 @@ def default_calibration(model: Any) -> torch.Tensor | None:
     return None
 
 
+def _regression_split(model: Any) -> Any:
+    """A twin regression's split, as its card records it (`aocsim.tasks.functions`)."""
+    from aocsim.tasks.functions import load_split
+
+    data = model.card["data"]
+    return load_split(data["function"], n_train=data["n_train"], n_test=data["n_test"], dtype=model.weight.dtype)
+
+
 def default_workload(model: Any, *, samples: int | None = None, sequences: int = 32,
                      length_factor: int = 4) -> Workload:
     """A bundled model's workload (module docstring): `samples` test images for a digits DEQ, or
@@ -82,6 +95,13 @@ def default_workload(model: Any, *, samples: int | None = None, sequences: int =
             raise InputError(f"samples = {samples!r}: model {name!r} has {split.x_test.shape[0]} test images; "
                              f"expected an integer in [1, {split.x_test.shape[0]}]")
         return Workload(split.x_test[:n], split.y_test[:n], default_calibration(model))
+    if task == "regression":
+        split = _regression_split(model)
+        n = split.x_test.shape[0] if samples is None else samples
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= split.x_test.shape[0]:
+            raise InputError(f"samples = {samples!r}: model {name!r} has {split.x_test.shape[0]} test points; "
+                             f"expected an integer in [1, {split.x_test.shape[0]}]")
+        return Workload(split.x_test[:n], split.y_test[:n, 0], split.x_train)
     if task == "state_tracking":
         from aocsim.tasks.groups import group, word_problems
 
@@ -96,5 +116,5 @@ def default_workload(model: Any, *, samples: int | None = None, sequences: int =
         inputs, targets = pydoc_corpus().heldout_windows(length_factor * card_recipe(model).train_length,
                                                          card_vocabulary(model))
         return Workload(inputs[:sequences], targets[:sequences], default_calibration(model))
-    raise InputError(f"model {name!r} has task {task!r}; bundled workloads exist for digits DEQs, "
-                     "state-tracking implicit SSMs and character-level language models")
+    raise InputError(f"model {name!r} has task {task!r}; bundled workloads exist for digits DEQs, twin "
+                     "regressions, state-tracking implicit SSMs and character-level language models")

@@ -80,6 +80,7 @@ RECIPES: dict[str, Callable[..., Path]] = {
     # Twin DEQs (docs/TWIN_MODELS.md): the model is the calibrated pipeline of aoc48-twin / aoc16-twin.
     "digits-twin48": partial(_twin.run_recipe, **_twin.DIGITS48),
     "regression-twin16": partial(_twin.run_recipe, **_twin.REGRESSION16),
+    "regression-twin48": partial(_twin.run_recipe, **_twin.REGRESSION48),
     **{name: partial(_st.run_recipe, recipe) for name, recipe in STATE_TRACKING.items()},
     **{name: partial(_lm.run_recipe, recipe) for name, recipe in LANGUAGE.items()},
 }
