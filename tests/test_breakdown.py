@@ -29,6 +29,33 @@ def test_break_is_the_first_setting_toward_worse_hardware_beyond_two_points() ->
     assert np.isnan(_break(_synthetic([1.0, 0.99, 0.985], [1.0, 1.0, 1.0]), "m", "multiplier", ascending=True))
 
 
+def test_a_regression_breaks_where_its_error_exceeds_twice_the_exact_error() -> None:
+    ds = _synthetic([np.nan] * 3, [np.nan] * 3, exact=np.nan)
+    ds["exact_mse"] = ("model", [1e-5])
+    ds["multiplier_mse"] = ds.multiplier_accuracy.copy(data=np.array([1.1e-5, 1.9e-5, 5e-5])[None, :, None, None])
+    ds["bits_mse"] = ds.bits_accuracy.copy(data=np.array([9e-4, 2.5e-5, 1.0e-5])[None, :, None, None])
+    assert _break(ds, "m", "multiplier", ascending=True) == 16.0  # 1.9x holds, 5x breaks
+    assert _break(ds, "m", "bits", ascending=False) == 5.0
+    ds.attrs["device"] = "aoc48"
+    ds["breaks_at_multiplier"], ds["breaks_at_bits"] = ("model", [16.0]), ("model", [5.0])
+    assert "m                  1.0e-05  1.1000  1.9000  5.0000  at 16x" in breakdown_table(ds)
+
+
+def test_twin_regression_holds_at_the_profile_and_breaks_at_heavy_noise(tmp_path: Path) -> None:
+    from aocsim.experiments.workloads import default_workload
+
+    model = load_model("regression-twin48")
+    w = default_workload(model, samples=100)
+    work = [Workload("regression-twin48", model, w.inputs, w.targets, {"stop": "readout", "probes": 64})]
+    ds = where_it_breaks(work, "aoc48", multipliers=(1, 1024), slm_bits=(9,), progress=False)
+    mse = ds.multiplier_mse.sel(model="regression-twin48").mean(("chip", "seed"))
+    exact = float(ds.exact_mse.sel(model="regression-twin48"))
+    assert float(mse.sel(multiplier=1.0)) <= 1.1 * exact and float(mse.sel(multiplier=1024.0)) > 2 * exact
+    assert float(ds.breaks_at_multiplier.sel(model="regression-twin48")) == 1024.0
+    assert np.isnan(float(ds.breaks_at_bits.sel(model="regression-twin48")))
+    assert plot_breakdown(ds, tmp_path / "r.png").stat().st_size > 10_000
+
+
 @pytest.fixture(scope="module")
 def parity_study() -> xr.Dataset:
     model = load_model("parity-implicit")

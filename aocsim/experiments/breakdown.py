@@ -3,9 +3,11 @@
 For each workload (a model with its inputs and `compare` options) and each setting of one axis,
 the other at the profile's value, `where_it_breaks` runs `aocsim.compare` on the overridden
 profile and keeps, per chip and seed, the device accuracy, the agreement with the exact path and
-the device's iterations. A model breaks at the first setting, going from the profile's toward
-worse hardware (more noise, fewer bits), where its mean device accuracy falls more than
-`BREAK_POINTS` percentage points below its exact accuracy (the tolerance of issue 9's A5 bar).
+the device's iterations (a regression: its mean squared error). A model breaks at the first
+setting, going from the profile's toward worse hardware (more noise, fewer bits), where its mean
+device accuracy falls more than `BREAK_POINTS` percentage points below its exact accuracy (the
+tolerance of issue 9's A5 bar); a regression where its mean device error exceeds `BREAK_FACTOR`
+times its exact error.
 The study and its figures: docs/DEVICE_RUNS.md, section 4.
 """
 
@@ -24,6 +26,7 @@ from aocsim.progress import bar
 MULTIPLIERS = (1.0, 2.0, 4.0, 16.0, 64.0)  # scale of every per-iteration noise source (noise.multiplier)
 SLM_BITS = (2, 3, 4, 5, 6, 7, 8, 9)  # the SLM's weight resolution (slm.bits)
 BREAK_POINTS = 2.0  # percentage points below the exact accuracy that count as broken
+BREAK_FACTOR = 2.0  # a regression: device mean squared error above this multiple of the exact one
 AXES = {"multiplier": "noise.multiplier", "bits": "slm.bits"}
 
 
@@ -81,8 +84,9 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
     resolution (noise at the profile's); see the module docstring.
 
     Returns a Dataset with dims model, multiplier, bits, chip, seed and variables
-    `{multiplier,bits}_{accuracy,agreement,iterations}` (per run; accuracy and agreement as
-    fractions, per sample or per token), `exact_accuracy` [model] and `breaks_at_multiplier`,
+    `{multiplier,bits}_{accuracy,agreement,iterations,mse}` (per run; accuracy and agreement as
+    fractions, per sample or per token; mse for regressions, the others' NaN where they do not
+    apply), `exact_accuracy` and `exact_mse` [model] and `breaks_at_multiplier`,
     `breaks_at_bits` [model] (NaN: does not break within the range).
     """
     from aocsim.experiments.compare import _ids, compare
@@ -97,9 +101,9 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
     names = [w.name for w in workloads]
     shape = (len(workloads), len(chips), len(seeds))
     data: dict[str, Any] = {}
-    exact = np.full(len(workloads), np.nan)
+    exact, exact_mse = np.full(len(workloads), np.nan), np.full(len(workloads), np.nan)
     for axis, values in axes.items():
-        for what in ("accuracy", "agreement", "iterations"):
+        for what in ("accuracy", "agreement", "iterations", "mse"):
             data[f"{axis}_{what}"] = np.full((shape[0], len(values), *shape[1:]), np.nan)
     work = [(i, w, axis, v) for i, w in enumerate(workloads) for axis, values in axes.items() for v in values]
     for i, w, axis, v in bar(work, desc="where it breaks", total=len(work), enabled=progress):
@@ -107,7 +111,12 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
         ds = compare(w.model, profile, w.inputs, w.targets, placement=w.placement, seeds=seeds, chips=chips)
         per_run = [d for d in ("sample", "position") if d in ds.dims]
         k = axes[axis].index(v)
-        data[f"{axis}_agreement"][i, k] = ds.agreement.mean(per_run).transpose("chip", "seed").values
+        if "agreement" in ds:
+            data[f"{axis}_agreement"][i, k] = ds.agreement.mean(per_run).transpose("chip", "seed").values
+        if "squared_error" in ds:
+            data[f"{axis}_mse"][i, k] = ds.squared_error.sel(path="device").mean(per_run).transpose(
+                "chip", "seed").values
+            exact_mse[i] = float(ds.squared_error.sel(path="exact").isel(chip=0, seed=0).mean())
         data[f"{axis}_iterations"][i, k] = ds.iterations.sel(path="device").mean(per_run).transpose(
             "chip", "seed").values
         if "correct" in ds:
@@ -116,9 +125,10 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
             exact[i] = float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean())
     dims = {"multiplier": ("model", "multiplier", "chip", "seed"), "bits": ("model", "bits", "chip", "seed")}
     out = xr.Dataset(
-        {name: (dims[name.split("_")[0]], values) for name, values in data.items()} | {"exact_accuracy": ("model", exact)},
+        {name: (dims[name.split("_")[0]], values) for name, values in data.items()}
+        | {"exact_accuracy": ("model", exact), "exact_mse": ("model", exact_mse)},
         coords={"model": names, "multiplier": axes["multiplier"], "bits": axes["bits"], "chip": chips, "seed": seeds},
-        attrs={"device": device, "break_points": BREAK_POINTS,
+        attrs={"device": device, "break_points": BREAK_POINTS, "break_factor": BREAK_FACTOR,
                "description": "device accuracy, agreement and iterations against noise.multiplier and slm.bits "
                               "(docs/DEVICE_RUNS.md, section 4)"})
     out["breaks_at_multiplier"] = ("model", [_break(out, m, "multiplier", ascending=True) for m in names])
@@ -128,30 +138,50 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
 
 def _break(ds: xr.Dataset, model: str, axis: str, *, ascending: bool) -> float:
     """The first setting, from the best hardware toward the worst, where the mean device accuracy is more
-    than BREAK_POINTS below the exact one; for bits, the highest such resolution. NaN if none."""
-    exact = float(ds.exact_accuracy.sel(model=model))
-    acc = ds[f"{axis}_accuracy"].sel(model=model).mean(("chip", "seed"))
+    than BREAK_POINTS below the exact one (a regression: its mean squared error above BREAK_FACTOR times the
+    exact one); for bits, the highest such resolution. NaN if none."""
+    regression = "exact_mse" in ds and np.isfinite(float(ds.exact_mse.sel(model=model)))
+    what = "mse" if regression else "accuracy"
+    exact = float(ds[f"exact_{what}"].sel(model=model))
+    score = ds[f"{axis}_{what}"].sel(model=model).mean(("chip", "seed"))
     values = sorted(ds[axis].values.tolist(), reverse=not ascending)
     for v in values:
-        if float(acc.sel({axis: v})) < exact - BREAK_POINTS / 100:
+        s = float(score.sel({axis: v}))
+        if (s > BREAK_FACTOR * exact) if regression else (s < exact - BREAK_POINTS / 100):
             return float(v)
     return float("nan")
 
 
+def _regression(ds: xr.Dataset, model: str) -> bool:
+    return "exact_mse" in ds and bool(np.isfinite(float(ds.exact_mse.sel(model=model))))
+
+
+def _scores(ds: xr.Dataset, model: str, axis: str) -> tuple[xr.DataArray, float]:
+    """A model's score per run along `axis` and its exact value: the accuracy, or a regression's device
+    mean squared error over its exact one (1: as good as the exact path)."""
+    if _regression(ds, model):
+        exact = float(ds.exact_mse.sel(model=model))
+        return ds[f"{axis}_mse"].sel(model=model) / exact, exact
+    return ds[f"{axis}_accuracy"].sel(model=model), float(ds.exact_accuracy.sel(model=model))
+
+
 def breakdown_table(ds: xr.Dataset) -> str:
     """Plain-text table: per model the exact accuracy, the device accuracy at each setting (mean over
-    runs) and where it breaks."""
+    runs) and where it breaks; a regression's rows give its exact mean squared error and the device's
+    over it."""
     lines = []
     for axis, label in (("multiplier", "noise multiplier"), ("bits", "SLM bits")):
         values = ds[axis].values.tolist()
         head = f"{'model':18s} {'exact':>7s} " + " ".join(f"{_fmt(v):>7s}" for v in values) + "  breaks"
-        lines += [f"device accuracy against the {label} ({ds.attrs['device']}, mean over runs)", head]
+        lines += [f"device accuracy (a regression: device mse / exact mse) against the {label} "
+                  f"({ds.attrs['device']}, mean over runs)", head]
         for m in ds.model.values.tolist():
-            acc = ds[f"{axis}_accuracy"].sel(model=m).mean(("chip", "seed")).values
+            score, exact = _scores(ds, m, axis)
             where = float(ds["breaks_at_multiplier" if axis == "multiplier" else "breaks_at_bits"].sel(model=m))
             edge = "-" if np.isnan(where) else (f"at {_fmt(where)}x" if axis == "multiplier" else f"at {int(where)} bits")
-            lines.append(f"{m:18s} {float(ds.exact_accuracy.sel(model=m)):7.4f} "
-                         + " ".join(f"{a:7.4f}" for a in acc) + f"  {edge}")
+            first = f"{exact:7.1e}" if _regression(ds, m) else f"{exact:7.4f}"
+            lines.append(f"{m:18s} {first} " + " ".join(f"{a:7.4f}" for a in score.mean(("chip", "seed")).values)
+                         + f"  {edge}")
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -161,31 +191,40 @@ def _fmt(v: float) -> str:
 
 
 def plot_breakdown(ds: xr.Dataset, path: str | Path) -> Path:
-    """Two panels: device accuracy against the noise multiplier (log axis) and against SLM bits,
-    one line per model (mean over runs, band min-max), its exact accuracy dashed."""
+    """Two panels: device accuracy against the noise multiplier (log axis) and against SLM bits, one line
+    per model (mean over runs, band min-max), its exact accuracy dashed; regressions in a second row,
+    their device mean squared error over the exact one (log axis; dashed: 1 and the break factor)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, axis, label in ((axes[0], "multiplier", "noise multiplier (x the profile's noise)"),
-                            (axes[1], "bits", "SLM bits")):
-        x = ds[axis].values
-        for i, m in enumerate(ds.model.values.tolist()):
-            acc = ds[f"{axis}_accuracy"].sel(model=m)
-            mean, lo, hi = (acc.mean(("chip", "seed")), acc.min(("chip", "seed")), acc.max(("chip", "seed")))
-            color = f"C{i}"
-            ax.plot(x, mean, "o-", color=color, label=m)
-            ax.fill_between(x, lo, hi, color=color, alpha=0.2)
-            ax.axhline(float(ds.exact_accuracy.sel(model=m)), color=color, ls="--", lw=0.8)
-        ax.set_xlabel(label)
-        if axis == "multiplier":
-            ax.set_xscale("log", base=2)
-        ax.set_xticks(x, [f"{v:g}" for v in x])
-        ax.minorticks_off()
-    axes[0].set_ylabel(f"device accuracy ({ds.attrs['device']}); dashed: exact")
-    axes[0].legend(fontsize=8)
+    models = ds.model.values.tolist()
+    groups = [g for g in ([m for m in models if not _regression(ds, m)], [m for m in models if _regression(ds, m)]) if g]
+    fig, axes = plt.subplots(len(groups), 2, figsize=(10, 4 * len(groups)), sharey="row", squeeze=False)
+    for row, group in zip(axes, groups):
+        regression = _regression(ds, group[0])
+        for ax, axis, label in ((row[0], "multiplier", "noise multiplier (x the profile's noise)"),
+                                (row[1], "bits", "SLM bits")):
+            x = ds[axis].values
+            for m in group:
+                score, exact = _scores(ds, m, axis)
+                mean, lo, hi = (score.mean(("chip", "seed")), score.min(("chip", "seed")), score.max(("chip", "seed")))
+                color = f"C{models.index(m)}"
+                ax.plot(x, mean, "o-", color=color, label=m)
+                ax.fill_between(x, lo, hi, color=color, alpha=0.2)
+                for level in ((1.0, BREAK_FACTOR) if regression else (exact,)):
+                    ax.axhline(level, color="k" if regression else color, ls="--", lw=0.8)
+            ax.set_xlabel(label)
+            if axis == "multiplier":
+                ax.set_xscale("log", base=2)
+            if regression:
+                ax.set_yscale("log")
+            ax.set_xticks(x, [f"{v:g}" for v in x])
+            ax.minorticks_off()
+        row[0].set_ylabel(f"device mse / exact mse ({ds.attrs['device']})" if regression else
+                          f"device accuracy ({ds.attrs['device']}); dashed: exact")
+        row[0].legend(fontsize=8)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)
