@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from aocsim import compare, load_model
 from aocsim.errors import InputError
 from aocsim.experiments.results import summarize
-from aocsim.experiments.workloads import default_workload
+from aocsim.experiments.workloads import Workload, default_workload
 from aocsim.io.model_files import bundled_models
 from aocsim.nn.twin_deq import nominal_profile
 
@@ -22,7 +22,8 @@ EXACT = {"atol": 0.0, "rtol": 1e-10, "max_iter": 5000}  # the device solve to th
 @pytest.fixture(scope="module")
 def twin():
     model = load_model("regression-twin48")
-    return model, default_workload(model, samples=200)
+    w = default_workload(model)
+    return model, Workload(w.inputs[::5], w.targets[::5], w.calibration)  # 200 points over [-1, 1]
 
 
 def mse(ds, path: str = "device"):
@@ -105,3 +106,16 @@ def test_bundled_model_meets_its_card_and_needs_its_loop() -> None:
     assert m["mse"] == pytest.approx(model.card["metrics"]["test"]["mse"], rel=1e-9)
     assert m["mse"] < 2e-5 and m["converged_fraction"] == 1.0
     assert m["mse_zero_weight"] > 0.1 and m["mse_without_feedback"] > 0.1  # the answer crosses the loop
+
+
+def test_a_regression_whose_device_error_swamps_its_outputs_is_flagged(twin) -> None:
+    """The regression's trust check: at 4096x the noise the device's outputs say no more than their mean."""
+    from aocsim.hardware.profiles.profile import load_device
+
+    model, w = twin
+    noisy = load_device("aoc48", {"noise.multiplier": 4096.0})
+    ds = compare(model, noisy, w.inputs[::4], w.targets[::4], placement={"stop": "readout"})
+    assert "noise swamps the state" in ds.attrs["warnings"]
+    assert ds.attrs["trusted"] == 0 and "say no more than their mean" in ds.attrs["warnings"]
+    sound = compare(model, "aoc48", w.inputs[::4], w.targets[::4], placement={"stop": "readout"})
+    assert sound.attrs["trusted"] == 1 and sound.attrs["warnings"] == ""

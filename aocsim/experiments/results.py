@@ -11,7 +11,7 @@ import torch
 import xarray as xr
 
 from aocsim._version import __version__
-from aocsim.execute.placement import HYBRID, NATIVE
+from aocsim.execute.placement import HYBRID, NATIVE, TWIN
 from aocsim.experiments.trust import trust_attributes, trust_notes
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -196,7 +196,7 @@ def terms(ds: xr.Dataset) -> dict[str, str]:
     if ds.attrs.get("kind") == HYBRID:
         rule = f"relative residual ||f(z) - z|| / ||f(z)|| <= rtol {rtol} per token"
     else:
-        state = "the loop's state, device volts" if ds.attrs.get("kind") == NATIVE else "model units"
+        state = "the loop's state, device volts" if ds.attrs.get("kind") in (NATIVE, TWIN) else "model units"
         rule = f"||f(z) - z|| <= atol {atol} + rtol {rtol} ||f(z)|| ({state})"
     cap = ds.attrs.get("placement.max_iter")
     if cap is not None:

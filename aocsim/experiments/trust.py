@@ -13,6 +13,10 @@ checks read only the Dataset:
 3. **status**: most device solves report converged (their residual met the tolerance) yet the
    accuracy is at chance: the loop settles, but on fixed points of another map than the model's.
 
+A regression has no chance level: **spread**, its device error (mean squared, pooled) is at least the
+spread of the exact path's outputs (their variance) while its exact error is well below it (under a
+tenth): the device's outputs say no more than their mean would.
+
 4. **calibration** (models on tiles): the worst chip's tile programs have a matrix error above
    `PROGRAM_ERROR_LIMIT`: the placement did not calibrate on this device, whatever the answers.
 
@@ -28,7 +32,7 @@ from typing import Any
 
 import xarray as xr
 
-from aocsim.execute.placement import NATIVE
+from aocsim.execute.placement import NATIVE, TWIN
 from aocsim.solve.result import SolveStatus
 
 PROGRAM_ERROR_LIMIT = 0.5  # a tile program whose matrix error exceeds 50 % did not calibrate
@@ -61,6 +65,9 @@ def _cause(ds: xr.Dataset, shares: dict[SolveStatus, float]) -> str:
     if shares[SolveStatus.NOISE_FLOOR] > shares[SolveStatus.CONVERGED]:
         return ("noise swamps the state (most solves stopped at the predicted noise floor); lower "
                 "noise.multiplier or raise noise.power_per_unit_w (--set KEY=VALUE)")
+    if ds.attrs.get("kind") == TWIN:
+        return ("the chip's static errors move the fixed points away from the nominal pipeline's (--probes N refits "
+                "the readout per weight load); --set noise.multiplier=0 tells static errors from noise")
     if ds.attrs.get("kind") == NATIVE:
         return ("the compiled loop computes another map than the model's on this device (the compilation fit or "
                 "too few bits; docs/DEVICE_RUNS.md section 1); --set noise.multiplier=0 tells static errors from noise")
@@ -79,8 +86,25 @@ def placement_notes(ds: xr.Dataset) -> list[str]:
             "model's (tiles work on aoc48 only today: docs/DEVICE_RUNS.md section 1b)"]
 
 
+def regression_notes(ds: xr.Dataset) -> list[str]:
+    """A regression's check (module docstring, **spread**)."""
+    exact_out = ds.prediction.sel(path="exact").isel(chip=0, seed=0)
+    spread = float(exact_out.var())
+    device = float(ds.squared_error.sel(path="device").mean())
+    exact = float(ds.squared_error.sel(path="exact").isel(chip=0, seed=0).mean())
+    if device < spread or exact > 0.1 * spread:
+        return []
+    status = ds.status.sel(path="device").values
+    cause = _cause(ds, {s: float((status == s.value).mean()) for s in SolveStatus})
+    return [f"device mean squared error {device:.3g} is at least the variance of the model's outputs ({spread:.3g}) "
+            f"while the exact path's is {exact:.3g}: the device's outputs say no more than their mean; likely cause: "
+            f"{cause}"]
+
+
 def trust_notes(ds: xr.Dataset) -> list[str]:
     """One line per failed check (module docstring); [] when the result looks sound."""
+    if "squared_error" in ds:
+        return placement_notes(ds) + regression_notes(ds)
     if "correct" not in ds:
         return placement_notes(ds)
     unit = "token" if "position" in ds.dims else "sample"
