@@ -216,7 +216,10 @@ def test_settings_a_model_cannot_take_are_refused_before_any_work(tmp_path: Path
                             ({"data": {"samples": 5000}}, "samples = 5000"),
                             ({"axes": {"placement.averaging": [1, 4]}}, native),
                             ({"axes": {"placement.mode": ["sequential"]}}, "expected it only for hybrid SSMs"),
-                            ({"metrics": ["bits_per_character"]}, "but model 'digits-deq48' has task 'digits'")):
+                            ({"metrics": ["bits_per_character"]}, "but model 'digits-deq48' has task 'digits'"),
+                            ({"metrics": ["mse"]}, "but model 'digits-deq48' has task 'digits'; expected regressions"),
+                            ({"model": "regression-twin48"}, "metrics has 'accuracy', but model 'regression-twin48' "
+                                                             "has task 'regression'")):
         with pytest.raises(InputError, match=re.escape(message)):
             sweep(parse_spec({**SMALL, **change}), tmp_path / "never")
         assert not (tmp_path / "never").exists()
@@ -272,3 +275,15 @@ def test_language_models_sweep_their_bits_per_character(tmp_path: Path) -> None:
         plot_bits_against_snr(ds.drop_vars("bits_per_character"), tmp_path / "no.png")
     with pytest.raises(InputError, match="the SNR is the x axis"):
         plot_bits_against_snr(ds, tmp_path / "no.png", lines=("model", "placement.snr_db"))
+
+
+def test_regressions_sweep_their_errors(tmp_path: Path) -> None:
+    """The probes' refit against none, on the noise-free chip draws and on aoc48: the regression metrics
+    are the compare Dataset's means (mse per path, rms of device - exact)."""
+    spec = {"model": "regression-twin48", "device": "aoc48", "data": {"samples": 40},
+            "axes": {"placement.probes": [0, 32], "placement.stop": ["readout"]}, "seeds": 1, "chips": 1,
+            "metrics": ["mse", "exact_mse", "output_rms", "iterations"]}
+    ds = sweep(parse_spec(spec), tmp_path / "reg", workers=1).squeeze()
+    raw, probed = (ds.sel(**{"placement.probes": p}) for p in (0, 32))
+    assert float(raw.exact_mse) == float(probed.exact_mse) and float(probed.output_rms) < float(raw.output_rms)
+    assert float(probed.mse) < float(raw.mse)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from aocsim import compare, load_model
 from aocsim.errors import InputError
 from aocsim.experiments.results import summarize
-from aocsim.experiments.workloads import Workload, default_workload
+from aocsim.experiments.workloads import default_workload
 from aocsim.io.model_files import bundled_models
 from aocsim.nn.twin_deq import nominal_profile
 
@@ -22,8 +22,7 @@ EXACT = {"atol": 0.0, "rtol": 1e-10, "max_iter": 5000}  # the device solve to th
 @pytest.fixture(scope="module")
 def twin():
     model = load_model("regression-twin48")
-    w = default_workload(model)
-    return model, Workload(w.inputs[::5], w.targets[::5], w.calibration)  # 200 points over [-1, 1]
+    return model, default_workload(model, samples=200)  # spread over [-1, 1]
 
 
 def mse(ds, path: str = "device"):
@@ -114,7 +113,7 @@ def test_a_regression_whose_device_error_swamps_its_outputs_is_flagged(twin) -> 
 
     model, w = twin
     noisy = load_device("aoc48", {"noise.multiplier": 4096.0})
-    ds = compare(model, noisy, w.inputs[::4], w.targets[::4], placement={"stop": "readout"})
+    ds = compare(model, noisy, w.inputs[::4], w.targets[::4], placement={"stop": "readout"})  # 50 points
     assert "noise swamps the state" in ds.attrs["warnings"]
     assert ds.attrs["trusted"] == 0 and "say no more than their mean" in ds.attrs["warnings"]
     sound = compare(model, "aoc48", w.inputs[::4], w.targets[::4], placement={"stop": "readout"})

@@ -4,8 +4,8 @@ One function (`default_workload`) builds it from the model card's task:
 
 - digits DEQs: the test images and labels (the first `samples`, default all 450), calibrated on
   the training images (the fit inputs of a native DEQ, the tile values of a tiled one; no labels);
-- twin regressions (`regression-twin48`): the test points and the function's values there (the first
-  `samples`, default all 1,000), calibrated on the training grid (no labels: a twin DEQ's `probes`
+- twin regressions (`regression-twin48`): the test points and the function's values there (`samples`
+  of them spread evenly over the sorted points, default all 1,000), calibrated on the training grid (no labels: a twin DEQ's `probes`
   are drawn from it);
 - state-tracking implicit SSMs: `sequences` fresh word problems of `length_factor` times the
   training length, every element equally likely (generator `SEQUENCE_GENERATOR`), calibrated on 16
@@ -101,7 +101,8 @@ def default_workload(model: Any, *, samples: int | None = None, sequences: int =
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= split.x_test.shape[0]:
             raise InputError(f"samples = {samples!r}: model {name!r} has {split.x_test.shape[0]} test points; "
                              f"expected an integer in [1, {split.x_test.shape[0]}]")
-        return Workload(split.x_test[:n], split.y_test[:n, 0], split.x_train)
+        spread = torch.linspace(0, split.x_test.shape[0] - 1, n, dtype=torch.float64).round().long()  # x is sorted
+        return Workload(split.x_test[spread], split.y_test[spread, 0], split.x_train)
     if task == "state_tracking":
         from aocsim.tasks.groups import group, word_problems
 

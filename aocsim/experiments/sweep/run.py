@@ -104,13 +104,19 @@ def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
             out[m] = ds.energy_j.mean(per_run)
             out[m].attrs["units"] = "J"
         elif m == "modules":
-            out[m] = xr.full_like(ds.agreement.mean(per_run), ds.attrs.get("modules", 1), dtype=np.float64)
+            out[m] = xr.full_like(ds.fixed_point_error.mean(per_run), ds.attrs.get("modules", 1), dtype=np.float64)
         elif m == "weight_loads_per_inference":
             out[m] = ds.weight_loads.mean(per_run)
         elif m == "bits_per_character":
             out[m] = device.nll_bits.mean(per_run)
         elif m == "exact_bits_per_character":
             out[m] = ds.nll_bits.sel(path="exact").mean(per_run)
+        elif m == "mse":
+            out[m] = device.squared_error.mean(per_run)
+        elif m == "exact_mse":
+            out[m] = ds.squared_error.sel(path="exact").mean(per_run)
+        elif m == "output_rms":
+            out[m] = np.sqrt((ds.output_error ** 2).mean(per_run))
     result = xr.Dataset({k: v.astype(np.float64).drop_vars("path", errors="ignore") for k, v in out.items()})
     return result.transpose("chip", "seed")
 

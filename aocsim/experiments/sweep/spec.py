@@ -66,8 +66,13 @@ METRICS = {
     "weight_loads_per_inference": "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
     "bits_per_character": "language models: mean -log2 p(target) of the device's next-character outputs, bits",
     "exact_bits_per_character": "language models: the same on the exact path",
+    "mse": "regressions: the device's mean squared error against the targets",
+    "exact_mse": "regressions: the same on the exact path",
+    "output_rms": "regressions: root mean square of the device's output - the exact path's",
 }
 LANGUAGE_METRICS = ("bits_per_character", "exact_bits_per_character")  # named, never in the default
+REGRESSION_METRICS = ("mse", "exact_mse", "output_rms")  # named, never in the default
+CLASS_METRICS = ("accuracy", "exact_accuracy", "agreement")  # answers that are classes: not a regression's
 DATA_KEYS = {"samples", "sequences", "length_factor"}
 
 
@@ -245,7 +250,7 @@ def _search(raw: dict[str, Any], models: tuple[str, ...], axes: list[Axis]) -> S
 
 def _metrics(value: Any, search: Search | None = None) -> tuple[str, ...]:
     if value is None:
-        return tuple(m for m in METRICS if m not in LANGUAGE_METRICS)
+        return tuple(m for m in METRICS if m not in LANGUAGE_METRICS + REGRESSION_METRICS)
     if not isinstance(value, list) or not value:
         raise InputError(f"metrics = {short(value)}; expected a list among {', '.join(METRICS)}")
     metrics = [metric_name(m, "metrics", tuple(METRICS)) for m in value]
@@ -275,12 +280,15 @@ def check_points(spec: SweepSpec) -> None:
                 hint = suggest(path) if not path.startswith("placement.") else ""
                 raise InputError(f"unknown parameter {path!r}{hint}; expected a device profile key (devices/SCHEMA.md) "
                                  f"or one of {', '.join(PLACEMENT)}")
-    asked = [m for m in spec.metrics if m in LANGUAGE_METRICS]
-    for model in spec.models if asked else ():
+    for model in spec.models:
         task = read_card(resolve_model_dir(model)).get("task")
-        if task != "language":
-            raise InputError(f"metrics has {asked[0]!r}, but model {model!r} has task {task!r}; expected language "
-                             "models (charlm-*) only")
+        for metrics, fits, what in ((LANGUAGE_METRICS, task == "language", "language models (charlm-*) only"),
+                                    (REGRESSION_METRICS, task == "regression", "regressions (regression-twin*) only"),
+                                    (CLASS_METRICS, task != "regression", "models whose answers are classes; name "
+                                     f"the regression's metrics under metrics: ({', '.join(REGRESSION_METRICS)}, ...)")):
+            asked = [m for m in spec.metrics if m in metrics]
+            if asked and not fits:
+                raise InputError(f"metrics has {asked[0]!r}, but model {model!r} has task {task!r}; expected {what}")
     try:
         base = load_device(spec.profile)
     except AocsimError as exc:
