@@ -130,5 +130,5 @@ def run(plan: Plan, x: dict[str, Any], compile: bool = False) -> tuple[torch.Ten
         given = iter(flat)
         return tile_pass(plan, tree_unflatten([next(given) if p else None for p in present], spec))
 
-    graph_key = ("tile pass", plan, str(spec), present, tuple((a.shape, a.dtype, a.device) for a in args))
+    graph_key = ("tile pass", plan, spec, present, tuple((a.shape, a.dtype, a.device) for a in args))
     return tuple(backends.graph(graph_key, body, args, "the tile product", "the same product")(*args))
