@@ -12,7 +12,7 @@ import torch
 
 from _toolchain import NO_TOOLCHAIN
 from aocsim.errors import AocsimError
-from aocsim.hardware.engine import backends
+from aocsim.hardware.engine import backends, tile_pass
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.tiles import TiledMatrix
 from aocsim.hardware.profiles.profile import load_device
@@ -101,6 +101,11 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
 
+    from aocsim.hardware.engine import tiles
+
+    compiled_calls = []
+    monkeypatch.setattr(tiles, "run", lambda plan, x, compile: compiled_calls.append(compile) or
+                        tile_pass.run(plan, x, compile))
     model = load_model("parity-implicit")
     w = default_workload(model, sequences=4, length_factor=1)
     runs = {}
@@ -112,6 +117,7 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
             monkeypatch.setattr(ssm_device, "compile_option", lambda placement, flag=flag: flag)
         placed = place(model, "aoc48", Placement(**options), calibration=w.calibration)
         runs[flag] = placed.run(w.inputs[:, :8], seed=1)
+    assert sum(compiled_calls) > 10  # a token's passes ran compiled (a one-off call and the calibration eagerly)
     assert torch.equal(runs[False].outputs.argmax(-1), runs[True].outputs.argmax(-1))
     assert torch.equal(runs[False].solve.iterations, runs[True].solve.iterations)
     assert (runs[False].outputs - runs[True].outputs).abs().max() < 1e-3

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from aocsim.hardware.engine import backends
 from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
@@ -116,19 +115,36 @@ def _number(value: float, device: torch.device) -> torch.Tensor:
     return _NUMBERS[key]
 
 
+def _flatten(value: Any, leaves: list[Any]) -> Any:
+    """The structure of `value` (tensors, numbers, None and tuples of them), its leaves appended to `leaves`:
+    "t" a tensor's place, "n" a number's, None an absent input's (cheap to hash, unlike a pytree spec)."""
+    if isinstance(value, tuple):
+        return tuple(_flatten(v, leaves) for v in value)
+    if value is None:
+        return None
+    leaves.append(value)
+    return "t" if isinstance(value, torch.Tensor) else "n"
+
+
+def _unflatten(structure: Any, leaves: Any) -> Any:
+    if isinstance(structure, tuple):
+        return tuple(_unflatten(s, leaves) for s in structure)
+    return None if structure is None else next(leaves)
+
+
 def run(plan: Plan, x: dict[str, Any], compile: bool = False) -> tuple[torch.Tensor, ...]:
     """`tile_pass(plan, x)`, eagerly or through its compiled graph (module docstring; needs a C++ compiler:
     without one, one `AocsimError`)."""
     if not compile:
         return tile_pass(plan, x)
-    leaves, spec = tree_flatten(x)
-    present = tuple(a is not None for a in leaves)  # an absent input (None) is a leaf of its own
+    leaves: list[Any] = []
+    structure = tuple((name, _flatten(value, leaves)) for name, value in x.items())
     device = x["t"].device
-    args = tuple(a if isinstance(a, torch.Tensor) else _number(float(a), device) for a in leaves if a is not None)
+    args = tuple(a if isinstance(a, torch.Tensor) else _number(float(a), device) for a in leaves)
 
     def body(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         given = iter(flat)
-        return tile_pass(plan, tree_unflatten([next(given) if p else None for p in present], spec))
+        return tile_pass(plan, {name: _unflatten(s, given) for name, s in structure})
 
-    graph_key = ("tile pass", plan, spec, present, tuple((a.shape, a.dtype, a.device) for a in args))
+    graph_key = ("tile pass", plan, structure, tuple((a.shape, a.dtype, a.device) for a in args))
     return tuple(backends.graph(graph_key, body, args, "the tile product", "the same product")(*args))
