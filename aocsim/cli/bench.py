@@ -70,8 +70,10 @@ def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
 @click.option("--length-factor", default=4, show_default=True, type=click.IntRange(min=1),
               help="Their length in multiples of the training length.")
 @click.option("--device", default="aoc48", show_default=True, help="Device profile.")
+@click.option("--compiled/--no-compiled", default=False, show_default=True,
+              help="Also time each case with its tile products compiled (placement compile; needs a C++ compiler).")
 @friendly
-def bench_compare_cmd(sequences: int, length_factor: int, device: str) -> None:
+def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled: bool) -> None:
     """Tokens per second of parity-implicit and a5-implicit (plain, and at the placement docs/DEVICE_RUNS.md
     recommends) on their exact paths and in `aocsim compare` (one chip, one seed, sequential mode),
     timed in this run on one torch thread."""
@@ -82,7 +84,7 @@ def bench_compare_cmd(sequences: int, length_factor: int, device: str) -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rows = bench_compare(device=device, sequences=sequences, length_factor=length_factor)
+        rows = bench_compare(device=device, sequences=sequences, length_factor=length_factor, compiled=compiled)
     finally:
         torch.set_num_threads(before)
     click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, one chip and one seed, "

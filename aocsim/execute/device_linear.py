@@ -133,6 +133,11 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
                       mount or Mount())
 
 
+def compile_option(placement: Any) -> bool:
+    """A placement's `compile` switch (False where the placement has none)."""
+    return switch("compile", getattr(placement, "compile", False) or False)
+
+
 def _digest(t: torch.Tensor) -> tuple:
     data = t.detach().to("cpu").contiguous()
     raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype's bits
@@ -204,14 +209,19 @@ class DeviceLinear(nn.Module):
         predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
         mount: where its tiles sit on the machine's modules, for the fit when program is None (a program
             carries its own: `fit_maps`; None = one module per tile).
+        compile: run its calls' tile products compiled (`TiledMatrix`, compile=True: the same numbers to
+            float rounding; needs a C++ compiler, compiles once per process and shape), from the second
+            call of a batch size on: a run's repeated passes (a token's iterations), not a one-off call
+            (a whole sequence's projection) nor the calibration passes, which run eagerly.
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, program: MapProgram | None = None,
                  tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
                  rounds: int = ROUNDS, averaging: int = 1, predistort: bool = False,
-                 mount: Mount | None = None) -> None:
+                 mount: Mount | None = None, compile: bool = False) -> None:
         super().__init__()
+        self.compile, self.seen = switch("compile", compile), set()  # seen: the row counts called so far
         self.averaging = count("averaging", averaging)
         self.predistort = switch("predistort", predistort)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
@@ -238,13 +248,13 @@ class DeviceLinear(nn.Module):
         self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
 
     def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None,
-               passes: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+               passes: int = 1, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Node volts [R, M] of inputs t [R, K] (placed on their live columns; the mean of `passes`
         passes) and the input scales [R]."""
         wide = t.new_zeros(t.shape[0], self.width)
         wide[:, self.columns] = t
         out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
-                         passes=passes)
+                         passes=passes, compile=compile)
         return out.y / out.input_scale[:, None], out.input_scale
 
     def _correct(self, node: torch.Tensor) -> torch.Tensor:
@@ -254,6 +264,10 @@ class DeviceLinear(nn.Module):
         """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`)."""
         return self.tiles.activity(self.partial_sums, self.averaging)
 
+    def repeated(self, x: torch.Tensor) -> bool:
+        """Whether a call on `x` runs compiled: compile on, and its row count called before (`seen`)."""
+        return self.compile and x.numel() // self.in_features in self.seen
+
     def reset(self, generator: keys.Seed) -> None:
         """Restart the call count under a new noise key (a run's seed)."""
         self.run_key, self.calls = keys.as_key(generator), 0
@@ -262,10 +276,12 @@ class DeviceLinear(nn.Module):
         rows = self.token_keys
         if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.visit,
-                                      rows.samples(tuple(x.shape[:-1])), self.averaging)
+                                      rows.samples(tuple(x.shape[:-1])), self.averaging, self.repeated(x))
         else:
-            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls, None, self.averaging)
+            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls, None, self.averaging,
+                                      self.repeated(x))
         self.calls += 1
+        self.seen.add(x.numel() // self.in_features)
         y = self._correct(node) * (self.sigma * scale[:, None])
         if self.bias is not None:
             y = y + self.bias

@@ -23,7 +23,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
-from aocsim.execute.device_linear import DeviceLinear, MapProgram, TokenKeys, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, MapProgram, TokenKeys, compile_option, fit_key, fit_maps
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity
@@ -234,7 +234,8 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
         bias = None if linear.bias is None else linear.bias.detach().clone()
         layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
                              program=programs[name], partial_sums=placement.partial_sums,
-                             averaging=placement.averaging, predistort=placement.predistort)
+                             averaging=placement.averaging, predistort=placement.predistort,
+                             compile=compile_option(placement))
         layers[name] = layer
         parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
                                                               name.split(".")[2])

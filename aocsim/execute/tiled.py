@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, TokenKeys, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, TokenKeys, compile_option, fit_key, fit_maps
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement
@@ -124,7 +124,7 @@ class TiledDEQ:
         s = self.placement
         return DeviceLinear(self.profile, self.operator, None, self.values, generator=seed_key(seed).fold(keys.Stream.LOAD),
                             program=self.program, partial_sums=s.partial_sums, averaging=s.averaging,
-                            predistort=s.predistort)
+                            predistort=s.predistort, compile=compile_option(s))
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Iterate to the device's fixed point and read out; noise keyed by `seed`, sample and iteration."""

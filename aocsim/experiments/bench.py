@@ -166,6 +166,7 @@ class CompareBenchRow:
     tokens: int
     exact_s: float  # the model's own sequential prediction (`ImplicitSSM.predict`, its default tolerance)
     device_s: float  # `compare` on one chip and one seed: placement, exact reference and device run
+    warmup_s: float | None = None  # compiled rows: the short run before, which compiled the tile products
 
     @property
     def ratio(self) -> float:
@@ -173,9 +174,14 @@ class CompareBenchRow:
 
 
 def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASES, *, device: str = "aoc48",
-                  sequences: int = 256, length_factor: int = 4) -> list[CompareBenchRow]:
+                  sequences: int = 256, length_factor: int = 4, compiled: bool = False) -> list[CompareBenchRow]:
     """Each case's exact path and its `compare` on `device` (one chip, one seed, sequential mode) on the
-    same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process."""
+    same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process.
+
+    With `compiled`, each case also runs with the placement's compile switch on (the tile products
+    compiled, `aocsim.hardware.engine.tile_pass`) in a row of its own: first a two-token compare (it
+    compiles the graphs of this batch, and memoises the chip's fits for both rows: `warmup_s`), then the
+    plain and the compiled compare."""
     from aocsim.experiments.compare import compare
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
@@ -187,14 +193,26 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
         start = time.perf_counter()
         model.predict(w.inputs, mode="sequential")
         exact = time.perf_counter() - start
-        start = time.perf_counter()
-        compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration)
-        rows.append(CompareBenchRow(label, w.inputs.numel(), exact, time.perf_counter() - start))
+        runs = {label: placement}
+        warmup = None
+        if compiled:
+            runs[f"{label}, compiled"] = {**(placement or {}), "compile": True}
+            start = time.perf_counter()
+            compare(model, device, w.inputs[:, :2], w.targets[:, :2], placement=runs[f"{label}, compiled"],
+                    calibration=w.calibration)
+            warmup = time.perf_counter() - start
+        for case, options in runs.items():
+            start = time.perf_counter()
+            compare(model, device, w.inputs, w.targets, placement=options, calibration=w.calibration)
+            rows.append(CompareBenchRow(case, w.inputs.numel(), exact, time.perf_counter() - start,
+                                        warmup if options is not placement else None))
     return rows
 
 
 def format_compare_bench(rows: list[CompareBenchRow]) -> str:
-    lines = [f"{'model':36s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
-    lines += [f"{r.case:36s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.tokens / r.device_s:15.0f} "
-              f"{r.ratio:14.1f}x" for r in rows]
+    width = max([36] + [len(r.case) for r in rows])
+    lines = [f"{'model':{width}s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
+    lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.tokens / r.device_s:15.0f} "
+              f"{r.ratio:14.1f}x" + (f"  (compiled in a {r.warmup_s:.0f} s run before)" if r.warmup_s else "")
+              for r in rows]
     return "\n".join(lines)

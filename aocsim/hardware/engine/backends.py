@@ -10,7 +10,9 @@
 Both run the same function on the same inputs, draws included (the keyed
 stream is computed inside the step), so they agree to float rounding. A graph
 depends only on the layout, shapes, dtype, device and block length; every
-number is an input, so one graph serves every loop of that layout. Compiling
+number is an input, so one graph serves every loop of that layout. `graph`
+compiles and keeps them, the loop's and the tile product's
+(`aocsim.hardware.engine.tile_pass`). Compiling
 needs a C++ compiler and takes seconds per layout, so it is opt-in.
 """
 
@@ -45,6 +47,21 @@ def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...]) -> Calla
         return inductor_compile(make_fx(fn)(*args), list(args))
 
 
+def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,
+          eager: str) -> Callable[..., object]:
+    """`fn` traced on `args` and compiled, once per process for `graph_key` (everything the trace bakes in:
+    what `fn` is, the layout, the shapes, dtypes and devices of `args`). A missing toolchain becomes one
+    `AocsimError` naming what is compiled (`what`) and what runs it eagerly instead (`eager`)."""
+    if graph_key not in _GRAPHS:
+        try:
+            _GRAPHS[graph_key] = _compile(fn, args)
+        except Exception as exc:  # Inductor raises many types (missing compiler, codegen failure)
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise AocsimError(f"compile=True: could not compile {what} ({type(exc).__name__}: {first}); "
+                              f"it needs a C++ compiler; compile=False runs {eager} eagerly") from exc
+    return _GRAPHS[graph_key]
+
+
 def eager(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],
           key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout) -> torch.Tensor:
     """One iteration, eagerly."""
@@ -65,13 +82,6 @@ def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
         key = torch.zeros((), dtype=torch.int64, device=z.device)
         counters = torch.zeros((1, 1), dtype=torch.int64, device=z.device)
     args = (z, z_prev, base, key, counters, *node, *c.tensors())
-    graph_key = (layout, steps, z.shape, z.dtype, z.device, base.shape, counters.shape)
-    if graph_key not in _GRAPHS:
-        try:
-            _GRAPHS[graph_key] = _compile(_block(steps, layout), args)
-        except Exception as exc:  # Inductor raises many types (missing compiler, codegen failure)
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise AocsimError(f"compile=True: could not compile the loop step ({type(exc).__name__}: {first}); "
-                              "it needs a C++ compiler; compile=False runs the same loop eagerly") from exc
-    out = _GRAPHS[graph_key](*args)
+    graph_key = ("loop", layout, steps, z.shape, z.dtype, z.device, base.shape, counters.shape)
+    out = graph(graph_key, _block(steps, layout), args, "the loop step", "the same loop")(*args)
     return out[0], out[1]

@@ -58,34 +58,59 @@ def analog_sum(partials: torch.Tensor, values: Mapping[str, Any], grid: tuple[in
     """The ADC's input [K, B, M] from the partials [cols, K, B, M] (node volts; K may be 1 for `passes` that
     draw nothing) of a product on `grid`: their sum where no hold acts (the same bits as before holds were
     modelled), else the running sum of the module docstring. wave: tiles per wave (None: weight-stationary);
-    bases: the passes' keys (`TiledMatrix.pass_keys`; None without a key); samples: stream indices [B]."""
-    hold = Hold.from_values(values)
-    rows, cols = grid
-    if not hold.acts or cols == 1:
+    bases: the passes' keys (`TiledMatrix.pass_keys`; None without a key); samples: stream indices [B].
+    Its preparation (`hold_gates`, `hold_draws`) and its arithmetic (`held_sum`) are apart, so that a
+    compiled tile product runs the arithmetic with every number an input."""
+    gates = hold_gates(values, grid, tile_size, partials.shape[-1], wave, passes, partials.dtype, partials.device)
+    if gates is None:
         return partials.sum(0)
-    m = partials.shape[-1]
-    if hold.noise_std_v > 0:  # each pass samples its own kT/C even where the optics drew nothing
-        partials = partials.expand(cols, passes, *partials.shape[2:])
+    draws = hold_draws(values, bases, call, grid[0] * grid[1], samples, tile_size)
+    return held_sum(partials, *gates, draws, grid[0], tile_size, passes)
+
+
+def hold_gates(values: Mapping[str, Any], grid: tuple[int, int], tile_size: int, outputs: int, wave: int | None,
+               passes: int, dtype: torch.dtype, device: torch.device | str
+               ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(gate, keep) [cols, M] of a hold that acts (None where none does, or with one tile column): the kT/C
+    std where row r's running sum is sampled after tile column c (else 0), and what its sample keeps of
+    itself while held (`hold_plan`)."""
+    hold = Hold.from_values(values)
+    if not hold.acts or grid[1] == 1:
+        return None
     reload_s = float(values["slm.reload_time_s"]) if wave is not None else 0.0
     sampled, held = hold_plan(grid, wave, passes, float(values["loop.round_trip_s"]), reload_s)
 
     def per_output(table: list[list]) -> torch.Tensor:  # [rows][cols] -> [cols, M]: row r's on its outputs
-        return torch.tensor(table, dtype=partials.dtype, device=partials.device).T.repeat_interleave(
-            tile_size, dim=1)[:, :m]
+        return torch.tensor(table, dtype=dtype, device=device).T.repeat_interleave(tile_size, dim=1)[:, :outputs]
 
-    gate = per_output(sampled) * hold.noise_std_v
-    keep = torch.exp(-hold.droop_per_s * per_output(held))
+    return per_output(sampled) * hold.noise_std_v, torch.exp(-hold.droop_per_s * per_output(held))
+
+
+def hold_draws(values: Mapping[str, Any], bases: list[keys.Key] | None, call: int, tiles: int, samples: torch.Tensor,
+               tile_size: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The kT/C streams [T, K, 1, 1] (key.fold(HOLD, call, i) of each pass's key) and counters [B, tile_size]
+    of a hold with a capacitance (None without)."""
+    if Hold.from_values(values).noise_std_v == 0:
+        return None
+    if bases is None:
+        raise InputError("generator = None; the profile draws kT/C noise on analog partial sums "
+                         "(readout.hold_capacitance_f), so expected a seed, torch.Generator or Key")
+    streams = keys.fold_range(bases, (keys.Stream.HOLD, call), tiles, samples.device).T  # [T, K]
+    return streams[:, :, None, None], keys.sample_counters(samples, tile_size)
+
+
+def held_sum(partials: torch.Tensor, gate: torch.Tensor, keep: torch.Tensor,
+             draws: tuple[torch.Tensor, torch.Tensor] | None, rows: int, tile_size: int, passes: int) -> torch.Tensor:
+    """The running sum [K, B, M] of the partials [cols, K, B, M]: tile column by column, add, sample (kT/C
+    from `draws`, gated by `gate`), hold (times `keep`); the arithmetic only (`hold_gates`, `hold_draws`)."""
+    cols, m = partials.shape[0], partials.shape[-1]
     noise = None
-    if hold.noise_std_v > 0:
-        if bases is None:
-            raise InputError("generator = None; the profile draws kT/C noise on analog partial sums "
-                             "(readout.hold_capacitance_f), so expected a seed, torch.Generator or Key")
-        streams = keys.fold_range(bases, (keys.Stream.HOLD, call), rows * cols, partials.device).T  # [T, K]
-        draws = normal_pair(streams[:, :, None, None], keys.sample_counters(samples, tile_size), partials.dtype)[0]
-        noise = draws.reshape(rows, cols, passes, -1, tile_size).permute(1, 2, 3, 0, 4).reshape(
-            cols, passes, -1, rows * tile_size)[..., :m]  # [cols, K, B, M] like the partials
+    if draws is not None:  # each pass samples its own kT/C even where the optics drew nothing
+        partials = partials.expand(cols, passes, *partials.shape[2:])
+        noise = normal_pair(*draws, partials.dtype)[0].reshape(rows, cols, passes, -1, tile_size).permute(
+            1, 2, 3, 0, 4).reshape(cols, passes, -1, rows * tile_size)[..., :m]  # [cols, K, B, M] like the partials
     total = torch.zeros_like(partials[0])
-    for c in range(cols):  # tile column by column: add, sample (kT/C), hold (droop)
+    for c in range(cols):
         total = total + partials[c]
         if noise is not None:
             total = total + gate[c] * noise[c]

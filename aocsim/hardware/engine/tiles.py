@@ -43,14 +43,14 @@ import torch
 import torch.nn.functional as F
 
 from aocsim.errors import InputError
-from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.emitter_calibration import predistorted_tiles, tile_shapes
+from aocsim.hardware.engine.emitter_calibration import tile_shapes
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
-from aocsim.hardware.engine.partial_sums import analog_sum
+from aocsim.hardware.engine.partial_sums import hold_draws, hold_gates
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.hardware.engine.step import Constants, optical, stack_constants
+from aocsim.hardware.engine.step import Constants, stack_constants
+from aocsim.hardware.engine.tile_pass import Plan, input_scale, run
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.hardware.physics.energy import Activity
 
@@ -139,16 +139,11 @@ def tile_options(averaging: int = 1, predistort: bool = False) -> str:
     return "; ".join(how)
 
 
-def check_predistort(predistort: object) -> bool:
+def check_predistort(predistort: object, name: str = "predistort") -> bool:
     if isinstance(predistort, bool):
         return predistort
-    raise InputError(f"predistort = {predistort!r}; expected True or False (linearise the emitter drive)")
-
-
-def input_scale(t: torch.Tensor, input_range: float) -> torch.Tensor:
-    """s_in [B] = max_k |t[b, k]| / r: the drive t / s_in spans [-r, r] (s_in = 1 for an all-zero sample)."""
-    s_in = t.abs().amax(dim=1) / input_range
-    return torch.where(s_in > 0, s_in, torch.ones_like(s_in))
+    what = "linearise the emitter drive" if name == "predistort" else "run the compiled tile product"
+    raise InputError(f"{name} = {predistort!r}; expected True or False ({what})")
 
 
 class TiledMatrix:
@@ -196,24 +191,12 @@ class TiledMatrix:
         self._stacked: tuple[Constants, torch.Tensor] | None = None
         self._reloaded: dict[int, tuple[Constants, torch.Tensor]] = {}  # by reload key: a run repeats its calls
         self._shapes: tuple | None = None  # ((dtype, device), the tiles' emitter cubics)
+        self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep) by passes, dtype and device
 
     def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
         """Every tile on its module (programming errors from `key`), its emitters' cubics drifted since measured."""
         return [OpticalLoop(self.profile, block, gain="absolute", generator=key, tile=i, module=self.mount.module(i))
                 .cubics_drifted(key and key.fold(keys.Stream.DRIFT, i)) for i, block in enumerate(self.blocks)]
-
-    def encode(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, s_in): every tile's DAC'd emitter drive [T, B, N] (volts; tile r c gets block c) and s_in [B]."""
-        s_in = input_scale(t, self.input_range)
-        (rows, cols), ts, n, (batch, k) = self.grid, self.tile_size, self.channels, t.shape
-        if self.predistort:  # each tile through the inverse of its own module's emitters
-            at, modules = (t.dtype, t.device), [self.mount.module(i) for i in range(rows * cols)]
-            if self._shapes is None or self._shapes[0] != at:
-                self._shapes = (at, tile_shapes(self.profile, n, modules, self.input_range, *at))
-            return predistorted_tiles(self.profile, t / s_in[:, None], cols, ts, n, modules, self.input_range,
-                                      self.loops[0].injection, self._shapes[1]), s_in
-        blocks = F.pad(self.loops[0].injection(t / s_in[:, None]), (0, cols * ts - k)).view(batch, cols, ts)
-        return F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols) % cols], s_in
 
     def activity(self, partial_sums: str, passes: int = 1) -> Activity:
         """What one product does per sample on the machine (`machine`): every tile `passes` times
@@ -257,52 +240,62 @@ class TiledMatrix:
         return [key] + [key.fold(keys.Stream.REPEAT, p) for p in range(1, passes)]
 
     def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
-                 samples: object = None, call: int = 0, keep_partials: bool = False, passes: int = 1) -> TiledProduct:
+                 samples: object = None, call: int = 0, keep_partials: bool = False, passes: int = 1,
+                 compile: bool = False) -> TiledProduct:
         """y = W t through the tiles (module docstring); `call` and `samples` index the noise streams.
 
         Every tile (and, with `passes` = K > 1, each of its K passes, `pass_keys`) runs as one batched
         product of the step's own optical stage, its draws from key.fold(TILE_CALL, call, i) of its
         pass; y is the mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
+        Prepared here, run by `tile_pass` (the body: eagerly, or with `compile` its compiled graph; the
+        same numbers to float rounding; needs a C++ compiler).
         """
         m, k = self.weight.shape
         t = check_state("t", t, k).to(dtype=self.weight.dtype, device=self.weight.device)
         if partial_sums not in PARTIAL_SUMS:
             raise InputError(f"partial_sums = {partial_sums!r}; expected one of {list(PARTIAL_SUMS)}")
-        call = check_iterations("call", call)
+        call, compile = check_iterations("call", call), check_predistort(compile, "compile")
         batch, (rows, cols), ts, n = t.shape[0], self.grid, self.tile_size, self.channels
         ids = keys.check_samples(samples, batch, t.device)
         key = self.key if generator is None else keys.as_key(generator)
-        layout = self.loops[0].layout()
+        layout, v = self.loops[0].layout(), self.profile.values
         if layout.draws and key is None:
             raise InputError("generator = None; the profile draws noise on every pass (RIN or detector "
                              "noise), so expected a seed, torch.Generator or Key")
-        x, s_in = self.encode(t)  # [T, B, N]
         constants, k0 = self.stacked(key.fold(keys.Stream.RELOAD, call) if self.multiplexed and key is not None
                                      else None)
-        gain = self.loops[0].node(0, t)[0]
-        if layout.draws:  # [T, K, 1, 1]: one stream per tile and pass; counters by (sample, channel)
-            streams = keys.fold_range(self.pass_keys(key, passes), (keys.Stream.TILE_CALL, call), rows * cols,
-                                      t.device).T[:, :, None, None]
-            node = optical(x[:, None], constants, gain, layout, streams, keys.sample_counters(ids, n), k0)
-        else:  # every pass draws nothing: one is the mean of all
-            node = optical(x[:, None], constants, gain, layout, None, None, k0)
-        node = node[..., :ts].reshape(rows, cols, node.shape[1], batch, ts)
-        partials = node.permute(1, 2, 3, 0, 4).reshape(cols, -1, batch, rows * ts)[..., :m]  # [cols, K, B, M] volts
-        v = self.profile.values
-        low, high = (float(b) for b in v["readout.range_v"])
-        bits = v["readout.adc_bits"]
-        adc_in = partials if partial_sums == "digital" else analog_sum(  # the cols partials held and added
-            partials, v, self.grid, ts, self.modules if self.multiplexed else None, passes,
-            key and self.pass_keys(key, passes), call, ids)
-        clipped = int(((adc_in < low) | (adc_in > high)).sum()) if bits is not None else 0
-        reading = C.quantize_range(adc_in, low, high, bits)
-        summed = reading if partial_sums == "analog" else reading.sum(0)  # [K, B, M]
-        y = (summed[0] if summed.shape[0] == 1 else summed.mean(0)) * s_in[:, None]
+        bases = key and self.pass_keys(key, passes)
+        at = (t.dtype, t.device)
+        if partial_sums == "analog" and (passes, at) not in self._gates:  # the hold's plan, kept
+            self._gates[passes, at] = hold_gates(v, self.grid, ts, m, self.modules if self.multiplexed else None,
+                                                 passes, *at)
+        gates = self._gates[passes, at] if partial_sums == "analog" else None
+        if self.predistort and (self._shapes is None or self._shapes[0] != at):
+            modules = [self.mount.module(i) for i in range(rows * cols)]
+            self._shapes = (at, tile_shapes(self.profile, n, modules, self.input_range, *at))
+        clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
+        plan = Plan(self.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
+                    adc_bits is not None, self.predistort, keep_partials)
+        streams = (keys.fold_range(bases, (keys.Stream.TILE_CALL, call), rows * cols, t.device).T[:, :, None, None]
+                   if layout.draws else None)  # [T, K, 1, 1]: one per tile and pass; counters (sample, channel)
+        x = {"t": t, "input_range": self.input_range, "dac": _converter(clip, dac_bits),
+             "shapes": self._shapes[1] if self.predistort else None, "constants": constants.tensors(), "k0": k0,
+             "gain": self.loops[0].node(0, t)[0], "streams": streams,
+             "counters": keys.sample_counters(ids, n) if layout.draws else None,
+             "gate": None if gates is None else gates[0], "keep": None if gates is None else gates[1],
+             "hold_draws": None if gates is None else hold_draws(v, bases, call, rows * cols, ids, ts),
+             "adc": _converter(v["readout.range_v"], adc_bits)}
+        y, s_in, clipped, *partials = run(plan, x, compile)
         dac, adc = self.conversions(partial_sums)
         return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=dac,
-                            adc_conversions_per_sample=adc,
-                            adc_clipped=clipped, input_scale=s_in,
-                            partials=(partials[:, 0] if passes == 1 else partials) if keep_partials else None)
+                            adc_conversions_per_sample=adc, adc_clipped=int(clipped), input_scale=s_in,
+                            partials=(partials[0][:, 0] if passes == 1 else partials[0]) if keep_partials else None)
+
+
+def _converter(span: object, bits: int | None) -> tuple[float, float, float]:
+    """(low, high, step) of a converter over `span` (None: no clipping) with 2^bits codes (None: step 0, unused)."""
+    low, high = (0.0, 0.0) if span is None else (float(b) for b in span)  # type: ignore[union-attr]
+    return low, high, (high - low) / (2 ** bits - 1) if bits is not None else 0.0
 
 
 def _stack(loops: list[OpticalLoop]) -> tuple[Constants, torch.Tensor]:

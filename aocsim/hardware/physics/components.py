@@ -7,6 +7,8 @@ Shapes: batches of channel signals are [B, N]; weights are [N_out, N_in]
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -132,9 +134,12 @@ def quantize_signed(w: torch.Tensor, bits: int | None) -> torch.Tensor:
 
 def quantize_range(v: torch.Tensor, low: float, high: float, bits: int | None) -> torch.Tensor:
     """Uniform converter over [low, high] with 2^bits codes (values clamped into range), straight-through."""
-    if bits is None:
-        return v
-    step = (high - low) / (2 ** bits - 1)
+    return v if bits is None else quantize_step(v, low, high, (high - low) / (2 ** bits - 1))
+
+
+def quantize_step(v: torch.Tensor, low: Any, high: Any, step: Any) -> torch.Tensor:
+    """`quantize_range` with its code step given: low, high and step numbers or 0-dim tensors (a compiled
+    graph's inputs, `aocsim.hardware.engine.tile_pass`), the same bits either way."""
     q = torch.round((v.clamp(low, high) - low) / step) * step + low
     return v + (q - v).detach()
 

@@ -1,0 +1,123 @@
+"""The compiled tile product (`TiledMatrix(..., compile=True)`, aocsim/hardware/engine/tile_pass.py): the eager
+body traced and compiled, the same numbers to float rounding, every number an input of the graph.
+
+Inductor takes seconds per graph, so the tests share a few small graphs (`_product` keeps them per process)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from _toolchain import NO_TOOLCHAIN
+from aocsim.errors import AocsimError
+from aocsim.hardware.engine import backends, tile_pass
+from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.tiles import TiledMatrix
+from aocsim.hardware.profiles.profile import load_device
+
+pytestmark = pytest.mark.skipif(NO_TOOLCHAIN, reason="needs a C++ compiler and Python headers")
+
+# Every noise source of aoc48 on (RIN, detector noise, kT/C on 4 tile columns, droop between waves), its DAC
+# and ADC codes; time-multiplexed on 5 modules (reload keys per call), 3 averaged passes, predistorted.
+SETTINGS = {
+    "analog": dict(mount=Mount(0, 5, True), predistort=True, passes=3, partial_sums="analog"),
+    "digital": dict(mount=None, predistort=False, passes=1, partial_sums="digital"),
+}
+BOUND = {torch.float32: 1e-5, torch.float64: 1e-12}  # node volts: float rounding, far below an ADC code (6e-4 V)
+
+
+def _matrix(dtype: torch.dtype, setting: str, device: object = "aoc48", chip: int = 3) -> TiledMatrix:
+    w = torch.randn(20, 30, generator=torch.Generator().manual_seed(chip), dtype=torch.float64).to(dtype)
+    s = SETTINGS[setting]
+    return TiledMatrix(device, w, tile_size=8, generator=chip, predistort=s["predistort"], mount=s["mount"])
+
+
+def _product(tm: TiledMatrix, setting: str, compile: bool, call: int = 2, seed: int = 5):
+    t = torch.randn(3, 30, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(tm.weight.dtype)
+    s = SETTINGS[setting]
+    return tm(t, partial_sums=s["partial_sums"], generator=seed, call=call, passes=s["passes"], keep_partials=True,
+              compile=compile, samples=torch.tensor([4, 0, 9]))
+
+
+def _assert_same(eager, compiled, dtype: torch.dtype) -> None:
+    assert (eager.partials - compiled.partials).abs().max() < BOUND[dtype]
+    assert torch.equal(eager.input_scale, compiled.input_scale)
+    assert eager.adc_clipped == compiled.adc_clipped
+    # y: ADC codes averaged; a rounding can flip a code only where a node sits on a code boundary
+    code = float(torch.tensor(load_device("aoc48")["readout.range_v"]).diff()) / 4095
+    assert ((eager.y - compiled.y).abs() / eager.input_scale[:, None]).max() <= code * 1.001
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("setting", ["analog", "digital"])
+def test_compiled_product_equals_eager_with_every_noise_on(dtype: torch.dtype, setting: str) -> None:
+    tm = _matrix(dtype, setting)
+    eager, compiled = _product(tm, setting, False), _product(tm, setting, True)
+    _assert_same(eager, compiled, dtype)
+    assert eager.partials.std() > 0.01  # the product carries signal (not all clipped or zero)
+    again = _product(tm, setting, True)  # the same seed: the same bits
+    assert torch.equal(again.y, compiled.y) and torch.equal(again.partials, compiled.partials)
+    assert not torch.equal(_product(tm, setting, True, seed=6).partials, compiled.partials)  # another seed draws anew
+
+
+def test_a_cached_graph_gives_another_chip_and_call_their_own_numbers() -> None:
+    # Every number is an input: a graph compiled for one chip, seed and call serves another chip (other
+    # constants, emitter cubics, an ADC range and DAC grid of its own) and another call (other keys and
+    # reload keys) with that chip's and call's numbers. Fails if any of them is baked into the graph.
+    first = _matrix(torch.float32, "analog")
+    _product(first, "analog", True)
+    graphs = len(backends._GRAPHS)
+    other = load_device("aoc48", overrides={"variation.chip_seed": 11, "readout.range_v": [-0.9, 1.1],
+                                            "injection.dac_bits": 10, "noise.multiplier": 2.0})
+    second = _matrix(torch.float32, "analog", other, chip=4)
+    for tm, call in ((second, 2), (second, 9), (first, 9)):
+        eager, compiled = _product(tm, "analog", False, call), _product(tm, "analog", True, call)
+        _assert_same(eager, compiled, torch.float32)
+    assert len(backends._GRAPHS) == graphs  # one graph served them all
+    assert not torch.equal(_product(second, "analog", True).partials, _product(first, "analog", True).partials)
+
+
+def test_a_missing_toolchain_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_compiler(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("C++ compiler not found")
+
+    monkeypatch.setattr(backends, "_compile", no_compiler)
+    monkeypatch.setattr(backends, "_GRAPHS", {})
+    with pytest.raises(AocsimError, match=r"could not compile the tile product \(RuntimeError: C\+\+ compiler not "
+                                          r"found\); .* compile=False runs the same product eagerly"):
+        _product(_matrix(torch.float32, "digital"), "digital", True)
+    with pytest.raises(Exception, match="compile = 1; expected True or False"):
+        _matrix(torch.float32, "digital")(torch.ones(1, 30), compile=1)
+
+
+def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A short run of a hybrid SSM with its in_proj on tiles of the noisy aoc48: the same predictions and
+    # iterations with the tile products compiled (the nodes differ by float rounding only).
+    from aocsim.execute import ssm_device
+    from aocsim.execute.placement import Placement
+    from aocsim.execute.registry import place
+    from aocsim.experiments.workloads import default_workload
+    from aocsim.io.model_files import load_model
+
+    from aocsim.hardware.engine import tiles
+
+    compiled_calls = []
+    monkeypatch.setattr(tiles, "run", lambda plan, x, compile: compiled_calls.append(compile) or
+                        tile_pass.run(plan, x, compile))
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=4, length_factor=1)
+    runs = {}
+    for flag in (False, True):
+        options = {"on_tiles": "in_proj"}
+        if "compile" in {f.name for f in dataclasses.fields(Placement)}:
+            options["compile"] = flag
+        else:  # before the placement declares the switch
+            monkeypatch.setattr(ssm_device, "compile_option", lambda placement, flag=flag: flag)
+        placed = place(model, "aoc48", Placement(**options), calibration=w.calibration)
+        runs[flag] = placed.run(w.inputs[:, :8], seed=1)
+    assert sum(compiled_calls) > 10  # a token's passes ran compiled (a one-off call and the calibration eagerly)
+    assert torch.equal(runs[False].outputs.argmax(-1), runs[True].outputs.argmax(-1))
+    assert torch.equal(runs[False].solve.iterations, runs[True].solve.iterations)
+    assert (runs[False].outputs - runs[True].outputs).abs().max() < 1e-3
