@@ -22,7 +22,7 @@ from aocsim.solve.result import SolveResult
 GIVEN = {"tiling": True, "stop": "readout", "fit": False, "on_tiles": "in_proj", "mode": "simultaneous",
          "elementwise": "analog", "tile_size": 16, "partial_sums": "digital", "averaging": 2, "predistort": True,
          "modules": 2, "max_iter": 5, "rtol": 0.01, "atol": 1e-3, "damping": 0.5, "snr_db": 20.0,
-         "snr_site": "states", "snr_kind": "multiplicative", "ema_alpha": 0.2, "probes": 32}
+         "snr_site": "states", "snr_kind": "multiplicative", "ema_alpha": 0.2, "probes": 32, "compile": True}
 CASES = {  # a model of each kind on aoc48, and what it runs on
     NATIVE: lambda: ("digits-deq48", default_workload(load_model("digits-deq48"), samples=3)),
     TILED: lambda: (_big(), None),

@@ -5,8 +5,6 @@ Inductor takes seconds per graph, so the tests share a few small graphs (`_produ
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -95,7 +93,6 @@ def test_a_missing_toolchain_is_one_line(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     # A short run of a hybrid SSM with its in_proj on tiles of the noisy aoc48: the same predictions and
     # iterations with the tile products compiled (the nodes differ by float rounding only).
-    from aocsim.execute import ssm_device
     from aocsim.execute.placement import Placement
     from aocsim.execute.registry import place
     from aocsim.experiments.workloads import default_workload
@@ -110,12 +107,7 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     w = default_workload(model, sequences=4, length_factor=1)
     runs = {}
     for flag in (False, True):
-        options = {"on_tiles": "in_proj"}
-        if "compile" in {f.name for f in dataclasses.fields(Placement)}:
-            options["compile"] = flag
-        else:  # before the placement declares the switch
-            monkeypatch.setattr(ssm_device, "compile_option", lambda placement, flag=flag: flag)
-        placed = place(model, "aoc48", Placement(**options), calibration=w.calibration)
+        placed = place(model, "aoc48", Placement(on_tiles=("in_proj",), compile=flag), calibration=w.calibration)
         runs[flag] = placed.run(w.inputs[:, :8], seed=1)
     assert sum(compiled_calls) > 10  # a token's passes ran compiled (a one-off call and the calibration eagerly)
     assert torch.equal(runs[False].outputs.argmax(-1), runs[True].outputs.argmax(-1))

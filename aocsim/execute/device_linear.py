@@ -134,8 +134,8 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
 
 
 def compile_option(placement: Any) -> bool:
-    """A placement's `compile` switch (False where the placement has none)."""
-    return switch("compile", getattr(placement, "compile", False) or False)
+    """A placement's `compile` switch (False where it is not set)."""
+    return bool(placement.compile)
 
 
 def _digest(t: torch.Tensor) -> tuple:

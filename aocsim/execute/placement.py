@@ -203,6 +203,10 @@ class Placement:
     predistort: bool | None = option(
         {TILED: False, HYBRID: False}, switch,
         "models on tiles: linearise the emitter drive digitally before the DAC.", "switch")
+    compile: bool | None = option(
+        {TILED: False, HYBRID: False}, switch,
+        "models on tiles: run the tile products compiled (Inductor; the same numbers to float rounding; "
+        "needs a C++ compiler, seconds per batch size).", "switch")
     modules: int | None = option(
         {TILED: None, HYBRID: None}, count,
         "models on tiles: optical modules per mapped matrix [default: one per tile, weight-stationary]; fewer "

@@ -181,10 +181,10 @@ class OpticalLoop:
         v = self.values
         u = x if self.bias is None else x + self.bias
         clip = v["injection.clip"]
-        if clip is not None:
-            u = C.quantize_range(u.clamp(float(clip[0]), float(clip[1])), float(clip[0]), float(clip[1]),
-                                 v["injection.dac_bits"])
-        return u
+        if clip is None:
+            return u
+        low, high, bits = float(clip[0]), float(clip[1]), v["injection.dac_bits"]
+        return C.dac(u, low, high, None if bits is None else C.code_step(low, high, bits))
 
     def drifted(self, generator: keys.Seed) -> "OpticalLoop":
         """The same loop one inference later: its output gain and offset, and its emitters' cubics

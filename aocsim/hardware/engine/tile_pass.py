@@ -64,8 +64,7 @@ def dac(plan: Plan, u: torch.Tensor, converter: tuple[Any, Any, Any]) -> torch.T
     if not plan.clip:
         return u
     low, high, step = converter
-    u = u.clamp(low, high)
-    return C.quantize_step(u, low, high, step) if plan.dac else u
+    return C.dac(u, low, high, step if plan.dac else None)
 
 
 def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
+from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine.emitter_calibration import tile_shapes
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
@@ -295,7 +296,7 @@ class TiledMatrix:
 def _converter(span: object, bits: int | None) -> tuple[float, float, float]:
     """(low, high, step) of a converter over `span` (None: no clipping) with 2^bits codes (None: step 0, unused)."""
     low, high = (0.0, 0.0) if span is None else (float(b) for b in span)  # type: ignore[union-attr]
-    return low, high, (high - low) / (2 ** bits - 1) if bits is not None else 0.0
+    return low, high, C.code_step(low, high, bits) if bits is not None else 0.0
 
 
 def _stack(loops: list[OpticalLoop]) -> tuple[Constants, torch.Tensor]:

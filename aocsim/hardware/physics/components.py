@@ -134,7 +134,18 @@ def quantize_signed(w: torch.Tensor, bits: int | None) -> torch.Tensor:
 
 def quantize_range(v: torch.Tensor, low: float, high: float, bits: int | None) -> torch.Tensor:
     """Uniform converter over [low, high] with 2^bits codes (values clamped into range), straight-through."""
-    return v if bits is None else quantize_step(v, low, high, (high - low) / (2 ** bits - 1))
+    return v if bits is None else quantize_step(v, low, high, code_step(low, high, bits))
+
+
+def code_step(low: float, high: float, bits: int) -> float:
+    """The step between adjacent codes of a converter over [low, high] with 2^bits codes."""
+    return (high - low) / (2 ** bits - 1)
+
+
+def dac(u: torch.Tensor, low: Any, high: Any, step: Any | None) -> torch.Tensor:
+    """A DAC's output: u clipped to [low, high], on its code grid (`quantize_step`; step None: unquantised)."""
+    u = u.clamp(low, high)
+    return u if step is None else quantize_step(u, low, high, step)
 
 
 def quantize_step(v: torch.Tensor, low: Any, high: Any, step: Any) -> torch.Tensor:
