@@ -67,19 +67,19 @@ def choice(*allowed: str) -> Callable[[str, Any], str]:
 
 def count(name: str, value: Any) -> int:
     """An integer >= 1 (command-line text allowed)."""
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} = {short(value)}; expected an integer >= 1")
-    return value
+    return _integer(name, value, 1)
 
 
 def count_or_zero(name: str, value: Any) -> int:
     """An integer >= 0 (command-line text allowed)."""
+    return _integer(name, value, 0)
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{name} = {short(value)}; expected an integer >= 0")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{name} = {short(value)}; expected an integer >= {minimum}")
     return value
 
 
