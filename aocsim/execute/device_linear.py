@@ -209,10 +209,12 @@ class DeviceLinear(nn.Module):
         predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
         mount: where its tiles sit on the machine's modules, for the fit when program is None (a program
             carries its own: `fit_maps`; None = one module per tile).
-        compile: run its calls' tile products compiled (`TiledMatrix`, compile=True: the same numbers to
-            float rounding; needs a C++ compiler, compiles once per process and shape), from the second
-            call of a batch size on: a run's repeated passes (a token's iterations), not a one-off call
-            (a whole sequence's projection) nor the calibration passes, which run eagerly.
+        compile: run the tile products of its per-token calls compiled (`TiledMatrix`, compile=True: the
+            same numbers to float rounding; needs a C++ compiler, compiles once per process and shape):
+            calls of one position per row (a token's iterations, a DEQ's) and calls outside a placed run.
+            A pass over many positions at once (a whole sequence's projection) and the calibration passes
+            run eagerly. The rule reads only the call itself, never what ran before, so a seed gives
+            the same bits however often and in whatever order the model runs.
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -221,7 +223,7 @@ class DeviceLinear(nn.Module):
                  rounds: int = ROUNDS, averaging: int = 1, predistort: bool = False,
                  mount: Mount | None = None, compile: bool = False) -> None:
         super().__init__()
-        self.compile, self.seen = switch("compile", compile), set()  # seen: the row counts called so far
+        self.compile = switch("compile", compile)
         self.averaging = count("averaging", averaging)
         self.predistort = switch("predistort", predistort)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
@@ -264,10 +266,6 @@ class DeviceLinear(nn.Module):
         """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`)."""
         return self.tiles.activity(self.partial_sums, self.averaging)
 
-    def repeated(self, x: torch.Tensor) -> bool:
-        """Whether a call on `x` runs compiled: compile on, and its row count called before (`seen`)."""
-        return self.compile and x.numel() // self.in_features in self.seen
-
     def reset(self, generator: keys.Seed) -> None:
         """Restart the call count under a new noise key (a run's seed)."""
         self.run_key, self.calls = keys.as_key(generator), 0
@@ -276,12 +274,12 @@ class DeviceLinear(nn.Module):
         rows = self.token_keys
         if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.visit,
-                                      rows.samples(tuple(x.shape[:-1])), self.averaging, self.repeated(x))
+                                      rows.samples(tuple(x.shape[:-1])), self.averaging,
+                                      self.compile and rows.positions.numel() == 1)
         else:
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls, None, self.averaging,
-                                      self.repeated(x))
+                                      self.compile)
         self.calls += 1
-        self.seen.add(x.numel() // self.in_features)
         y = self._correct(node) * (self.sigma * scale[:, None])
         if self.bias is not None:
             y = y + self.bias
