@@ -150,17 +150,18 @@ class EmaReadout:
     def _see(self, _module: Any, args: tuple[torch.Tensor, ...]) -> None:
         rows = self.token_keys
         z = args[0]
-        b, positions = len(rows.sequences), rows.positions.to(z.device)
-        z3 = z.reshape(b, positions.numel(), z.shape[-1])
+        batch, positions = rows.batch_rows().to(z.device), rows.positions.to(z.device)
+        z3 = z.reshape(batch.numel(), positions.numel(), z.shape[-1])
         if self.read is None:
-            self.read = z.new_full((b, rows.length, z.shape[-1]), float("nan"))
+            self.read = z.new_full((len(rows.sequences), rows.length, z.shape[-1]), float("nan"))
             self.last = self.read.clone()
-        before = self.last[:, positions]
+        at = (batch[:, None], positions[None, :])
+        before = self.last[at]
         step = ((z3 != before).any(-1) & (z3 != 0).any(-1))[..., None]
-        old = self.read[:, positions]
+        old = self.read[at]
         fresh = torch.where(torch.isnan(old), z3, torch.lerp(old, z3, self.alpha) if self.alpha < 1.0 else z3)
-        self.read[:, positions] = torch.where(step, fresh, old)
-        self.last[:, positions] = z3
+        self.read[at] = torch.where(step, fresh, old)
+        self.last[at] = z3
 
     def z(self, z: torch.Tensor) -> torch.Tensor:
         """The read state [B, L, d]: the EMA where a token had iterates, else the model's own z."""

@@ -227,6 +227,9 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
                          "torch.Generator or Key")
     programs = fit_programs(model, device, calibration, placement) if programs is None else programs
     placed = plain_copy(model)
+    # A token's passes cost what its rows still iterating cost (aocsim/nn/ssm_token.py); compiled tile
+    # products keep whole batches (a graph per batch size would compile again at every size).
+    placed.active_rows = not compile_option(placement)
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
         if name not in programs:

@@ -25,6 +25,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear
+from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
 from aocsim.solve.core import solve
 from aocsim.solve.solvers import Picard
 
@@ -65,13 +66,15 @@ class ImplicitSSM(nn.Module):
         self.final_norm = RMSNorm(c.d_model)
         self.head = _linear(c.d_model, c.vocab_size, weight_norm=False, bias=True)
         self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))
-        # Called as pass_hook(positions, visit) before each pass of tokens through the maps: the token
-        # positions [T] in the pass and its number (0 for the injection; then the iteration, of the
+        # Called as pass_hook(positions, visit, rows) before each pass of tokens through the maps: the token
+        # positions [T] in the pass, the batch rows in it (None: all; sequential mode passes only the
+        # rows still iterating, aocsim/nn/ssm_token.py) and its number (0 for the injection; then the iteration, of the
         # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
         # keys each token's noise by them (aocsim/execute/ssm_device.py). commit_hook(caches, t): sequential
         # mode, the states committed after token t, returned as the next token sees them (noise on states).
-        self.pass_hook: Callable[[torch.Tensor, int], None] | None = None
+        self.pass_hook: Callable[[torch.Tensor, int, torch.Tensor | None], None] | None = None
         self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
+        self.active_rows = False  # sequential mode: evaluate only the rows still iterating (aocsim/nn/ssm_token.py)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its config, dtype, weights and card (worker processes receive models): torch
@@ -79,9 +82,9 @@ class ImplicitSSM(nn.Module):
         dtype = self.head.weight.dtype
         return _rebuild, (self.config, dtype, self.state_dict(), getattr(self, "card", None), self.training)
 
-    def _announce(self, start: int, stop: int, visit: int) -> None:
+    def _announce(self, start: int, stop: int, visit: int, rows: torch.Tensor | None = None) -> None:
         if self.pass_hook is not None:
-            self.pass_hook(torch.arange(start, stop), visit)
+            self.pass_hook(torch.arange(start, stop), visit, rows)
 
     @torch.no_grad()
     def _init_weights(self, gen: torch.Generator) -> None:
@@ -277,36 +280,17 @@ class ImplicitSSM(nn.Module):
             z_t, caches = self.f_token(u_t.new_zeros(u_t.shape[0], self.config.d_model), u_t, caches)
             zeros = u_t.new_zeros(u_t.shape[0])
             return z_t, caches, zeros.long(), zeros, zeros[:, None] if trace else None
-        last: list[list[TokenCache]] = []  # per row, the caches of its latest iterate
-        before: list[torch.Tensor] = []
-        seen: list[torch.Tensor] = []  # relative residual per evaluation, with `trace`
-        visits = [0]
-
-        def token_map(z: torch.Tensor) -> torch.Tensor:
-            self._announce(t, t + 1, visits[0])
-            visits[0] += 1
-            out, after = self.f_token(z, u_t, caches)
-            if before:  # a stopped row is evaluated on at its final iterate: keep that evaluation
-                moved = (z != before[0]).any(-1)
-                after = [TokenCache(torch.where(moved[:, None, None], a.conv, c.conv),
-                                    torch.where(moved[:, None, None, None], a.ssm, c.ssm))
-                         for a, c in zip(after, last[0])]
-            last[:], before[:] = [after], [z]
-            if trace:
-                seen.append(torch.linalg.vector_norm(out - z, dim=-1)
-                            / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30))
-            return out
-
+        token_map = (ActiveRowsMap if self.active_rows else TokenMap)(self, u_t, caches, t, trace)
         result = solve(token_map, u_t.new_zeros(u_t.shape[0], self.config.d_model), solver=Picard(tau), atol=0.0,
                        rtol=tol, max_iter=max_iter, return_best=False)
         steps = None
-        if trace:  # a stopped row is evaluated on with the others: not its iterations
-            r = torch.stack(seen, 1)
+        if trace:  # evaluations after a row stopped are not its iterations
+            r = torch.stack(token_map.seen, 1)
             steps = torch.where(torch.arange(r.shape[1], device=r.device) <= result.iterations[:, None],
                                 r, torch.full_like(r, float("nan")))
         # Commit the states at the fixed point: solve returns each row's last iterate
         # (return_best=False), whose caches token_map kept, without a recompute.
-        return result.z, last[0], result.iterations, result.rel_residual, steps
+        return result.z, token_map.last, result.iterations, result.rel_residual, steps
 
 
 def _rebuild(config: SSMConfig, dtype: torch.dtype, state: dict[str, torch.Tensor], card: dict[str, Any] | None,

@@ -29,6 +29,17 @@ class NoisyMap(Protocol):
     def noise_floor(self, z: torch.Tensor, spreads: float) -> torch.Tensor: ...
     def advance(self, z: torch.Tensor, n: int) -> torch.Tensor: ...
 
+@runtime_checkable
+class RowMap(Protocol):
+    """A map whose batch rows are independent problems and that can evaluate any subset of them:
+    rows(z[index], index) is fn(z)[index] (to a matrix product's rounding). The solve then evaluates
+    only its active rows once some have stopped, so a stopped row costs nothing (a sequence model's
+    token map: aocsim.nn.implicit_ssm)."""
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor: ...
+    def rows(self, z: torch.Tensor, index: torch.Tensor) -> torch.Tensor: ...
+
+
 # NOISE_FLOOR means "within FLOOR_SPREADS stationary spreads of the fixed point": the window's mean
 # square residual is at most what a state that far away shows on average (docs/PHYSICS.md section 3).
 FLOOR_SPREADS = 2.0
@@ -78,8 +89,8 @@ def solve(
     """Solve z = fn(z) for a batch of independent problems.
 
     A sample converges when ||fn(z) - z||_2 <= atol + rtol ||fn(z)||_2 (norms
-    over all but the first dimension). Converged samples are frozen; the loop
-    ends when every sample has stopped or after `max_iter` updates. A sample
+    over all but the first dimension). Converged samples are frozen (a `RowMap`
+    is then evaluated on the active samples alone); the loop ends when every sample has stopped or after `max_iter` updates. A sample
     whose map value turns non-finite, or whose residual grows beyond
     `divergence_ratio` times its first residual, is marked DIVERGED.
 
@@ -137,6 +148,12 @@ def solve(
     floor_spreads = real(floor_spreads, "floor_spreads", low=1.0)
 
     def flat_map(zf: torch.Tensor) -> torch.Tensor:
+        if early_stop and isinstance(fn, RowMap) and not bool(active.all()):  # the active rows alone
+            index = active.nonzero().squeeze(1)
+            z_rows = zf[index].reshape(-1, *shape[1:])
+            out_rows = fn.rows(z_rows, index)
+            _check_map_output(out_rows, z_rows)
+            return zf.index_copy(0, index, out_rows.reshape(index.shape[0], -1))  # a stopped row: f(z) = z
         out = fn(zf.reshape(shape))
         _check_map_output(out, zf.reshape(shape))
         return out.reshape(batch, -1)

@@ -1,0 +1,105 @@
+"""Solves that evaluate only their active rows (`aocsim.solve.RowMap`; a placed SSM's token map,
+aocsim/nn/ssm_token.py): the same results as whole batches, at the cost of the rows still iterating."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim import load_model
+from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.ssm_device import calibration_inputs, place_ssm
+from aocsim.hardware.profiles.profile import load_device
+from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
+from aocsim.solve.core import RowMap, solve
+from aocsim.tasks.groups import group, word_problems
+
+
+class Contraction:
+    """z -> a z + b per row, rates a [B] spread so that rows converge after different counts; counts
+    the rows each evaluation sees."""
+
+    def __init__(self, rates: torch.Tensor, b: torch.Tensor) -> None:
+        self.rates, self.b, self.seen = rates, b, []
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        self.seen.append(z.shape[0])
+        return self.rates[:, None] * z + self.b
+
+    def rows(self, z: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        self.seen.append(z.shape[0])
+        return self.rates[index, None] * z + self.b[index]
+
+
+class WholeBatches:
+    def __init__(self, inner: Contraction) -> None:
+        self.inner = inner
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        return self.inner(z)
+
+
+def test_a_row_map_gives_the_whole_batch_results_on_fewer_rows() -> None:
+    gen = torch.Generator().manual_seed(0)
+    rates = torch.linspace(0.1, 0.9, 8, dtype=torch.float64)
+    b = torch.randn(8, 5, generator=gen, dtype=torch.float64)
+    rows, whole = Contraction(rates, b), Contraction(rates, b)
+    assert isinstance(rows, RowMap) and not isinstance(WholeBatches(whole), RowMap)
+    z0 = torch.zeros(8, 5, dtype=torch.float64)
+    a = solve(rows, z0, solver="picard", atol=0.0, rtol=1e-9, max_iter=200, trace=True)
+    c = solve(WholeBatches(whole), z0, solver="picard", atol=0.0, rtol=1e-9, max_iter=200, trace=True)
+    assert torch.equal(a.z, c.z) and torch.equal(a.iterations, c.iterations) and torch.equal(a.status, c.status)
+    assert torch.equal(a.trace.isnan(), c.trace.isnan())
+    torch.testing.assert_close(a.trace, c.trace, equal_nan=True, rtol=0, atol=0)
+    # every evaluation saw the rows still active: one per row and iteration, plus its stopping evaluation
+    assert sum(rows.seen) == int((a.iterations + 1).sum()) < sum(whole.seen) == 8 * len(whole.seen)
+
+
+@pytest.fixture(scope="module")
+def parity():
+    model = load_model("parity-implicit")
+    tokens, _ = word_problems(group("parity"), 24, 16, identity_prob=0.5, generator=3)
+    cal_tokens, _ = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=99)
+    return model, tokens, calibration_inputs(model, cal_tokens)
+
+
+def test_a_pass_of_few_rows_is_padded_to_the_whole_batch_kernels(parity) -> None:
+    """A single row evaluated alone gives its bits in the whole batch (float32: a product of fewer than
+    four rows rounds differently on CPU BLAS, which a device's ADC can turn into a code)."""
+    model, tokens, _ = parity
+    u = model.injection(tokens)[:, 0]
+    caches = [block.init_cache(u.shape[0], u) for block in model.blocks]
+    z = torch.randn(u.shape[0], model.config.d_model, generator=torch.Generator().manual_seed(1)).to(u.dtype)
+    with torch.no_grad():
+        whole = TokenMap(model, u, caches, 0)(z)
+        for picked in ([5], [0, 7], [3, 9, 20]):
+            index = torch.tensor(picked)
+            one = ActiveRowsMap(model, u, caches, 0)
+            one.at = z.clone()  # the iterates of the stopped rows the pass is padded with
+            assert torch.equal(one.rows(z[index], index), whole[index]), picked
+            assert len(one.last[0].ssm) == u.shape[0]
+
+
+def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity) -> None:
+    """Sequential mode on aoc48 (noise on): evaluating only the rows still iterating changes no prediction,
+    iteration or status, and the states only to rounding; the tile products see fewer rows."""
+    model, tokens, cal = parity
+    placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
+    seen = {True: 0, False: 0}
+    layer = placed.maps["blocks.0.in_proj"]
+    runs = {}
+    for active in (True, False):
+        placed.model.active_rows = active
+        hook = layer.register_forward_pre_hook(lambda _m, args, a=active: seen.__setitem__(a, seen[a] + args[0].shape[0]))
+        try:
+            runs[active] = placed(tokens, generator=4, mode="sequential", tol=0.1, max_iter=30, trace=True)
+        finally:
+            hook.remove()
+    a, b = runs[True], runs[False]
+    assert torch.equal(a.logits.argmax(-1), b.logits.argmax(-1))
+    assert torch.equal(a.iterations, b.iterations)
+    assert bool((a.iterations < a.iterations.max(0).values).any())  # rows stop at different iterations
+    torch.testing.assert_close(a.z, b.z, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.trace, b.trace, equal_nan=True, rtol=0, atol=1e-4)
+    assert seen[True] < 0.8 * seen[False]
+
