@@ -119,9 +119,10 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
 
 
 def _parts(chips: int, seeds: int, workers: int) -> list[tuple[int, slice]]:
-    """The runs shared out as (chip, seeds): one part per chip (placed once), its seeds split when
-    there are fewer chips than twice the workers (so that every core gets work)."""
-    pieces = 1 if workers <= 1 else max(1, min(seeds, -(-2 * workers // chips)))
+    """The runs shared out as (chip, seeds): one part per chip, placed once (a placement fits the
+    chip's tile programs and measures its emitters: seconds to a minute a chip), its seeds split only
+    when there are fewer chips than workers (so that every core gets work)."""
+    pieces = 1 if workers <= chips else min(seeds, -(-workers // chips))
     return [(ci, s) for ci in range(chips) for s in split_rows(seeds, pieces)]
 
 
