@@ -15,6 +15,8 @@ only the elementwise stream is tensor arithmetic, on the state's device.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import enum
 from typing import Union
 
@@ -125,12 +127,25 @@ def as_key(seed: Seed, what: str = "generator") -> Key | None:
 def fold_range(bases: list[Key], coordinates: tuple[int, ...], count: int, device: torch.device | str = "cpu"
                ) -> torch.Tensor:
     """int64 [len(bases), count]: base.fold(*coordinates, i).tensor() for every base and i < count (the
-    same bits as `Key.fold`; the last fold runs on tensors, `counter_rng.splitmix64` being `_mix`)."""
+    same bits as `Key.fold`; the last fold runs on tensors, `counter_rng.splitmix64` being `_mix`).
+
+    Kept per process (`RANGES_KEPT`, the result shared: read it, never write it): a token-by-token run
+    asks for the same streams at every token (a map's key and the iteration's visit)."""
     if _DRAWN is not None:  # recording: every key as a Key, so that its path is kept
         return torch.stack([torch.stack([b.fold(*coordinates, i).tensor(device) for i in range(count)]) for b in bases])
-    prefix = torch.tensor([_signed(b.fold(*coordinates).value) for b in bases], dtype=torch.int64, device=device)
-    steps = splitmix64((torch.arange(count, dtype=torch.int64, device=device) + 1) * _signed(GOLDEN_GAMMA))
-    return splitmix64(prefix[:, None] ^ steps[None, :])
+    memo = (tuple(b.value for b in bases), coordinates, count, str(device))
+    streams = _RANGES.get(memo)
+    if streams is None:
+        prefix = torch.tensor([_signed(b.fold(*coordinates).value) for b in bases], dtype=torch.int64, device=device)
+        steps = splitmix64((torch.arange(count, dtype=torch.int64, device=device) + 1) * _signed(GOLDEN_GAMMA))
+        streams = _RANGES[memo] = splitmix64(prefix[:, None] ^ steps[None, :])
+        if len(_RANGES) > RANGES_KEPT:
+            _RANGES.popitem(last=False)
+    return streams
+
+
+RANGES_KEPT = 4096
+_RANGES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 
 
 def chip_root(chip_seed: int) -> Key:

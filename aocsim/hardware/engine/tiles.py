@@ -193,6 +193,7 @@ class TiledMatrix:
         self._reloaded: dict[int, tuple[Constants, torch.Tensor]] = {}  # by reload key: a run repeats its calls
         self._shapes: tuple | None = None  # ((dtype, device), the tiles' emitter cubics)
         self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep) by passes, dtype and device
+        self._passes: tuple = (None, [])  # ((key value, passes), their pass keys): `pass_keys`
 
     def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
         """Every tile on its module (programming errors from `key`), its emitters' cubics drifted since measured."""
@@ -237,8 +238,10 @@ class TiledMatrix:
 
     def pass_keys(self, key: keys.Key, passes: int) -> list[keys.Key]:
         """The keys of `passes` passes of every tile: pass 0 `key` itself (so that one pass is what it was
-        without averaging), pass p >= 1 its fold (REPEAT, p)."""
-        return [key] + [key.fold(keys.Stream.REPEAT, p) for p in range(1, passes)]
+        without averaging), pass p >= 1 its fold (REPEAT, p); kept for the last key (a run's calls share it)."""
+        if self._passes[0] != (key.value, passes):
+            self._passes = ((key.value, passes), [key] + [key.fold(keys.Stream.REPEAT, p) for p in range(1, passes)])
+        return self._passes[1]
 
     def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
                  samples: object = None, call: int = 0, keep_partials: bool = False, passes: int = 1,
