@@ -119,11 +119,15 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
 
 
 def _parts(chips: int, seeds: int, workers: int) -> list[tuple[int, slice]]:
-    """The runs shared out as (chip, seeds): one part per chip, placed once (a placement fits the
-    chip's tile programs and measures its emitters: seconds to a minute a chip), its seeds split only
-    when there are fewer chips than workers (so that every core gets work)."""
-    pieces = 1 if workers <= chips else min(seeds, -(-workers // chips))
-    return [(ci, s) for ci in range(chips) for s in split_rows(seeds, pieces)]
+    """The runs shared out as (chip, seeds), longest first: a part per chip while the chips fill whole
+    rounds of the workers (each chip placed once: a placement fits its tile programs and measures its
+    emitters, seconds to a minute), then the chips left over split into pieces of their seeds, so
+    that the last round keeps every core busy (a split chip is placed once per piece)."""
+    whole = chips - chips % workers if workers > 1 else chips
+    rest = chips - whole
+    pieces = 1 if rest == 0 else min(seeds, -(-workers // rest))
+    return ([(ci, slice(0, seeds)) for ci in range(whole)]
+            + [(ci, s) for ci in range(whole, chips) for s in split_rows(seeds, pieces)])
 
 
 def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, prepared: Any, x: torch.Tensor,
