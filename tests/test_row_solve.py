@@ -8,6 +8,7 @@ import torch
 
 from aocsim import load_model
 from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.snr import EmaReadout, SiteNoise, readout
 from aocsim.execute.ssm_device import calibration_inputs, place_ssm
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
@@ -103,3 +104,20 @@ def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity) -> None
     torch.testing.assert_close(a.trace, b.trace, equal_nan=True, rtol=0, atol=1e-4)
     assert seen[True] < 0.8 * seen[False]
 
+
+
+def test_the_ema_readout_and_state_noise_follow_the_active_rows(parity) -> None:
+    """An EMA readout (it sees each pass's rows) and noise on the committed states read the same
+    iterates whether a pass holds the whole batch or the rows still iterating."""
+    model, tokens, cal = parity
+    placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
+    reads = {}
+    for active in (True, False):
+        placed.model.active_rows = active
+        parts = (EmaReadout(0.5), SiteNoise("states", 20.0, "additive"))
+        out = placed(tokens, generator=4, mode="sequential", tol=0.1, max_iter=30, extras=parts, extras_key=7)
+        reads[active] = (readout(out, placed.model, list(parts)), out.iterations)
+    (a, its_a), (b, its_b) = reads[True], reads[False]
+    assert torch.equal(its_a, its_b) and bool((its_a < its_a.max(0).values).any())
+    assert torch.equal(a.logits.argmax(-1), b.logits.argmax(-1))
+    torch.testing.assert_close(a.z, b.z, rtol=0, atol=1e-5)
