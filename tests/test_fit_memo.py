@@ -81,3 +81,53 @@ def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> Non
     for name in fresh:
         assert torch.equal(remembered[name].weight, fresh[name].weight)
         assert remembered[name].sigma == fresh[name].sigma and remembered[name].error == fresh[name].error
+
+
+def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list[int], tmp_path) -> None:
+    """With `disk_memo.use(folder)` (a sweep's fits/), a fit is written once and read back, bit for bit,
+    where the memory has forgotten it (another worker, a resumed sweep); a folder leaves results as
+    they were, and an entry of other inputs is not read."""
+    from aocsim import disk_memo
+
+    model = load_model("parity-implicit")
+    profile = resolve_profile("aoc48", 0)
+    calibration = calibration_inputs(model, TOKENS)
+    placement = resolve(model, profile).placement
+    plain = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+    device_linear._FITS.clear()
+    with disk_memo.use(tmp_path):
+        fitted = fit_programs(model, profile, calibration, placement)
+        assert len(fits) == 2 and len(list(tmp_path.glob("fits-*.h5"))) == 1
+        device_linear._FITS.clear()
+        read = fit_programs(model, profile, calibration, placement)
+        assert len(fits) == 2  # read from the folder, not fitted
+        for name in fitted:
+            a, b = fitted[name], read[name]
+            assert torch.equal(a.weight, b.weight) and torch.equal(a.columns, b.columns)
+            assert (a.sigma, a.error, a.dead, a.tile_size, a.input_range, a.mount) == (
+                b.sigma, b.error, b.dead, b.tile_size, b.input_range, b.mount)
+        device_linear._FITS.clear()
+        stored = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+        assert len(fits) == 2
+        fit_programs(model, profile.with_overrides({"noise.multiplier": 2.0}), calibration, placement)
+        assert len(fits) == 3 and len(list(tmp_path.glob("fits-*.h5"))) == 2
+    xr.testing.assert_identical(plain.drop_attrs(), stored.drop_attrs())
+
+
+def test_emitter_measurements_in_a_folder_are_read_back(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim import disk_memo
+    from aocsim.hardware.engine import emitter_calibration as E
+
+    monkeypatch.setattr(E, "_MEMO", type(E._MEMO)())
+    monkeypatch.setattr(E, "REPEATS", 4)  # speed; part of the entry's key
+    profile = load_device("aoc48")
+    with disk_memo.use(tmp_path):
+        measured = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+        E._MEMO.clear()
+        monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
+        read = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+        assert all(torch.equal(a, b) for a, b in zip(measured, read))
+        monkeypatch.setattr(E, "REPEATS", 8)
+        E._MEMO.clear()
+        with pytest.raises(pytest.fail.Exception, match="measured again"):
+            E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from aocsim import disk_memo
 from aocsim.errors import InputError
 from aocsim.execute.fit import affine_fit
 from aocsim.execute.placement import count, switch
@@ -165,20 +166,40 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     `keys.recording()` sees again on every hit (as `programming._cached`). So sweep
     points that differ only in what a fit does not read (averaging, the stop rule, the SNR noise, the
     mode) place the model once per chip; a fit is deterministic, so a hit is what a fit would give.
+    While `aocsim.disk_memo.use(folder)` is open (a sweep's points) the programs are also read from and
+    written to that folder, under the same key (not while `keys.recording()` is on: a file keeps no keys).
     """
     memo_key = (_frozen(device.values, tuple(sorted(device.values))),
                 tuple((_digest(w), _digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
                 tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
                 tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
+    stored = None if memo_key in _FITS or keys.recording_now() else disk_memo.load("fits", memo_key)
+    if stored is not None:  # fitted by another process of this sweep, or before it was resumed
+        _FITS[memo_key] = ([_program(record) for record in stored], [])
     if memo_key not in _FITS:
         with keys.recording() as drawn:  # kept with the programs: `keys.recording()` sees them on every hit
             _FITS[memo_key] = (_fit_maps(device, maps, modules=modules, **options), list(drawn))
+        disk_memo.save("fits", memo_key, [_record(p) for p in _FITS[memo_key][0]])
         while len(_FITS) > FIT_MEMO:
             _FITS.popitem(last=False)
     _FITS.move_to_end(memo_key)
     programs, drawn = _FITS[memo_key]
     keys.note_drawn(drawn)
     return list(programs)
+
+
+def _record(program: MapProgram) -> dict[str, Any]:
+    m = program.mount
+    return {"weight": program.weight, "columns": program.columns, "sigma": program.sigma, "error": program.error,
+            "dead": tuple(program.dead), "tile_size": program.tile_size, "input_range": program.input_range,
+            "mount": (m.first, m.count, int(m.multiplexed))}
+
+
+def _program(record: dict[str, Any]) -> MapProgram:
+    first, count, multiplexed = record["mount"]
+    return MapProgram(record["weight"], record["columns"], float(record["sigma"]), float(record["error"]),
+                      tuple(int(d) for d in record["dead"]), int(record["tile_size"]), float(record["input_range"]),
+                      Mount(int(first), int(count), bool(multiplexed)))
 
 
 def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,

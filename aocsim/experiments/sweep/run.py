@@ -52,12 +52,14 @@ def point_workload(model: Any, data: dict[str, int]) -> Any:
     return default_workload(model, sequences=data.get("sequences", 16), length_factor=data.get("length_factor", 4))
 
 
-def run_point(spec: SweepSpec, base: Any, point: Point) -> xr.Dataset:
+def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None) -> xr.Dataset:
     """One point: `aocsim.compare` with the point's profile (`base` with its settings) and placement,
     reduced to metrics; torch on one thread, as on every worker, so that a point's numbers do not
-    depend on where it runs."""
+    depend on where it runs. `fits`: a folder of the chips' tile programs and emitter measurements
+    shared with the sweep's other points (`aocsim.disk_memo`; None: this process's memory only)."""
     import torch
 
+    from aocsim import disk_memo
     from aocsim.experiments.compare import compare
 
     before = torch.get_num_threads()
@@ -69,8 +71,9 @@ def run_point(spec: SweepSpec, base: Any, point: Point) -> xr.Dataset:
         profile = base.with_overrides(device)
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
         seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
-        ds = compare(model, profile, w.inputs, w.targets, placement=placement, seeds=seeds, chips=list(spec.chips),
-                     calibration=w.calibration)
+        with disk_memo.use(fits):
+            ds = compare(model, profile, w.inputs, w.targets, placement=placement, seeds=seeds, chips=list(spec.chips),
+                         calibration=w.calibration)
         return point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
     finally:
         torch.set_num_threads(before)
@@ -121,8 +124,8 @@ def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
     return result.transpose("chip", "seed")
 
 
-def _job(spec: SweepSpec, base: Any, point: Point) -> tuple[str, xr.Dataset]:
-    return point.key, run_point(spec, base, point)
+def _job(spec: SweepSpec, base: Any, point: Point, fits: str | None = None) -> tuple[str, xr.Dataset]:
+    return point.key, run_point(spec, base, point, fits)
 
 
 def _warm(models: tuple[str, ...]) -> None:
@@ -137,10 +140,10 @@ def _warm(models: tuple[str, ...]) -> None:
         _model(name)
 
 
-def _local(spec: SweepSpec, base: Any, todo: list[Point], pool: Any) -> Iterator[tuple[str, xr.Dataset]]:
+def _local(spec: SweepSpec, base: Any, todo: list[Point], pool: Any, fits: str) -> Iterator[tuple[str, xr.Dataset]]:
     from aocsim.parallel import run_parts
 
-    for _, result in run_parts(_job, [(spec, base, p) for p in todo], pool):
+    for _, result in run_parts(_job, [(spec, base, p, fits) for p in todo], pool):
         yield result
 
 
@@ -212,7 +215,7 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
 
             size = spec.search.batch if spec.search is not None else len(points)
             pools.append(Workers(min(workers, size), warm=_warm, args=(spec.models,)))
-        return _local(spec, base, points, pools[0])
+        return _local(spec, base, points, pools[0], str(store.fits))  # Dask workers may not see the folder
 
     try:
         if spec.search is not None:

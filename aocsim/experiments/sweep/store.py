@@ -5,6 +5,9 @@
     DIR/points/KEY.nc      one point's metrics over chip x seed, written to a temporary name and
                            renamed when complete, so a killed sweep leaves whole files or none
     DIR/results.nc         every point in one Dataset (`assemble`), written the same way
+    DIR/fits/*.h5          the chips' tile programs and emitter measurements (`aocsim.disk_memo`), each named
+                           by everything it was computed from: computed once for all the local points and
+                           kept for a resumed sweep (an overwritten sweep keeps them: they cannot be stale)
 
 Only these files are ever removed (`--overwrite`), and only in a folder that holds our spec.json;
 a folder with other files and no spec.json is refused.
@@ -24,7 +27,7 @@ from aocsim.errors import InputError
 from aocsim.experiments.sweep.spec import METRICS, PLACEMENT, SweepSpec, noise_seed
 from aocsim.io.outputs import _check_parent, _usable
 
-SPEC_FILE, POINTS, RESULTS = "spec.json", "points", "results.nc"
+SPEC_FILE, POINTS, RESULTS, FITS = "spec.json", "points", "results.nc", "fits"
 POINT_FILE = re.compile(r"[0-9a-f]{16}\.nc")  # points/KEY.nc
 
 
@@ -34,6 +37,7 @@ class SweepStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.points = self.root / POINTS
+        self.fits = self.root / FITS
 
     @property
     def results(self) -> Path:
@@ -98,7 +102,8 @@ class SweepStore:
             tmp.write_text(text)
             os.replace(tmp, root / SPEC_FILE)
         self.points.mkdir(exist_ok=True)
-        for stale in [*self.points.glob(".*.nc.tmp"), *root.glob(f".{RESULTS}.tmp")]:  # writes a run left
+        for stale in [*self.points.glob(".*.nc.tmp"), *root.glob(f".{RESULTS}.tmp"),
+                      *self.fits.glob("*.part")]:  # writes a run left
             stale.unlink()
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
 
+from aocsim import disk_memo
 from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
@@ -71,12 +72,19 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
 def measured_shapes(profile: DeviceProfile, n: int, module: int, input_range: float, dtype: torch.dtype,
                     device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """(positive, negative): each emitter's measured cubic shape, [4, N] each (module docstring), as the
-    chip measures it once (memoised on the profile's values, the module and the drive range)."""
+    chip measures it once (memoised on the profile's values, the module and the drive range; in a folder
+    too while `aocsim.disk_memo.use` is open: a sweep's processes measure a chip once)."""
     values: Mapping[str, Any] = profile.values
     memo_key = (_frozen(values, tuple(sorted(values))), n, module, float(input_range))
     if memo_key not in _MEMO:
-        _MEMO[memo_key] = (_fitted_shape(profile, n, 1.0, module, input_range),
-                           _fitted_shape(profile, n, -1.0, module, input_range))
+        on_disk = (*memo_key, LEVELS, REPEATS, DEAD)
+        stored = disk_memo.load("emitters", on_disk)  # measured by another process of a sweep
+        if stored is not None:
+            _MEMO[memo_key] = (stored[0]["positive"], stored[0]["negative"])
+        else:
+            _MEMO[memo_key] = (_fitted_shape(profile, n, 1.0, module, input_range),
+                               _fitted_shape(profile, n, -1.0, module, input_range))
+            disk_memo.save("emitters", on_disk, [{"positive": _MEMO[memo_key][0], "negative": _MEMO[memo_key][1]}])
         if len(_MEMO) > MEMO_SIZE:
             _MEMO.popitem(last=False)
     _MEMO.move_to_end(memo_key)

@@ -158,6 +158,11 @@ def chip_root(chip_seed: int) -> Key:
 _DRAWN: list[Key] | None = None
 
 
+def recording_now() -> bool:
+    """Whether a `recording()` is open (a cached result read from a file has no keys to show it)."""
+    return _DRAWN is not None
+
+
 def note_drawn(drawn: list[Key]) -> None:
     """Count `drawn` as drawn now, while `recording()` is on (a cached draw's keys, used again)."""
     if _DRAWN is not None:
