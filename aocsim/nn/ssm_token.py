@@ -2,10 +2,9 @@
 tokens' states fixed, on every row of the batch or on the rows still iterating.
 
 As an `ActiveRowsMap` (a placed model's), `aocsim.solve.solve` sees a `RowMap` and, once some rows
-have stopped, evaluates the others alone:
-a sequence's solve is what it would be in any batch (rows are independent problems, the device's
-noise is keyed by sequence id and position, not by row), and a batch's cost follows its mean
-iteration count instead of its slowest row's.
+have stopped, evaluates the others alone: a sequence's solve is what it would be in any batch (rows
+are independent problems, the device's noise is keyed by sequence id and position, not by row), and
+a batch's cost follows its mean iteration count instead of its slowest row's.
 """
 
 from __future__ import annotations
@@ -37,14 +36,15 @@ def put(caches: list[TokenCache], index: torch.Tensor | None, rows: list[TokenCa
 
 
 class TokenMap:
-    """f_token of token `t` of `model` (an `ImplicitSSM`) with `caches` (the previous tokens' states) fixed, its injection u_t [B, d].
+    """f_token of token `t` of `model` (an `ImplicitSSM`), its injection u_t [B, d], with `caches`
+    (the previous tokens' states) fixed.
 
-    Keeps, per row, the caches of that row's latest evaluation at a new iterate (`last`): the solve stops
-    a row at the iterate it last evaluated, so these are the states to commit, without a recompute (a
-    stopped row evaluated again with its batch, at the same iterate, keeps them: on a device the second
-    evaluation draws other noise). `visits`
-    counts evaluations (the device keys a pass's noise by it); with `trace`, `seen` holds each
-    evaluation's relative residual per row [B] (NaN for rows not evaluated).
+    Keeps, per row, the caches of that row's latest evaluation at a new iterate (`last`): the solve
+    stops a row at the iterate it last evaluated, so these are the states to commit, without a
+    recompute (a stopped row evaluated again with its batch, at the same iterate, keeps them: on a
+    device the second evaluation draws other noise). `visits` counts evaluations (the device keys a
+    pass's noise by it); with `trace`, `seen` holds each evaluation's relative residual per row [B]
+    (NaN for rows not evaluated).
     """
 
     def __init__(self, model: Any, u_t: torch.Tensor, caches: list[TokenCache], t: int,
@@ -78,7 +78,8 @@ class TokenMap:
         if index is None and self.at is not None:  # a stopped row, evaluated with its batch, keeps its states
             moved = (z != self.at).any(-1)
             after = [TokenCache(torch.where(moved[:, None, None], a.conv, c.conv),
-                                torch.where(moved[:, None, None, None], a.ssm, c.ssm)) for a, c in zip(after, self.last)]
+                                torch.where(moved[:, None, None, None], a.ssm, c.ssm))
+                     for a, c in zip(after, self.last)]
         self.last = put(self.last, index, after)
         self.at = z if index is None else self.at.index_copy(0, index, z)
         if self.seen is not None:

@@ -32,9 +32,9 @@ class NoisyMap(Protocol):
 @runtime_checkable
 class RowMap(Protocol):
     """A map whose batch rows are independent problems and that can evaluate any subset of them:
-    rows(z[index], index) is fn(z)[index] (to a matrix product's rounding). The solve then evaluates
-    only its active rows once some have stopped, so a stopped row costs nothing (a sequence model's
-    token map: aocsim.nn.implicit_ssm)."""
+    rows(z[index], index) is fn(z)[index] (index ascending; to a matrix product's rounding). The solve
+    then evaluates only its active rows once some have stopped, so a stopped row costs nothing (a
+    placed sequence model's token map: aocsim/nn/ssm_token.py)."""
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor: ...
     def rows(self, z: torch.Tensor, index: torch.Tensor) -> torch.Tensor: ...
@@ -90,9 +90,10 @@ def solve(
 
     A sample converges when ||fn(z) - z||_2 <= atol + rtol ||fn(z)||_2 (norms
     over all but the first dimension). Converged samples are frozen (a `RowMap`
-    is then evaluated on the active samples alone); the loop ends when every sample has stopped or after `max_iter` updates. A sample
-    whose map value turns non-finite, or whose residual grows beyond
-    `divergence_ratio` times its first residual, is marked DIVERGED.
+    is then evaluated on the active samples alone); the loop ends when every
+    sample has stopped or after `max_iter` updates. A sample whose map value
+    turns non-finite, or whose residual grows beyond `divergence_ratio` times
+    its first residual, is marked DIVERGED.
 
     Args:
         fn: the map, tensor [B, ...] -> tensor of the same shape. Any input
