@@ -6,7 +6,8 @@ memoise in memory per process; while `use(folder)` is open they also look in `fo
 `fits/`, docs/SWEEPS.md) and write what they computed there. An entry is named by the SHA-256 of
 everything its computation reads (the same key as the memory's), holds tensors and numbers in one
 HDF5 file, and is written to a temporary name and renamed, so that processes writing the same entry
-at once leave one whole file. A folder that cannot be written to is read, or left alone.
+at once leave one whole file. A folder that cannot be written to is read, or left alone; an entry
+that cannot be read is computed again (and written over).
 """
 
 from __future__ import annotations
@@ -53,12 +54,15 @@ def load(kind: str, key: tuple) -> list[dict[str, Any]] | None:
         return None
     import h5py
 
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("key") != _text(key):  # a hash collision, or another version's file
-            return None
-        return [{name: torch.from_numpy(np.array(g[name])) for name in g}
-                | {name: _number(value) for name, value in g.attrs.items()}
-                for g in (f[str(i)] for i in range(int(f.attrs["records"])))]
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("key") != _text(key):  # a hash collision, or another version's file
+                return None
+            return [{name: torch.from_numpy(np.array(g[name])) for name in g}
+                    | {name: _number(value) for name, value in g.attrs.items()}
+                    for g in (f[str(i)] for i in range(int(f.attrs["records"])))]
+    except (OSError, KeyError):  # not a whole entry (a disk error, a file put there by hand): computed again
+        return None
 
 
 def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:

@@ -121,12 +121,20 @@ def test_emitter_measurements_in_a_folder_are_read_back(tmp_path, monkeypatch: p
     monkeypatch.setattr(E, "_MEMO", type(E._MEMO)())
     monkeypatch.setattr(E, "REPEATS", 4)  # speed; part of the entry's key
     profile = load_device("aoc48")
+    measure = E._fitted_shape
     with disk_memo.use(tmp_path):
         measured = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
         E._MEMO.clear()
         monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
         read = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
         assert all(torch.equal(a, b) for a, b in zip(measured, read))
+        (entry,) = tmp_path.glob("emitters-*.h5")
+        entry.write_bytes(b"not an HDF5 file")  # an unreadable entry is measured again and written over
+        E._MEMO.clear()
+        monkeypatch.setattr(E, "_fitted_shape", measure)
+        again = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+        assert all(torch.equal(a, b) for a, b in zip(measured, again)) and entry.read_bytes()[:4] == b"\x89HDF"
+        monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
         monkeypatch.setattr(E, "REPEATS", 8)
         E._MEMO.clear()
         with pytest.raises(pytest.fail.Exception, match="measured again"):

@@ -62,7 +62,7 @@ class TokenMap:
         """f_token on rows `index` (ascending) of the batch (None: every row), z [R, d_model]."""
         batch = self.u_t.shape[0]
         wanted = index
-        if index is not None and index.numel() < min(MIN_ROWS, batch):
+        if index is not None and index.numel() < min(MIN_ROWS, batch) and self.at is not None:
             stopped = torch.ones(batch, dtype=torch.bool, device=index.device)
             stopped[index] = False
             pad = stopped.nonzero().squeeze(1)[:MIN_ROWS - index.numel()]

@@ -148,8 +148,10 @@ def solve(
         raise InputError(f"patience = {patience!r}; expected an integer >= 1")
     floor_spreads = real(floor_spreads, "floor_spreads", low=1.0)
 
+    by_rows = early_stop and isinstance(fn, RowMap)  # (a protocol check costs microseconds: once)
+
     def flat_map(zf: torch.Tensor) -> torch.Tensor:
-        if early_stop and isinstance(fn, RowMap) and not bool(active.all()):  # the active rows alone
+        if by_rows and not bool(active.all()):  # the active rows alone
             index = active.nonzero().squeeze(1)
             z_rows = zf[index].reshape(-1, *shape[1:])
             out_rows = fn.rows(z_rows, index)
