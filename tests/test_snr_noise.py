@@ -12,7 +12,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.execute import Placement
-from aocsim.execute.device_linear import TokenKeys
+from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.registry import place
 from aocsim.execute.snr import EmaReadout, perturb, ratio
 from aocsim.execute.snr_mapping import device_snr_db

@@ -98,10 +98,10 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
 
-    from aocsim.hardware.engine import tiles
+    from aocsim.hardware.engine import tile_product
 
     compiled_calls = []
-    monkeypatch.setattr(tiles, "run", lambda plan, x, compile: compiled_calls.append(compile) or
+    monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: compiled_calls.append(compile) or
                         tile_pass.run(plan, x, compile))
     model = load_model("parity-implicit")
     w = default_workload(model, sequences=4, length_factor=1)

@@ -1,5 +1,4 @@
-"""A linear map on optical tiles, calibrated (`DeviceLinear`), and how its noise is keyed per token
-(`TokenKeys`).
+"""A linear map on optical tiles, calibrated (`DeviceLinear`).
 
 Placement, per chip and weight load (what a real machine does after programming):
 
@@ -16,8 +15,8 @@ Placement, per chip and weight load (what a real machine does after programming)
   noise) is the device's error.
 - **averaging**: a product may be the mean of K tile passes, each with its own keyed draws.
 
-Noise: keyed by token when a placed model announces its passes (`TokenKeys`: the pass of token
-(s, t) at visit v draws from key.fold(TILE_CALL, v, i) for tile i at counter s L + t); a
+Noise: keyed by token when a placed model announces its passes (`TokenKeys`, in
+aocsim/execute/token_keys.py: the pass of token (s, t) at visit v draws from key.fold(TILE_CALL, v, i) for tile i at counter s L + t); a
 `DeviceLinear` used on its own counts its calls instead, its rows being the counters.
 """
 
@@ -37,6 +36,7 @@ from aocsim.errors import InputError
 from aocsim.execute.fit import affine_fit
 from aocsim.execute.placement import count, switch
 from aocsim.execute import tile_program
+from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.machine import Mount
@@ -54,35 +54,6 @@ HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC'
 GAIN_SPREAD = 4.0
 FIT_MEMO = 16  # the models' programs kept per process (`fit_maps`): a few models x chips of a sweep
 _FITS: OrderedDict[tuple, tuple[list[MapProgram], list[keys.Key]]] = OrderedDict()
-
-
-@dataclass
-class TokenKeys:
-    """What keys a device run's noise per token: the sequences' ids [B] and length, and the pass in
-    progress (positions [T], visit, and the batch rows in it, from the model's `pass_hook`; rows None:
-    all of them, else the rows still iterating, aocsim/nn/ssm_token.py)."""
-
-    sequences: torch.Tensor
-    length: int
-    positions: torch.Tensor | None = None
-    visit: int = 0
-    rows: torch.Tensor | None = None
-
-    def announce(self, positions: torch.Tensor, visit: int, rows: torch.Tensor | None = None) -> None:
-        self.positions, self.visit, self.rows = positions, visit, rows
-
-    def batch_rows(self) -> torch.Tensor:
-        """The batch rows of the pass in progress [R] (every row when the pass has them all)."""
-        return torch.arange(len(self.sequences)) if self.rows is None else self.rows.to(self.sequences.device)
-
-    def samples(self, leading: tuple[int, ...]) -> torch.Tensor:
-        """Counters s L + t of the rows of an input with leading dims [R] (one token each) or [R, T]."""
-        ids = self.sequences if self.rows is None else self.sequences[self.rows.to(self.sequences.device)]
-        b, t = len(ids), self.positions.numel()
-        if tuple(leading) not in ((b, t), (b,) * (t == 1)):
-            raise InputError(f"a pass of {tuple(leading)} rows does not match the announced {t} position(s) "
-                             f"of {b} sequences")
-        return (ids[:, None] * self.length + self.positions[None, :]).reshape(-1)
 
 
 @dataclass(frozen=True)
@@ -273,22 +244,30 @@ class DeviceLinear(nn.Module):
         target = ideal_nodes(weight, inputs, self.input_range, self.sigma)
         node, _ = self._nodes(inputs, key.fold(keys.Stream.CALIBRATION))
         self.gain, self.offset = affine_fit(target, node, spread=GAIN_SPREAD)
-        self.calibration_error = float((self._correct(node) - target).norm() / target.norm().clamp_min(1e-300))
+        self.calibration_error = float((corrected(node, self.gain, self.offset) - target).norm()
+                                       / target.norm().clamp_min(1e-300))
         self.run_key, self.calls = key.fold(keys.Stream.RUN), 0
         self.token_keys: TokenKeys | None = None  # set by PlacedSSM for a run
 
-    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None,
-               passes: int = 1, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Node volts [R, M] of inputs t [R, K] (placed on their live columns; the mean of `passes`
-        passes) and the input scales [R]."""
+    def wide(self, t: torch.Tensor) -> torch.Tensor:
+        """Inputs t [R, K] on the program's live columns [R, K']."""
         wide = t.new_zeros(t.shape[0], self.width)
         wide[:, self.columns] = t
-        out = self.tiles(wide, partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
+        return wide
+
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None,
+               passes: int = 1, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Node volts [R, M] of inputs t [R, K] (the mean of `passes` passes) and the input scales [R]."""
+        out = self.tiles(self.wide(t), partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
                          passes=passes, compile=compile)
         return out.y / out.input_scale[:, None], out.input_scale
 
-    def _correct(self, node: torch.Tensor) -> torch.Tensor:
-        return (node - self.offset) / self.gain
+    def output(self, node: torch.Tensor, scale: torch.Tensor, gain: torch.Tensor, offset: torch.Tensor
+               ) -> torch.Tensor:
+        """y [R, M] from node volts [R, M] and input scales [R], calibrated by `gain` and `offset` ([M],
+        or per row [R, M] for a stack of loads), the bias added digitally."""
+        y = corrected(node, gain, offset) * (self.sigma * scale[:, None])
+        return y if self.bias is None else y + self.bias
 
     def activity(self) -> Activity:
         """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`)."""
@@ -308,7 +287,9 @@ class DeviceLinear(nn.Module):
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls, None, self.averaging,
                                       self.compile)
         self.calls += 1
-        y = self._correct(node) * (self.sigma * scale[:, None])
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return self.output(node, scale, self.gain, self.offset).reshape(*x.shape[:-1], self.out_features)
+
+
+def corrected(node: torch.Tensor, gain: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """The calibration undone: (node - offset) / gain (module docstring)."""
+    return (node - offset) / gain

@@ -33,7 +33,8 @@ from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.snr import parts_for, readout
 from aocsim.execute.snr_mapping import device_multiplier
-from aocsim.execute.ssm_device import calibration_inputs, fit_programs, on_tiles, place_ssm
+from aocsim.execute.seed_stack import stack_seeds, stackable
+from aocsim.execute.ssm_device import PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.engine.tiles import tile_options
@@ -174,18 +175,37 @@ class HybridSSM:
         """The largest matrix error of this chip's tile programs (their last closed-loop round)."""
         return max((p.error for p in self.programs.values()), default=0.0)
 
+    def _load(self, seed: int) -> PlacedSSM:
+        """Every map loaded and calibrated with `seed` (its weight load)."""
+        return place_ssm(self.model, self.run_profile, self.calibration, self.placement,
+                         generator=seed_key(seed).fold(keys.Stream.LOAD), programs=self.programs)
+
+    def _options(self, inputs: torch.Tensor) -> dict[str, Any]:
+        s = self.placement
+        cap = s.max_iter or (30 if s.mode == "sequential" else 3 * inputs.shape[1] + 20)
+        return {"mode": s.mode, "tau": s.damping, "tol": s.rtol, "max_iter": cap, "trace": True}
+
+    def _result(self, out: Any, placed: PlacedSSM) -> Run:
+        passes = out.iterations if self.model.config.implicit else torch.ones_like(out.iterations)  # explicit: one pass
+        return Run(out.logits, out.z, per_token(out, self.placement.rtol), placed.activity(passes),
+                   median_over_positions(out.trace))
+
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
         0 ... B - 1, which key their noise) in the placement's mode."""
-        s, key = self.placement, seed_key(seed)
-        placed = place_ssm(self.model, self.run_profile, self.calibration, s, generator=key.fold(keys.Stream.LOAD),
-                           programs=self.programs)
-        cap = s.max_iter or (30 if s.mode == "sequential" else 3 * inputs.shape[1] + 20)
-        self.parts = parts_for(s)
-        out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, mode=s.mode, tau=s.damping,
-                     tol=s.rtol, max_iter=cap, trace=True, extras=tuple(self.parts),
-                     extras_key=key.fold(keys.Stream.SNR))
-        out = readout(out, placed.model, self.parts)
-        passes = out.iterations if self.model.config.implicit else torch.ones_like(out.iterations)  # explicit: one pass
-        return Run(out.logits, out.z, per_token(out, s.rtol), placed.activity(passes),
-                   median_over_positions(out.trace))
+        key, placed = seed_key(seed), self._load(seed)
+        self.parts = parts_for(self.placement)
+        out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, extras=tuple(self.parts),
+                     extras_key=key.fold(keys.Stream.SNR), **self._options(inputs))
+        return self._result(readout(out, placed.model, self.parts), placed)
+
+    def run_seeds(self, inputs: torch.Tensor, seeds: list[int], *, samples: Any = None) -> list[Run]:
+        """`run` for every seed: their weight loads stacked into one batch (aocsim/execute/seed_stack.py;
+        the same results to the rounding of a larger batch) where the placement allows, else one by one."""
+        if len(seeds) < 2 or not stackable(self.placement):
+            return [self.run(inputs, seed, samples=samples) for seed in seeds]
+        stack = stack_seeds(self.model, [self._load(seed) for seed in seeds])
+        outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for seed in seeds], sequences=samples,
+                     **self._options(inputs))
+        self.parts = []
+        return [self._result(out, stack) for out in outs]

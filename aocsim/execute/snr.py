@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import TokenKeys
+from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair

@@ -23,7 +23,8 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
-from aocsim.execute.device_linear import DeviceLinear, MapProgram, TokenKeys, compile_option, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, MapProgram, compile_option, fit_key, fit_maps
+from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity
@@ -104,6 +105,10 @@ class PlacedSSM:
                           layer.program_error, layer.calibration_error, layer.dead_positions)
             for name, layer in self.maps.items()]
 
+    def token_keys(self, sequences: torch.Tensor, length: int) -> TokenKeys:
+        """What keys a run's passes (the batch rows' sequence ids [B])."""
+        return TokenKeys(sequences, length)
+
     @contextlib.contextmanager
     def keyed(self, generator: keys.Seed, sequences: torch.Tensor, length: int, extras: tuple = (),
               extras_key: keys.Seed = None) -> Iterator[ImplicitSSM]:
@@ -112,7 +117,7 @@ class PlacedSSM:
         `extras`: parts attached to the model for the run and keyed per token too (aocsim/execute/snr.py:
         noise set by an SNR, drawing from `extras_key`; an EMA readout)."""
         self.reset(generator)
-        context = TokenKeys(sequences.long(), length)
+        context = self.token_keys(sequences.long(), length)
         parts = [*self.maps.values(), *self.functions.values(), *extras]
         for layer in parts:
             layer.token_keys = context
@@ -139,14 +144,25 @@ class PlacedSSM:
         `extras_key`: as for `keyed`.
         """
         tokens = self.model.check_tokens(tokens)
-        b, length = tokens.shape
-        if sequences is None:
-            sequences = torch.arange(b)
-        if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
-                or tuple(sequences.shape) != (b,) or bool((sequences < 0).any())):
-            raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{b}] of ids >= 0")
-        with self.keyed(generator, sequences, length, extras, extras_key) as model:
+        with self.keyed(generator, sequence_ids(sequences, tokens.shape[0]), tokens.shape[1], extras,
+                        extras_key) as model:
             return model(tokens, **options)
+
+
+def sequence_ids(sequences: torch.Tensor | None, batch: int) -> torch.Tensor:
+    """The ids [B] of a run's sequences (None: 0 ... B - 1), checked."""
+    if sequences is None:
+        return torch.arange(batch)
+    if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
+            or tuple(sequences.shape) != (batch,) or bool((sequences < 0).any())):
+        raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{batch}] of ids >= 0")
+    return sequences
+
+
+def install(model: ImplicitSSM, name: str, layer: nn.Module) -> None:
+    """`layer` in place of the model's map `name` (`linear_maps`)."""
+    parent, attr = (model, name) if "." not in name else (model.blocks[int(name.split(".")[1])], name.split(".")[2])
+    setattr(parent, attr, layer)
 
 
 def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
@@ -240,9 +256,7 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
                              averaging=placement.averaging, predistort=placement.predistort,
                              compile=compile_option(placement))
         layers[name] = layer
-        parent, attr = (placed, name) if "." not in name else (placed.blocks[int(name.split(".")[1])],
-                                                              name.split(".")[2])
-        setattr(parent, attr, layer)
+        install(placed, name, layer)
     functions: dict[str, AnalogElementwise] = {}
     if placement.elementwise == "analog":
         for i, block in enumerate(placed.blocks):

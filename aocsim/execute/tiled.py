@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, TokenKeys, compile_option, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, compile_option, fit_key, fit_maps
+from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement

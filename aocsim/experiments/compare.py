@@ -136,8 +136,9 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
     numpy arrays (a module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
     placed = cls(model, profile, placement, prepared)
     out = []
-    for seed in seeds:
-        run = placed.run(x, seed)
+    stacked = placed.run_seeds(x, seeds) if hasattr(placed, "run_seeds") else None  # the seeds as one batch
+    for i, seed in enumerate(seeds):
+        run = placed.run(x, seed) if stacked is None else stacked[i]
         solve, act = run.solve, run.activity
         one: dict[str, Any] = {
             "prediction": predictions(run.outputs), "iterations": solve.iterations.numpy(),

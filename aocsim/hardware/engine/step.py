@@ -198,6 +198,18 @@ def stack_constants(loads: list[Constants]) -> Constants:
                      vectors("det_offset"), vectors("node_scale"), vectors("node_lam"), first.noise)
 
 
+def stack_loads(stacks: list[Constants]) -> Constants:
+    """Several weight loads' stacked tiles (`stack_constants` each) with a leading [S] for one batched
+    `optical` of S loads of a program, each on its own rows (`tile_product.LoadStack`); what every load
+    shares stays as it is."""
+    def loads(name: str) -> torch.Tensor:
+        return torch.stack([getattr(c, name) for c in stacks])
+
+    first = stacks[0]
+    return Constants(first.sigmoid, *(loads(name) for name in ("led", "op_t", "op3_t", "c1", "det_t", "det_offset",
+                                                                "node_scale", "node_lam")), first.noise)
+
+
 def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants,
               node: tuple[torch.Tensor, ...],
               key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout) -> torch.Tensor:

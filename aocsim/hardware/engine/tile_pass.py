@@ -36,7 +36,8 @@ class Plan:
 
     grid (rows, cols), tile_size, channels, outputs M; passes: averaged passes; layout: the optical
     stage's; partial_sums; clip, dac, adc: whether the DAC clips, the DAC quantises and the ADC
-    quantises; predistort; keep_partials: whether the partials are returned too.
+    quantises; predistort; keep_partials: whether the partials are returned too; loads: weight loads
+    of the same program stacked (`tile_product.LoadStack`), each on its own group of the rows.
     """
 
     grid: tuple[int, int]
@@ -51,6 +52,7 @@ class Plan:
     adc: bool
     predistort: bool
     keep_partials: bool = False
+    loads: int = 1
 
 
 def input_scale(t: torch.Tensor, input_range: Any) -> torch.Tensor:
@@ -74,6 +76,9 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     with, `emitter_calibration.tile_shapes`; None without); constants (`Constants.tensors()` of the
     stacked tiles), k0, gain; streams [T, K, 1, 1] and counters [B, N] (None without draws); gate and
     keep [cols, M] (None without a hold acting), hold_draws (streams and counters of kT/C, or None).
+    With S = `plan.loads` > 1 the rows are S groups of G, group s through load s: constants, k0 and
+    streams carry a leading [S], counters are [S, 1, 1, G, N] and the kT/C streams [T, K, S, 1, 1]
+    with counters [S, G, tile_size].
     """
     t = x["t"]
     (rows, cols), ts, n, m = plan.grid, plan.tile_size, plan.channels, plan.outputs
@@ -86,8 +91,13 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     else:
         blocks = F.pad(dac(plan, drive, x["dac"]), (0, cols * ts - k)).view(batch, cols, ts)
         u = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols, device=t.device) % cols]
-    node = optical(u[:, None], Constants.from_tensors(x["constants"]), x["gain"], plan.layout, x["streams"],
-                   x["counters"], x["k0"])
+    constants = Constants.from_tensors(x["constants"])
+    if plan.loads == 1:
+        node = optical(u[:, None], constants, x["gain"], plan.layout, x["streams"], x["counters"], x["k0"])
+    else:  # [S, T, 1, G, N]: load s's tiles on its group of G rows, constants and streams [S, T, ...]
+        grouped = u.unflatten(1, (plan.loads, -1)).transpose(0, 1)[:, :, None]
+        node = optical(grouped, constants, x["gain"], plan.layout, x["streams"], x["counters"], x["k0"])
+        node = node.permute(1, 2, 0, 3, 4).flatten(2, 3)  # [T, K, S G, N]: the rows in their order
     node = node[..., :ts].reshape(rows, cols, node.shape[1], batch, ts)
     partials = node.permute(1, 2, 3, 0, 4).reshape(cols, -1, batch, rows * ts)[..., :m]  # [cols, K, B, M] volts
     if plan.partial_sums == "digital":

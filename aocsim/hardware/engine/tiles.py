@@ -37,61 +37,22 @@ darkness) are un-scaled with the signal, so y there is an uncalibrated analog re
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
-from aocsim.hardware.physics import components as C
-from aocsim.hardware.engine.emitter_calibration import tile_shapes
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
-from aocsim.hardware.engine.partial_sums import hold_draws, hold_gates
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, stack_constants
-from aocsim.hardware.engine.tile_pass import Plan, input_scale, run
+from aocsim.hardware.engine.tile_pass import input_scale  # noqa: F401 (re-exported)
+from aocsim.hardware.engine.tile_product import LoadStack, TiledProduct
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.hardware.physics.energy import Activity
 
 PARTIAL_SUMS, RELOADS_KEPT = ("analog", "digital"), 64  # RELOADS_KEPT: time-multiplexed reloads' constants kept
-
-
-@dataclass(frozen=True)
-class TiledProduct:
-    """One tiled product and what it cost (ready for an energy model).
-
-    y: [B, M] in W t units. grid: (rows, cols) of tiles; tiles = rows * cols; tile_size, channels.
-    input_scale: s_in [B]. partials: [cols, B, M] node volts before the ADC (keep_partials=True).
-    Conversions count values that carry data: a DAC conversion per real input per tile pass
-    (rows * K per sample), an ADC conversion per real output (M, analog) or per tile output
-    (cols * M, digital); padded channels convert nothing.
-    """
-
-    y: torch.Tensor
-    grid: tuple[int, int]
-    tile_size: int
-    channels: int
-    partial_sums: str
-    batch: int
-    dac_conversions_per_sample: int
-    adc_conversions_per_sample: int
-    adc_clipped: int
-    input_scale: torch.Tensor
-    partials: torch.Tensor | None = None
-
-    @property
-    def tiles(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-    @property
-    def dac_conversions(self) -> int:
-        return self.dac_conversions_per_sample * self.batch
-
-    @property
-    def adc_conversions(self) -> int:
-        return self.adc_conversions_per_sample * self.batch
 
 
 def _profile(device: DeviceProfile | str) -> DeviceProfile:
@@ -194,6 +155,7 @@ class TiledMatrix:
         self._shapes: tuple | None = None  # ((dtype, device), the tiles' emitter cubics)
         self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep) by passes, dtype and device
         self._passes: tuple = (None, [])  # ((key value, passes), their pass keys): `pass_keys`
+        self._alone: LoadStack | None = None  # this load as a stack of one (`__call__`)
 
     def _load(self, key: keys.Key | None) -> list[OpticalLoop]:
         """Every tile on its module (programming errors from `key`), its emitters' cubics drifted since measured."""
@@ -251,55 +213,24 @@ class TiledMatrix:
         Every tile (and, with `passes` = K > 1, each of its K passes, `pass_keys`) runs as one batched
         product of the step's own optical stage, its draws from key.fold(TILE_CALL, call, i) of its
         pass; y is the mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
-        Prepared here, run by `tile_pass` (the body: eagerly, or with `compile` its compiled graph; the
-        same numbers to float rounding; needs a C++ compiler).
+        Checked here, prepared by `tile_product.LoadStack` (this load alone) and run by `tile_pass` (the
+        body: eagerly, or with `compile` its compiled graph; the same numbers to float rounding; needs a
+        C++ compiler).
         """
-        m, k = self.weight.shape
+        k = self.weight.shape[1]
         t = check_state("t", t, k).to(dtype=self.weight.dtype, device=self.weight.device)
         if partial_sums not in PARTIAL_SUMS:
             raise InputError(f"partial_sums = {partial_sums!r}; expected one of {list(PARTIAL_SUMS)}")
         call, compile = check_iterations("call", call), check_predistort(compile, "compile")
-        batch, (rows, cols), ts, n = t.shape[0], self.grid, self.tile_size, self.channels
-        ids = keys.check_samples(samples, batch, t.device)
+        ids = keys.check_samples(samples, t.shape[0], t.device)
         key = self.key if generator is None else keys.as_key(generator)
-        layout, v = self.loops[0].layout(), self.profile.values
-        if layout.draws and key is None:
+        if self.loops[0].layout().draws and key is None:
             raise InputError("generator = None; the profile draws noise on every pass (RIN or detector "
                              "noise), so expected a seed, torch.Generator or Key")
-        constants, k0 = self.stacked(key.fold(keys.Stream.RELOAD, call) if self.multiplexed and key is not None
-                                     else None)
-        bases = key and self.pass_keys(key, passes)
-        at = (t.dtype, t.device)
-        if partial_sums == "analog" and (passes, at) not in self._gates:  # the hold's plan, kept
-            self._gates[passes, at] = hold_gates(v, self.grid, ts, m, self.modules if self.multiplexed else None,
-                                                 passes, *at)
-        gates = self._gates[passes, at] if partial_sums == "analog" else None
-        if self.predistort and (self._shapes is None or self._shapes[0] != at):
-            modules = [self.mount.module(i) for i in range(rows * cols)]
-            self._shapes = (at, tile_shapes(self.profile, n, modules, self.input_range, *at))
-        clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
-        plan = Plan(self.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
-                    adc_bits is not None, self.predistort, keep_partials)
-        streams = (keys.fold_range(bases, (keys.Stream.TILE_CALL, call), rows * cols, t.device).T[:, :, None, None]
-                   if layout.draws else None)  # [T, K, 1, 1]: one per tile and pass; counters (sample, channel)
-        x = {"t": t, "input_range": self.input_range, "dac": _converter(clip, dac_bits),
-             "shapes": self._shapes[1] if self.predistort else None, "constants": constants.tensors(), "k0": k0,
-             "gain": self.loops[0].node(0, t)[0], "streams": streams,
-             "counters": keys.sample_counters(ids, n) if layout.draws else None,
-             "gate": None if gates is None else gates[0], "keep": None if gates is None else gates[1],
-             "hold_draws": None if gates is None else hold_draws(v, bases, call, rows * cols, ids, ts),
-             "adc": _converter(v["readout.range_v"], adc_bits)}
-        y, s_in, clipped, *partials = run(plan, x, compile)
-        dac, adc = self.conversions(partial_sums)
-        return TiledProduct(y, self.grid, ts, n, partial_sums, batch, dac_conversions_per_sample=dac,
-                            adc_conversions_per_sample=adc, adc_clipped=int(clipped), input_scale=s_in,
-                            partials=(partials[0][:, 0] if passes == 1 else partials[0]) if keep_partials else None)
-
-
-def _converter(span: object, bits: int | None) -> tuple[float, float, float]:
-    """(low, high, step) of a converter over `span` (None: no clipping) with 2^bits codes (None: step 0, unused)."""
-    low, high = (0.0, 0.0) if span is None else (float(b) for b in span)  # type: ignore[union-attr]
-    return low, high, C.code_step(low, high, bits) if bits is not None else 0.0
+        if self._alone is None:
+            self._alone = LoadStack([self])
+        return self._alone(t, [key], ids, partial_sums=partial_sums, call=call, passes=passes,
+                           keep_partials=keep_partials, compile=compile)
 
 
 def _stack(loops: list[OpticalLoop]) -> tuple[Constants, torch.Tensor]:

@@ -1,0 +1,142 @@
+"""The seeds of one chip run as one batch (`stack_seeds`): every seed's weight loads stacked.
+
+A compare runs each chip with several seeds: each seed loads every map anew (its programming draws,
+its calibration) and draws its own noise. Run one after another, S seeds cost S times the passes
+of one, and a pass of a few sequences costs mostly per-operation overhead. Stacked, the S runs are
+one batch of S B rows (seed s's rows s B ... (s + 1) B - 1): the digital parts of the model run on
+all of them at once, and each map's tile products run as one product of its S loads
+(`tile_product.LoadStack`), each row through its own seed's load, calibrated by that load's gain and
+offset, its noise keyed by its seed's run key, sequence id and position, as alone. A seed's results
+are its results run alone, to the rounding of a product over more rows (CPU BLAS kernels can change
+with the batch size below 4 rows, so a load's group is padded to the rows a pass of its seed alone
+would have had: `ssm_token.MIN_ROWS`).
+
+What only a run alone can do (`stackable`): simultaneous mode (its frozen prefixes are the batch's),
+noise set by an SNR and the EMA readout (their streams are a run's), analog elementwise functions,
+and compiled tile products (a graph per batch size) run seed by seed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from aocsim.errors import InputError
+from aocsim.execute.device_linear import DeviceLinear
+from aocsim.execute.placement import Placement
+from aocsim.execute.ssm_device import PlacedSSM, install, linear_maps, plain_copy, sequence_ids
+from aocsim.execute.token_keys import TokenKeys
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.tile_product import LoadStack
+from aocsim.nn.implicit_ssm import ImplicitSSM, SSMOutput
+from aocsim.nn.ssm_token import MIN_ROWS
+
+
+def stackable(placement: Placement) -> bool:
+    """Whether a placement's runs can be stacked over seeds (module docstring)."""
+    s = placement
+    return (s.mode == "sequential" and (s.snr_db is None or s.snr_kind == "device") and s.ema_alpha is None
+            and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
+
+
+class StackedLinear(nn.Module):
+    """One map's weight loads for S seeds (`DeviceLinear`s of one chip's program), each on the batch
+    rows of its seed (`TokenKeys.loads`): one tile product per call."""
+
+    def __init__(self, layers: list[DeviceLinear]) -> None:
+        super().__init__()
+        self.layers = layers  # a plain list: their tensors are not this module's parameters
+        first = layers[0]
+        self.in_features, self.out_features, self.tiles = first.in_features, first.out_features, first.tiles
+        self.stack = LoadStack([layer.tiles for layer in layers])
+        self.gain = torch.stack([layer.gain for layer in layers])  # [S, M]
+        self.offset = torch.stack([layer.offset for layer in layers])
+        self.run_keys = [layer.run_key for layer in layers]
+        self.token_keys: TokenKeys | None = None
+
+    def reset(self, generators: list[keys.Key]) -> None:
+        """Each load's noise key for a run (one per seed)."""
+        self.run_keys = list(generators)
+
+    def activity(self):  # every load is the same program on the same tiles
+        return self.layers[0].activity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.token_keys
+        if rows is None or rows.positions is None or rows.loads is None:
+            raise InputError("a StackedLinear runs inside a stacked run only (aocsim/execute/seed_stack.py); "
+                             "expected a call announced by the model's pass_hook")
+        first, count = self.layers[0], len(self.layers)
+        flat = x.reshape(-1, self.in_features)
+        samples = rows.samples(tuple(x.shape[:-1]))
+        load = rows.loads[rows.batch_rows()].repeat_interleave(flat.shape[0] // rows.batch_rows().numel())
+        # Group the rows by load, G per load: as many as a pass of one seed alone has (at least
+        # MIN_ROWS of its batch, as `ssm_token` pads it); empty places are zero inputs, discarded.
+        counts = torch.bincount(load, minlength=count)
+        alone = len(rows.sequences) // count
+        group = max(int(counts.max()), min(MIN_ROWS, alone * flat.shape[0] // rows.batch_rows().numel()))
+        order = torch.argsort(load, stable=True)
+        starts = torch.cumsum(counts, 0) - counts
+        slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
+        t = flat.new_zeros(count * group, first.width)
+        t[slot] = first.wide(flat[order])
+        ids = samples.new_zeros(count * group)
+        ids[slot] = samples[order]
+        out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=rows.visit,
+                         passes=first.averaging)
+        node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])
+        node[order] = (out.y / out.input_scale[:, None])[slot]
+        scale[order] = out.input_scale[slot]
+        y = first.output(node, scale, self.gain[load], self.offset[load])
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class StackedSSM(PlacedSSM):
+    """S seeds' `PlacedSSM`s of one chip as one model (`stack_seeds`); call it with one key per seed."""
+
+    def __init__(self, model: ImplicitSSM, maps: dict[str, StackedLinear]) -> None:
+        super().__init__(model, maps)  # type: ignore[arg-type]
+        self.loads = len(next(iter(maps.values())).layers)
+
+    def reset(self, generator: keys.Seed) -> None:
+        """Every map's S noise keys: seed s's run key folded by the map's index (as `PlacedSSM.reset`)."""
+        for name, layer in self.maps.items():
+            layer.reset([key.fold(self.index[name]) for key in generator])  # type: ignore[union-attr]
+
+    def token_keys(self, sequences: torch.Tensor, length: int) -> TokenKeys:
+        per = len(sequences) // self.loads
+        return TokenKeys(sequences, length, loads=torch.arange(self.loads).repeat_interleave(per))
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, *, generator: list[keys.Key], sequences: torch.Tensor | None = None,
+                 **options) -> list[SSMOutput]:  # type: ignore[override]
+        """Every seed's output for `tokens` [B, L] (its run key in `generator`), as `PlacedSSM.__call__`."""
+        if len(generator) != self.loads:
+            raise InputError(f"generator has {len(generator)} keys; expected one per stacked seed ({self.loads})")
+        tokens = self.model.check_tokens(tokens)
+        ids = sequence_ids(sequences, tokens.shape[0])
+        with self.keyed(generator, ids.repeat(self.loads), tokens.shape[1]) as model:  # type: ignore[arg-type]
+            out = model(tokens.repeat(self.loads, 1), **options)
+        return [_seed_part(out, s, tokens.shape[0]) for s in range(self.loads)]
+
+
+def _seed_part(out: SSMOutput, s: int, batch: int) -> SSMOutput:
+    """Seed s's rows of a stacked output; its trace cut after its own last evaluation (as run alone)."""
+    rows = slice(s * batch, (s + 1) * batch)
+    trace = out.trace
+    if trace is not None:
+        trace = trace[rows]
+        seen = (~torch.isnan(trace)).flatten(0, -2).any(0).nonzero()
+        trace = trace[..., : int(seen.max()) + 1 if seen.numel() else trace.shape[-1]]
+    return SSMOutput(out.logits[rows], out.z[rows], out.iterations[rows], out.residuals[rows], trace)
+
+
+def stack_seeds(model: ImplicitSSM, seeds: list[PlacedSSM]) -> StackedSSM:
+    """The placed seeds of one chip (`place_ssm`, each its own weight load of the chip's programs) as one model."""
+    stacked = plain_copy(model)
+    stacked.active_rows = True
+    maps = {name: StackedLinear([seed.maps[name] for seed in seeds]) for name in linear_maps(stacked)
+            if name in seeds[0].maps}
+    for name, layer in maps.items():
+        install(stacked, name, layer)
+    return StackedSSM(stacked, maps)

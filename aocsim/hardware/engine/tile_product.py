@@ -1,0 +1,154 @@
+"""A tiled product through one weight load or a stack of loads of the same program (`LoadStack`).
+
+`TiledMatrix.__call__` checks its arguments and runs its load as a stack of one. Several loads of one
+chip's program (the weight loads of a compare's seeds, each with its own programming draws, run key
+and calibration) run as one product: the rows come in S groups of G, group s through load s, and
+every tile of every load is one batched call of the step's optical stage (`tile_pass`, `Plan.loads`).
+A row draws what it draws through its own load alone: its tile streams are its load's key folded as
+for one load, its counters its own sample index, so a stack changes no number, only how many kernel
+calls there are. What a chip's loads share (the converters, the emitters' measured cubics, the
+hold's gates, the loop gain) is read from the first load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.emitter_calibration import tile_shapes
+from aocsim.hardware.engine.partial_sums import hold_draws, hold_gates
+from aocsim.hardware.engine.step import Constants, stack_loads
+from aocsim.hardware.engine.tile_pass import Plan, run
+from aocsim.hardware.physics import components as C
+
+
+@dataclass(frozen=True)
+class TiledProduct:
+    """One tiled product and what it cost (ready for an energy model).
+
+    y: [B, M] in W t units. grid: (rows, cols) of tiles; tiles = rows * cols; tile_size, channels.
+    input_scale: s_in [B]. partials: [cols, B, M] node volts before the ADC (keep_partials=True).
+    Conversions count values that carry data: a DAC conversion per real input per tile pass
+    (rows * K per sample), an ADC conversion per real output (M, analog) or per tile output
+    (cols * M, digital); padded channels convert nothing.
+    """
+
+    y: torch.Tensor
+    grid: tuple[int, int]
+    tile_size: int
+    channels: int
+    partial_sums: str
+    batch: int
+    dac_conversions_per_sample: int
+    adc_conversions_per_sample: int
+    adc_clipped: int
+    input_scale: torch.Tensor
+    partials: torch.Tensor | None = None
+
+    @property
+    def tiles(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def dac_conversions(self) -> int:
+        return self.dac_conversions_per_sample * self.batch
+
+    @property
+    def adc_conversions(self) -> int:
+        return self.adc_conversions_per_sample * self.batch
+
+
+def converter(span: object, bits: int | None) -> tuple[float, float, float]:
+    """(low, high, step) of a converter over `span` (None: no clipping) with 2^bits codes (None: step 0, unused)."""
+    low, high = (0.0, 0.0) if span is None else (float(b) for b in span)  # type: ignore[union-attr]
+    return low, high, C.code_step(low, high, bits) if bits is not None else 0.0
+
+
+class LoadStack:
+    """Weight loads (`TiledMatrix`s) of one program on one chip, run as one product (module docstring).
+
+    Every load must hold the same matrix shape on the same tiles, modules and drive: the profile's
+    values, grid, tile size, mount, input range and predistortion (a one-line error otherwise)."""
+
+    def __init__(self, loads: Sequence[Any]) -> None:
+        if not loads:
+            raise InputError("loads = []; expected at least one weight load (TiledMatrix)")
+        first = loads[0]
+        for i, load in enumerate(loads[1:], 1):
+            same = (load.profile.values == first.profile.values, load.weight.shape == first.weight.shape,
+                    load.tile_size == first.tile_size, load.mount == first.mount,
+                    load.input_range == first.input_range, load.predistort == first.predistort,
+                    load.weight.dtype == first.weight.dtype)
+            if not all(same):
+                raise InputError(f"loads[{i}] is not a load of loads[0]'s program (profile, shape, tiles, mount, "
+                                 "input range, predistortion and dtype must agree); expected loads of one chip's map")
+        self.loads = list(loads)
+        self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
+
+    def constants(self, load_keys: Sequence[keys.Key | None], call: int) -> tuple[Constants, torch.Tensor]:
+        """The loads' stacked constants and k0 (one load's as they are; several with a leading [S]), each
+        load's reloaded for this call when time-multiplexed (`TiledMatrix.stacked`)."""
+        first = self.loads[0]
+        if not first.multiplexed and len(self.loads) == 1:
+            return first.stacked()
+        if not first.multiplexed and self._constants is not None:
+            return self._constants
+        each = [load.stacked(key.fold(keys.Stream.RELOAD, call) if load.multiplexed and key is not None else None)
+                for load, key in zip(self.loads, load_keys)]
+        if len(each) == 1:
+            return each[0]
+        stacked = stack_loads([c for c, _ in each]), torch.stack([k0 for _, k0 in each])
+        if not first.multiplexed:
+            self._constants = stacked
+        return stacked
+
+    def __call__(self, t: torch.Tensor, load_keys: Sequence[keys.Key | None], ids: torch.Tensor, *,
+                 partial_sums: str, call: int, passes: int, keep_partials: bool = False,
+                 compile: bool = False) -> TiledProduct:
+        """The product of t [S G, K] (rows s G ... (s + 1) G through load s, drawing from load_keys[s]
+        with stream indices ids [S G]); arguments checked by the caller (`TiledMatrix.__call__`)."""
+        first, s = self.loads[0], len(self.loads)
+        m = first.weight.shape[0]
+        (rows, cols), ts, n = first.grid, first.tile_size, first.channels
+        layout, v = first.loops[0].layout(), first.profile.values
+        at = (t.dtype, t.device)
+        if partial_sums == "analog" and (passes, at) not in first._gates:  # the hold's plan, kept
+            first._gates[passes, at] = hold_gates(v, first.grid, ts, m, first.modules if first.multiplexed else None,
+                                                  passes, *at)
+        gates = first._gates[passes, at] if partial_sums == "analog" else None
+        if first.predistort and (first._shapes is None or first._shapes[0] != at):
+            modules = [first.mount.module(i) for i in range(rows * cols)]
+            first._shapes = (at, tile_shapes(first.profile, n, modules, first.input_range, *at))
+        constants, k0 = self.constants(load_keys, call)
+        bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
+        groups = ids.view(s, -1)
+        streams = counters = draws = None
+        if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
+            flat = keys.fold_range([b for each in bases for b in each], (keys.Stream.TILE_CALL, call), rows * cols,
+                                   t.device)  # [S K, T]
+            streams = flat.view(s, passes, -1).transpose(1, 2)[..., None, None]  # [S, T, K, 1, 1]
+            counters = keys.sample_counters(ids, n).view(s, 1, 1, -1, n)
+            if s == 1:
+                streams, counters = streams[0], counters[0, 0, 0]
+        if gates is not None:
+            each = [hold_draws(v, b, call, rows * cols, g, ts) for b, g in zip(bases, groups)]
+            if each[0] is not None:
+                draws = each[0] if s == 1 else (torch.stack([d[0] for d in each], dim=2),
+                                                torch.stack([d[1] for d in each]))  # [T, K, S, 1, 1], [S, G, ts]
+        clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
+        plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
+                    adc_bits is not None, first.predistort, keep_partials, s)
+        x = {"t": t, "input_range": first.input_range, "dac": converter(clip, dac_bits),
+             "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(), "k0": k0,
+             "gain": first.loops[0].node(0, t)[0], "streams": streams, "counters": counters,
+             "gate": None if gates is None else gates[0], "keep": None if gates is None else gates[1],
+             "hold_draws": draws, "adc": converter(v["readout.range_v"], adc_bits)}
+        y, s_in, clipped, *partials = run(plan, x, compile)
+        dac, adc = first.conversions(partial_sums)
+        return TiledProduct(y, first.grid, ts, n, partial_sums, t.shape[0], dac_conversions_per_sample=dac,
+                            adc_conversions_per_sample=adc, adc_clipped=int(clipped), input_scale=s_in,
+                            partials=(partials[0][:, 0] if passes == 1 else partials[0]) if keep_partials else None)

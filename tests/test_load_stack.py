@@ -1,0 +1,58 @@
+"""Weight loads of one program run as one product (aocsim/hardware/engine/tile_product.py, `LoadStack`):
+each row gets what its own load gives it alone, whatever the other loads and rows of the stack."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.tile_product import LoadStack
+from aocsim.hardware.engine.tiles import TiledMatrix
+from aocsim.hardware.profiles.profile import load_device
+
+F64 = torch.float64
+
+
+def _rand(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("options", [
+    {},  # a 2 x 3 grid with the hold's kT/C on its analog partial sums
+    {"passes": 3, "predistort": True},
+    {"partial_sums": "digital", "mount": Mount(count=2, multiplexed=True)},  # reloaded per call and load
+])
+def test_a_stack_of_loads_gives_each_row_its_own_loads_product(options: dict, dtype: torch.dtype) -> None:
+    options = dict(options)
+    passes, partial_sums = options.pop("passes", 1), options.pop("partial_sums", "analog")
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 70, 130, dtype=dtype)
+    loads = [TiledMatrix(device, weight, generator=keys.as_key(seed), **options) for seed in (11, 12, 13)]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)]
+    t = _rand(1, 3 * 5, 130, dtype=dtype)
+    ids = torch.tensor([4, 0, 9, 2, 7] * 3)  # each group's sample ids (the same sequences for every seed)
+    stacked = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=6, passes=passes)
+    for s, (load, key) in enumerate(zip(loads, run_keys)):
+        rows = slice(5 * s, 5 * (s + 1))
+        alone = load(t[rows], generator=key, samples=ids[rows], call=6, passes=passes, partial_sums=partial_sums)
+        assert torch.equal(stacked.input_scale[rows], alone.input_scale)
+        assert torch.equal(stacked.y[rows], alone.y)  # the same draws, constants and codes
+    assert stacked.batch == 15 and stacked.adc_conversions == 15 * alone.adc_conversions_per_sample
+    other = [TiledMatrix(device, weight, generator=keys.as_key(seed), **options) for seed in (11, 99, 13)]
+    changed = LoadStack(other)(t, run_keys, ids, partial_sums=partial_sums, call=6, passes=passes)
+    alone = other[1](t[5:10], generator=run_keys[1], samples=ids[5:10], call=6, passes=passes,
+                     partial_sums=partial_sums)
+    assert torch.equal(changed.y[:5], stacked.y[:5]) and torch.equal(changed.y[5:10], alone.y)
+
+
+def test_loads_of_other_programs_do_not_stack() -> None:
+    device = load_device("aoc48")
+    a = TiledMatrix(device, _rand(0, 10, 20), generator=1)
+    with pytest.raises(InputError, match=r"loads\[1\] is not a load of loads\[0\]'s program"):
+        LoadStack([a, TiledMatrix(device, _rand(0, 10, 20), generator=2, predistort=True)])
+    with pytest.raises(InputError, match="expected at least one weight load"):
+        LoadStack([])

@@ -1,0 +1,77 @@
+"""The seeds of one chip run as one batch (aocsim/execute/seed_stack.py): every seed gets the results it
+gets run alone (predictions, iterations and statuses identical; values to float32 rounding)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from aocsim.errors import InputError
+from aocsim.execute import hybrid
+from aocsim.execute.placement import Placement
+from aocsim.execute.registry import place
+from aocsim.experiments.compare import compare
+from aocsim.experiments.workloads import default_workload
+from aocsim.io.model_files import load_model
+
+
+@pytest.fixture(scope="module")
+def parity():
+    model = load_model("parity-implicit")
+    return model, default_workload(model, sequences=6, length_factor=1)
+
+
+@pytest.mark.parametrize("sequences", [6, 3])  # 3: fewer rows than a pass alone pads to (ssm_token.MIN_ROWS)
+def test_stacked_seeds_run_as_each_seed_alone(parity, sequences: int) -> None:
+    model, w = parity
+    placed = place(model, "aoc48", Placement(), calibration=w.calibration)
+    tokens, seeds = w.inputs[:sequences, :12], [0, 5, 2]
+    stacked = placed.run_seeds(tokens, seeds)
+    for seed, run in zip(seeds, stacked):
+        alone = placed.run(tokens, seed)
+        assert torch.equal(run.outputs.argmax(-1), alone.outputs.argmax(-1))
+        assert torch.equal(run.solve.iterations, alone.solve.iterations)
+        assert torch.equal(run.solve.status, alone.solve.status)
+        assert (run.outputs - alone.outputs).abs().max() < 1e-4
+        assert run.trace.shape == alone.trace.shape
+        assert torch.equal(run.trace.isnan(), alone.trace.isnan())
+        assert np.array_equal(run.activity.round_trips, alone.activity.round_trips)
+        assert np.array_equal(run.activity.time_s, alone.activity.time_s)
+    assert not torch.equal(stacked[0].solve.iterations, stacked[1].solve.iterations)  # the seeds differ
+
+
+def test_a_compare_gives_the_dataset_of_seed_by_seed_runs(parity, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, w = parity
+    run = {}
+    for stack in (True, False):
+        if not stack:
+            monkeypatch.setattr(hybrid, "stackable", lambda placement: False)
+        run[stack] = compare(model, "aoc48", w.inputs[:, :10], w.targets[:, :10], seeds=(0, 1, 2), chips=(3,),
+                             calibration=w.calibration).sel(path="device")
+    a, b = run[True], run[False]
+    for name in ("prediction", "iterations", "status", "correct", "round_trips", "energy_j"):
+        assert np.array_equal(a[name].values, b[name].values), name
+    assert float(abs(a.residual - b.residual).max()) < 1e-6
+    np.testing.assert_allclose(a.residual_trace.values, b.residual_trace.values, rtol=0, atol=1e-6)
+
+
+def test_what_a_stack_cannot_run_runs_seed_by_seed(parity) -> None:
+    model, w = parity
+    placed = place(model, "aoc48", Placement(ema_alpha=0.5), calibration=w.calibration)  # its readout is a run's
+    tokens = w.inputs[:4, :6]
+    for seed, run in zip([0, 1], placed.run_seeds(tokens, [0, 1])):
+        assert torch.equal(run.outputs, placed.run(tokens, seed).outputs)
+
+
+def test_a_stacked_map_outside_a_stacked_run_is_a_one_line_error(parity) -> None:
+    from aocsim.execute.seed_stack import stack_seeds
+
+    model, w = parity
+    placed = place(model, "aoc48", Placement(on_tiles=("out_proj",)), calibration=w.calibration)
+    stack = stack_seeds(model, [placed._load(0), placed._load(1)])
+    layer = next(iter(stack.maps.values()))
+    with pytest.raises(InputError, match="runs inside a stacked run only"):
+        layer(torch.zeros(2, layer.in_features, dtype=torch.float32))
+    with pytest.raises(InputError, match="expected one per stacked seed"):
+        stack(w.inputs[:2, :4], generator=[0])
