@@ -33,7 +33,8 @@ from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.programming import _frozen, chip_key
-from aocsim.hardware.engine.step import optical
+from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.step import detector_node, detector_outputs, flickered, led_light, optical, output_rows
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.profiles.profile import DeviceProfile
 
@@ -55,12 +56,24 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
     v = profile.values
     low, high = (float(b) for b in v["readout.range_v"])
     total = torch.zeros(LEVELS, n, dtype=torch.float64)
+    outputs = torch.arange(n).repeat(LEVELS)  # row (level, emitter i) reads output i
+    stream = key.fold(1 + int(sign > 0)).tensor()
+    light = led_light(x, c.led, constant=True)  # the same drives every pass: their light once
+    rows = output_rows(c.det_t, c.det_offset, outputs)
     for r in range(REPEATS if layout.draws else 1):  # one pass per level and emitter at a time (memory)
         ids = torch.arange(r * x.shape[0], (r + 1) * x.shape[0], dtype=torch.int64)
-        node = (optical(x, c, gain, layout, key.fold(1 + int(sign > 0)).tensor(), keys.sample_counters(ids, n), k0)
-                if layout.draws else optical(x, c, gain, layout, None, None, k0))
-        reading = C.quantize_range(node, low, high, v["readout.adc_bits"]).reshape(LEVELS, n, n)
-        total += reading.diagonal(dim1=1, dim2=2)  # output i while emitter i is driven
+        if layout.detector_noise:  # `optical`'s detector form, read at the one output each row needs
+            led_draw, det_draw = normal_pair(stream, keys.sample_counters(ids, n), torch.float64)
+            p, q = flickered(*light, c.noise, led_draw, layout)
+            node = detector_node(*detector_outputs(p, q, rows),
+                                 det_draw.gather(1, outputs[:, None])[:, 0], c.noise,
+                                 k0[outputs] + gain * c.node_lam[outputs], c.node_scale[outputs] * gain)
+        else:
+            counters = keys.sample_counters(ids, n) if layout.draws else None
+            node = optical(x, c, gain, layout, stream if layout.draws else None, counters, k0
+                           ).gather(1, outputs[:, None])[:, 0]
+        reading = C.quantize_range(node, low, high, v["readout.adc_bits"])
+        total += reading.reshape(LEVELS, n)  # output i while emitter i is driven
     own = total / (REPEATS if layout.draws else 1)
     powers = torch.stack([levels ** p for p in range(4)], dim=1)  # [LEVELS, 4]
     a = least_squares(powers, own)  # [4, N]: a0, a1, a2, a3

@@ -156,6 +156,40 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
     return var
 
 
+def flickered(p: torch.Tensor, q: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, layout: Layout
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LED light with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
+    if not layout.rin:
+        return p, q
+    flicker = 1.0 + noise[0] * led_draw
+    return p * flicker, q * flicker
+
+
+def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tensor, noise: torch.Tensor,
+                  offset: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """offset + scale (D_P - D_Q + std det_draw): the node from noisy detector signals (offset = base +
+    g node_lam, scale = g node_scale)."""
+    diff = torch.addcmul(d_pos - d_neg, difference_std(d_pos, d_neg, noise), det_draw)
+    return torch.addcmul(offset, diff, scale)
+
+
+def output_rows(det_t: torch.Tensor, det_offset: torch.Tensor, outputs: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The detector operator's rows [R, 2, 2N] and offsets [R, 2] of output outputs[r] of each path, for
+    `detector_outputs`."""
+    cols = torch.stack([outputs, outputs + det_t.shape[0] // 2], dim=1)  # [R, 2]: output j of each path
+    return det_t.T[cols], det_offset[cols]
+
+
+def detector_outputs(p: torch.Tensor, q: torch.Tensor, rows: tuple[torch.Tensor, torch.Tensor]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(D_P, D_Q) [R]: `detector_signals` of rows p, q [R, N], each read at its own output (`output_rows`):
+    a measurement that reads one output per drive computes no other."""
+    operator, offset = rows
+    d = torch.einsum("rck,rk->rc", operator, torch.cat([p, q], dim=-1)) + offset
+    return d[:, 0], d[:, 1]
+
+
 def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
             counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
     """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`.
@@ -170,14 +204,10 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         p, q = led_light(t, c.led, constant=False)
         return affine(base + gain * c.c1, torch.cat([p, q], dim=-1), c.op_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
-    p, q = led_light(t, c.led, constant=True)
-    if layout.rin:  # one intensity fluctuation per LED, seen by both of its paths
-        flicker = 1.0 + c.noise[0] * led_draw
-        p, q = p * flicker, q * flicker
+    p, q = flickered(*led_light(t, c.led, constant=True), c.noise, led_draw, layout)
     if layout.detector_noise:
-        d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
-        diff = torch.addcmul(d_pos - d_neg, difference_std(d_pos, d_neg, c.noise), det_draw)
-        return torch.addcmul(base + gain * c.node_lam, diff, c.node_scale * gain)
+        return detector_node(*detector_signals(p, q, c.det_t, c.det_offset), det_draw, c.noise,
+                             base + gain * c.node_lam, c.node_scale * gain)
     return affine(base + gain * c.c1, torch.cat([p - c.led[..., 0, 3, :], q - c.led[..., 1, 3, :]], dim=-1),
                   c.op_t * gain)
 
