@@ -18,6 +18,8 @@ and compiled tile products (a graph per batch size) run seed by seed.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -68,20 +70,11 @@ class StackedLinear(nn.Module):
                              "expected a call announced by the model's pass_hook")
         first, count = self.layers[0], len(self.layers)
         flat = x.reshape(-1, self.in_features)
-        samples = rows.samples(tuple(x.shape[:-1]))
-        load = rows.loads[rows.batch_rows()].repeat_interleave(flat.shape[0] // rows.batch_rows().numel())
-        # Group the rows by load, G per load: as many as a pass of one seed alone has (at least
-        # MIN_ROWS of its batch, as `ssm_token` pads it); empty places are zero inputs, discarded.
-        counts = torch.bincount(load, minlength=count)
-        alone = len(rows.sequences) // count
-        group = max(int(counts.max()), min(MIN_ROWS, alone * flat.shape[0] // rows.batch_rows().numel()))
-        order = torch.argsort(load, stable=True)
-        starts = torch.cumsum(counts, 0) - counts
-        slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
+        if (flat.shape[0], count) not in rows.shared:  # the pass's other maps group their rows alike
+            rows.shared[flat.shape[0], count] = _grouping(rows, tuple(x.shape[:-1]), count)
+        load, order, slot, group, ids = rows.shared[flat.shape[0], count]
         t = flat.new_zeros(count * group, first.width)
         t[slot] = first.wide(flat[order])
-        ids = samples.new_zeros(count * group)
-        ids[slot] = samples[order]
         out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=rows.visit,
                          passes=first.averaging)
         node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])
@@ -89,6 +82,24 @@ class StackedLinear(nn.Module):
         scale[order] = out.input_scale[slot]
         y = first.output(node, scale, self.gain[load], self.offset[load])
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[Any, ...]:
+    """A pass's rows grouped by load, G per load: as many as a pass of one seed alone has (at least
+    MIN_ROWS of its batch, as `ssm_token` pads it); empty places are zero inputs, discarded. Returns each
+    flat row's load, the order that groups them, each one's place in the groups, G, and the places'
+    stream indices [count G]."""
+    samples, batch = rows.samples(leading), rows.batch_rows()
+    per = samples.shape[0] // batch.numel()  # positions per row
+    load = rows.loads[batch].repeat_interleave(per)
+    counts = torch.bincount(load, minlength=count)
+    group = max(int(counts.max()), min(MIN_ROWS, len(rows.sequences) // count * per))
+    order = torch.argsort(load, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
+    ids = samples.new_zeros(count * group)
+    ids[slot] = samples[order]
+    return load, order, slot, group, ids
 
 
 class StackedSSM(PlacedSSM):

@@ -3,7 +3,8 @@ draws from key.fold(TILE_CALL, v, i) for tile i at counter s L + t (aocsim/execu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -23,9 +24,11 @@ class TokenKeys:
     visit: int = 0
     rows: torch.Tensor | None = None
     loads: torch.Tensor | None = None
+    shared: dict[Any, Any] = field(default_factory=dict, repr=False)  # what the maps of one pass share
 
     def announce(self, positions: torch.Tensor, visit: int, rows: torch.Tensor | None = None) -> None:
         self.positions, self.visit, self.rows = positions, visit, rows
+        self.shared.clear()
 
     def batch_rows(self) -> torch.Tensor:
         """The batch rows of the pass in progress [R] (every row when the pass has them all)."""

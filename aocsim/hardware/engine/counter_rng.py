@@ -51,6 +51,16 @@ def splitmix64(state: torch.Tensor) -> torch.Tensor:
     return z.bitwise_xor_(t)
 
 
+def _polar(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Box-Muller's radius sqrt(-2 log u1) and angle 2 pi u2 of numbers base + offsets of the stream."""
+    bits = splitmix64(base + offsets * _signed(GOLDEN_GAMMA))
+    scale = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    u1 = (bits & _LOW32).add_(1).to(work).mul_(scale)
+    u2 = _shr(bits, 32).add_(1).to(work).mul_(scale)
+    return u1.log_().mul_(-2.0).sqrt_(), u2.mul_(2.0 * torch.pi)
+
+
 def normal_pair(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Two independent standard-normal tensors shaped like `offsets`: numbers base + offsets of the stream.
 
@@ -58,12 +68,12 @@ def normal_pair(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -
     do not try to reason about the wrapping 64-bit products symbolically. `base` broadcasts with it
     (a key per tile and pass). The arithmetic after the first sum runs in place on its temporaries.
     """
-    bits = splitmix64(base + offsets * _signed(GOLDEN_GAMMA))
-    scale = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    u1 = (bits & _LOW32).add_(1).to(work).mul_(scale)
-    u2 = _shr(bits, 32).add_(1).to(work).mul_(scale)
-    radius = u1.log_().mul_(-2.0).sqrt_()  # sqrt(-2 log u1)
-    angle = u2.mul_(2.0 * torch.pi)
+    radius, angle = _polar(base, offsets, dtype)
     first = torch.cos(angle).mul_(radius)
     return first.to(dtype), angle.sin_().mul_(radius).to(dtype)
+
+
+def normal(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The first of `normal_pair` alone (its cosine half), for a stream that uses no second."""
+    radius, angle = _polar(base, offsets, dtype)
+    return torch.cos(angle).mul_(radius).to(dtype)

@@ -26,7 +26,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.counter_rng import normal
 from aocsim.hardware.engine.machine import wave_time_s, waves
 from aocsim.hardware.physics.hold import Hold
 
@@ -107,7 +107,7 @@ def held_sum(partials: torch.Tensor, gate: torch.Tensor, keep: torch.Tensor,
     noise = None
     if draws is not None:  # each pass samples its own kT/C even where the optics drew nothing
         partials = partials.expand(cols, passes, *partials.shape[2:])
-        noise = normal_pair(*draws, partials.dtype)[0].reshape(rows, cols, passes, -1, tile_size).permute(
+        noise = normal(*draws, partials.dtype).reshape(rows, cols, passes, -1, tile_size).permute(
             1, 2, 3, 0, 4).reshape(cols, passes, -1, rows * tile_size)[..., :m]  # [cols, K, B, M] like the partials
     total = torch.zeros_like(partials[0])
     for c in range(cols):

@@ -125,7 +125,6 @@ class LoadStack:
             first._shapes = (at, tile_shapes(first.profile, n, modules, first.input_range, *at))
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
-        groups = ids.view(s, -1)
         streams = counters = draws = None
         if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
             flat = keys.fold_range([b for each in bases for b in each], (keys.Stream.TILE_CALL, call), rows * cols,
@@ -134,11 +133,11 @@ class LoadStack:
             counters = keys.sample_counters(ids, n).view(s, 1, 1, -1, n)
             if s == 1:
                 streams, counters = streams[0], counters[0, 0, 0]
-        if gates is not None:
-            each = [hold_draws(v, b, call, rows * cols, g, ts) for b, g in zip(bases, groups)]
-            if each[0] is not None:
-                draws = each[0] if s == 1 else (torch.stack([d[0] for d in each], dim=2),
-                                                torch.stack([d[1] for d in each]))  # [T, K, S, 1, 1], [S, G, ts]
+        if gates is not None:  # the loads' kT/C streams, pass by pass ([T, K S, 1, 1]), and counters [S G, ts]
+            mixed = None if bases[0] is None else [b[k] for k in range(passes) for b in bases]
+            draws = hold_draws(v, mixed, call, rows * cols, ids, ts)
+            if draws is not None and s > 1:
+                draws = draws[0].view(rows * cols, passes, s, 1, 1), draws[1].view(s, -1, ts)
         clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
         plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
                     adc_bits is not None, first.predistort, keep_partials, s)
