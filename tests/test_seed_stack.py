@@ -75,3 +75,25 @@ def test_a_stacked_map_outside_a_stacked_run_is_a_one_line_error(parity) -> None
         layer(torch.zeros(2, layer.in_features, dtype=torch.float32))
     with pytest.raises(InputError, match="expected one per stacked seed"):
         stack(w.inputs[:2, :4], generator=[0])
+
+
+def test_the_compare_bench_counts_each_seeds_tokens() -> None:
+    from aocsim.experiments.bench import CompareBenchRow, format_compare_bench
+
+    row = CompareBenchRow("parity-implicit", 1000, exact_s=0.5, device_s=6.0, seeds=3)
+    assert row.ratio == pytest.approx(4.0)  # 3 x 1000 tokens in 6 s against 1000 in 0.5 s
+    line = format_compare_bench([row]).splitlines()[1].split()
+    assert line[-4:] == ["1000", "2000", "500", "4.0x"]
+
+
+def test_a_kind_that_stacks_seeds_keeps_each_chip_in_one_part() -> None:
+    from aocsim.experiments.compare import _parts
+
+    # 3 chips on 2 workers: seed by seed the last chip's seeds are split to keep both cores busy; stacked,
+    # a split would change the batches (and so the rounding) with the number of workers
+    assert _parts(3, 3, 2) == [(0, slice(0, 3)), (1, slice(0, 3)), (2, slice(0, 2)), (2, slice(2, 3))]
+    assert _parts(3, 3, 2, split=False) == [(c, slice(0, 3)) for c in range(3)]
+    kind = hybrid.HybridSSM.kind
+    assert hybrid.HybridSSM.stacks(Placement().resolved(kind))
+    assert not hybrid.HybridSSM.stacks(Placement(mode="simultaneous").resolved(kind))
+    assert not hybrid.HybridSSM.stacks(Placement(snr_db=20.0).resolved(kind))

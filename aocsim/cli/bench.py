@@ -72,10 +72,12 @@ def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
 @click.option("--device", default="aoc48", show_default=True, help="Device profile.")
 @click.option("--compiled/--no-compiled", default=False, show_default=True,
               help="Also time each case with its tile products compiled (placement compile; needs a C++ compiler).")
+@click.option("--seeds", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Seeds of the one chip (run as one batch: docs/DEVICE_RUNS.md); the device's tokens count each seed's.")
 @friendly
-def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled: bool) -> None:
+def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled: bool, seeds: int) -> None:
     """Tokens per second of parity-implicit and a5-implicit (plain, and at the placement docs/DEVICE_RUNS.md
-    recommends) on their exact paths and in `aocsim compare` (one chip, one seed, sequential mode),
+    recommends) on their exact paths and in `aocsim compare` (one chip, `--seeds` seeds, sequential mode),
     timed in this run on one torch thread."""
     import torch
 
@@ -84,9 +86,10 @@ def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rows = bench_compare(device=device, sequences=sequences, length_factor=length_factor, compiled=compiled)
+        rows = bench_compare(device=device, sequences=sequences, length_factor=length_factor, compiled=compiled,
+                             seeds=seeds)
     finally:
         torch.set_num_threads(before)
-    click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, one chip and one seed, "
-               "sequential mode, 1 torch thread")
+    click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, one chip and "
+               f"{'one seed' if seeds == 1 else f'{seeds} seeds'}, sequential mode, 1 torch thread")
     click.echo(format_compare_bench(rows))

@@ -199,10 +199,15 @@ class HybridSSM:
                      extras_key=key.fold(keys.Stream.SNR), **self._options(inputs))
         return self._result(readout(out, placed.model, self.parts), placed)
 
+    @staticmethod
+    def stacks(placement: Placement) -> bool:
+        """Whether `run_seeds` runs a chip's seeds as one batch (`seed_stack.stackable`)."""
+        return stackable(placement)
+
     def run_seeds(self, inputs: torch.Tensor, seeds: list[int], *, samples: Any = None) -> list[Run]:
         """`run` for every seed: their weight loads stacked into one batch (aocsim/execute/seed_stack.py;
         the same results to the rounding of a larger batch) where the placement allows, else one by one."""
-        if len(seeds) < 2 or not stackable(self.placement):
+        if len(seeds) < 2 or not self.stacks(self.placement):
             return [self.run(inputs, seed, samples=samples) for seed in seeds]
         stack = stack_seeds(self.model, [self._load(seed) for seed in seeds])
         outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for seed in seeds], sequences=samples,

@@ -165,18 +165,21 @@ class CompareBenchRow:
     case: str
     tokens: int
     exact_s: float  # the model's own sequential prediction (`ImplicitSSM.predict`, its default tolerance)
-    device_s: float  # `compare` on one chip and one seed: placement, exact reference and device run
+    device_s: float  # `compare` on one chip and `seeds` seeds: placement, exact reference and device runs
     warmup_s: float | None = None  # compiled rows: the short run before, which compiled the tile products
+    seeds: int = 1
 
     @property
     def ratio(self) -> float:
-        return self.device_s / self.exact_s
+        """The device's time per token over the exact path's (each seed's tokens counted)."""
+        return self.device_s / (self.seeds * self.exact_s)
 
 
 def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASES, *, device: str = "aoc48",
-                  sequences: int = 256, length_factor: int = 4, compiled: bool = False) -> list[CompareBenchRow]:
-    """Each case's exact path and its `compare` on `device` (one chip, one seed, sequential mode) on the
-    same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process.
+                  sequences: int = 256, length_factor: int = 4, compiled: bool = False, seeds: int = 1
+                  ) -> list[CompareBenchRow]:
+    """Each case's exact path and its `compare` on `device` (one chip, `seeds` seeds, sequential mode) on
+    the same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process.
 
     With `compiled`, each case also runs with the placement's compile switch on (the tile products
     compiled, `aocsim.hardware.engine.tile_pass`) in a row of its own: first a two-token compare (it
@@ -203,16 +206,17 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
             warmup = time.perf_counter() - start
         for case, options in runs.items():
             start = time.perf_counter()
-            compare(model, device, w.inputs, w.targets, placement=options, calibration=w.calibration)
+            compare(model, device, w.inputs, w.targets, placement=options, calibration=w.calibration,
+                    seeds=tuple(range(seeds)))
             rows.append(CompareBenchRow(case, w.inputs.numel(), exact, time.perf_counter() - start,
-                                        warmup if options is not placement else None))
+                                        warmup if options is not placement else None, seeds))
     return rows
 
 
 def format_compare_bench(rows: list[CompareBenchRow]) -> str:
     width = max([36] + [len(r.case) for r in rows])
     lines = [f"{'model':{width}s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
-    lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.tokens / r.device_s:15.0f} "
+    lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.seeds * r.tokens / r.device_s:15.0f} "
               f"{r.ratio:14.1f}x" + (f"  (compiled in a {r.warmup_s:.0f} s run before)" if r.warmup_s else "")
               for r in rows]
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from aocsim.experiments.results import ACTIVITY, comparison_dataset, is_regressi
 from aocsim.hardware.physics.energy import Activity, energy_j
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.io.model_files import load_model
-from aocsim.parallel import run_parts, split_rows
+from aocsim.parallel import Workers, run_parts, split_rows
 from aocsim.progress import bar
 
 
@@ -63,7 +63,8 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
         chips: values of `variation.chip_seed` (one placement each).
         calibration: inputs whose exact-path values the placement fits and calibrates on (default: the
             model's task's, aocsim.experiments.workloads).
-        workers: cores for the device runs (`aocsim.parallel.run_parts`); the results do not depend on it.
+        workers: cores for the device runs (`aocsim.parallel.run_parts`); the results do not depend on it (a
+            kind that runs a chip's seeds as one batch, an SSM in sequential mode, uses a core per chip).
         progress: a progress bar over the runs.
 
     Returns:
@@ -87,15 +88,20 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
     x, y = placed.cls.check_inputs(m, inputs, targets)
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     workers = integer(workers, "workers", minimum=1)
-    prepared = placed.cls.prepare(m, default_calibration(m) if calibration is None else calibration, placed.placement)
-    exact = placed.cls.exact(m, x, placed.placement)
+    stacked = bool(getattr(placed.cls, "stacks", lambda _: False)(placed.placement))  # a chip's seeds as one batch
+    where = _parts(len(chip_ids), len(seed_ids), workers, split=not stacked)
+    # the spawned workers start now, so that their start-up overlaps the preparation and the exact path
+    with Workers(min(workers, len(where)), warm=_warm) as pool:
+        prepared = placed.cls.prepare(m, default_calibration(m) if calibration is None else calibration,
+                                      placed.placement)
+        exact = placed.cls.exact(m, x, placed.placement)
+        parts = [(placed.cls, m, resolve_profile(base, chip_ids[ci]), placed.placement, prepared, x, exact.z,
+                  [seed_ids[i] for i in range(s.start, s.stop)], y) for ci, s in where]
+        runs = list(bar(run_parts(chip_runs, parts, pool), desc="compare chip x seed", total=len(parts),
+                        enabled=progress))
     shape = (len(chip_ids), len(seed_ids), *x.shape[:len(placed.cls.dims)])
     device: dict[str, np.ndarray] = {}
     traces: dict[tuple[int, int], np.ndarray] = {}
-    parts = [(placed.cls, m, resolve_profile(base, chip_ids[ci]), placed.placement, prepared, x, exact.z,
-              [seed_ids[i] for i in range(s.start, s.stop)], y) for ci, s in _parts(len(chip_ids), len(seed_ids), workers)]
-    where = list(_parts(len(chip_ids), len(seed_ids), workers))
-    runs = bar(run_parts(chip_runs, parts, workers), desc="compare chip x seed", total=len(parts), enabled=progress)
     program_error = 0.0  # the worst chip's tile programs (models on tiles)
     for i, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
         ci, s = where[i]
@@ -118,12 +124,19 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
     return ds
 
 
-def _parts(chips: int, seeds: int, workers: int) -> list[tuple[int, slice]]:
+def _warm() -> None:
+    """A spawned worker's imports, done while the caller prepares (`aocsim.parallel.Workers`)."""
+    import aocsim.execute.registry  # noqa: F401 - the placed-model classes and their engine
+
+
+def _parts(chips: int, seeds: int, workers: int, split: bool = True) -> list[tuple[int, slice]]:
     """The runs shared out as (chip, seeds), longest first: a part per chip while the chips fill whole
     rounds of the workers (each chip placed once: a placement fits its tile programs and measures its
     emitters, seconds to a minute), then the chips left over split into pieces of their seeds, so
-    that the last round keeps every core busy (a split chip is placed once per piece)."""
-    whole = chips - chips % workers if workers > 1 else chips
+    that the last round keeps every core busy (a split chip is placed once per piece). Without
+    `split` (a kind that runs a chip's seeds as one batch, whose rounding follows the batch) a part
+    per chip, so that the Dataset does not depend on the workers."""
+    whole = chips - chips % workers if workers > 1 and split else chips
     rest = chips - whole
     pieces = 1 if rest == 0 else min(seeds, -(-workers // rest))
     return ([(ci, slice(0, seeds)) for ci in range(whole)]
