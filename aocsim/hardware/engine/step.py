@@ -112,7 +112,13 @@ def nonlinearity(z: torch.Tensor, sigmoid: tuple[torch.Tensor, ...], tanh: bool)
 def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """bias + x w: x [B, K] and w [K, M] for one weight load (addmm, the loop's fast path), or a stack of
     them, x [..., B, K] and w [..., K, M] with broadcasting leading dims (tiles, passes)."""
-    return torch.addmm(bias, x, w) if x.ndim == 2 else torch.matmul(x, w) + bias
+    if x.ndim == 2:
+        return torch.addmm(bias, x, w)
+    if w.ndim == x.ndim and w.shape[-3] == 1 and x.shape[-3] > 1:  # passes of one load: their rows in one
+        lead = x.shape[:-2]  # product (broadcast, matmul would copy the load's matrix for every pass)
+        y = torch.matmul(x.reshape(*lead[:-1], lead[-1] * x.shape[-2], x.shape[-1]), w.squeeze(-3))
+        return y.view(*lead, x.shape[-2], y.shape[-1]) + bias
+    return torch.matmul(x, w) + bias
 
 
 def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
