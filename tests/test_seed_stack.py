@@ -97,3 +97,20 @@ def test_a_kind_that_stacks_seeds_keeps_each_chip_in_one_part() -> None:
     assert hybrid.HybridSSM.stacks(Placement().resolved(kind))
     assert not hybrid.HybridSSM.stacks(Placement(mode="simultaneous").resolved(kind))
     assert not hybrid.HybridSSM.stacks(Placement(snr_db=20.0).resolved(kind))
+
+
+def test_several_models_compared_on_shared_workers_give_their_own_datasets(parity) -> None:
+    import xarray as xr
+
+    from aocsim.experiments.compare import compare_all
+
+    model, w = parity
+    digits = load_model("digits-deq48")
+    d = default_workload(digits, samples=12)
+    jobs = [dict(model=digits, device="aoc48", inputs=d.inputs, targets=d.targets, seeds=(0, 1),
+                 calibration=d.calibration),
+            dict(model=model, device="aoc48", inputs=w.inputs[:4, :8], targets=w.targets[:4, :8], seeds=(0, 1),
+                 calibration=w.calibration)]
+    together = compare_all(jobs, workers=2)
+    for job, ds in zip(jobs, together):
+        xr.testing.assert_identical(ds, compare(**job))

@@ -176,17 +176,17 @@ def _placements(loaded: dict[str, Any], profile: Any, given: Any, workload_optio
 
 def run_compares(loaded: dict[str, Any], profile: Any, placements: dict[str, Any], seeds: int, chips: int,
                  sequences: int, length_factor: int) -> dict[str, Any]:
-    from aocsim.experiments.compare import compare
+    from aocsim.experiments.compare import compare_all
     from aocsim.experiments.workloads import default_workload
 
-    results = {}
+    jobs = []
+    for name, model in loaded.items():
+        w = default_workload(model, sequences=sequences, length_factor=length_factor)
+        jobs.append(dict(model=model, device=profile, inputs=w.inputs, targets=w.targets, placement=placements[name],
+                         seeds=tuple(range(seeds)), chips=tuple(range(chips)), calibration=w.calibration))
     with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
-        for name, model in loaded.items():  # one process per core: the solves are many small operations
-            w = default_workload(model, sequences=sequences, length_factor=length_factor)
-            results[name] = compare(model, profile, w.inputs, w.targets, placement=placements[name],
-                                    seeds=tuple(range(seeds)), chips=tuple(range(chips)), calibration=w.calibration,
-                                    workers=threads, progress=True)
-    return results
+        # one process per core (the solves are many small operations), the models' runs on them at once
+        return dict(zip(loaded, compare_all(jobs, workers=threads, progress=True)))
 
 
 def _print_compare(s: dict[str, Any]) -> None:

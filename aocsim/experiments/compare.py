@@ -11,6 +11,8 @@ seed. Each run's `Activity` is what the machine did; it is priced here, once (ao
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -80,31 +82,87 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
         >>> ds = compare("digits-deq48", "aoc48", w.inputs, w.targets, seeds=(0, 1))
         >>> float(ds.agreement.mean())
     """
-    from aocsim.experiments.workloads import default_calibration
+    return compare_all([dict(model=model, device=device, inputs=inputs, targets=targets, placement=placement,
+                             seeds=seeds, chips=chips, calibration=calibration)], workers=workers, progress=progress)[0]
 
+
+@dataclass
+class _Plan:
+    """One model's compare up to its device runs: what `compare` resolved and computed, and its parts."""
+
+    placed: Any
+    model: Any
+    base: DeviceProfile
+    inputs: torch.Tensor
+    targets: torch.Tensor | None
+    seeds: list[int]
+    chips: list[int]
+    where: list[tuple[int, slice]]
+    calibration: Any
+    exact: Any = None
+    prepared: Any = None
+
+    def predictions(self, k: int) -> int:
+        """Part k's predictions (seeds x samples x positions): its rough cost, to hand the longest out first."""
+        s = self.where[k][1]
+        return (s.stop - s.start) * math.prod(self.inputs.shape[:len(self.placed.cls.dims)])
+
+    def parts(self) -> list[tuple[Any, ...]]:
+        """`chip_runs`'s arguments for every part."""
+        p = self.placed
+        return [(p.cls, self.model, resolve_profile(self.base, self.chips[ci]), p.placement, self.prepared,
+                 self.inputs, self.exact.z, [self.seeds[i] for i in range(s.start, s.stop)], self.targets)
+                for ci, s in self.where]
+
+
+def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets: torch.Tensor | None = None, *,
+          placement: Any = None, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,), calibration: Any = None,
+          workers: int = 1) -> _Plan:
+    """A compare's arguments checked and its parts chosen (one-line errors before any work)."""
     m = _model(model)
     base = resolve_profile(device)
     placed = resolve(m, base, placement)
     x, y = placed.cls.check_inputs(m, inputs, targets)
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
-    workers = integer(workers, "workers", minimum=1)
     stacked = bool(getattr(placed.cls, "stacks", lambda _: False)(placed.placement))  # a chip's seeds as one batch
-    where = _parts(len(chip_ids), len(seed_ids), workers, split=not stacked)
-    # the spawned workers start now, so that their start-up overlaps the preparation and the exact path
-    with Workers(min(workers, len(where)), warm=_warm) as pool:
-        prepared = placed.cls.prepare(m, default_calibration(m) if calibration is None else calibration,
-                                      placed.placement)
-        exact = placed.cls.exact(m, x, placed.placement)
-        parts = [(placed.cls, m, resolve_profile(base, chip_ids[ci]), placed.placement, prepared, x, exact.z,
-                  [seed_ids[i] for i in range(s.start, s.stop)], y) for ci, s in where]
-        runs = list(bar(run_parts(chip_runs, parts, pool), desc="compare chip x seed", total=len(parts),
-                        enabled=progress))
-    shape = (len(chip_ids), len(seed_ids), *x.shape[:len(placed.cls.dims)])
+    return _Plan(placed, m, base, x, y, seed_ids, chip_ids,
+                 _parts(len(chip_ids), len(seed_ids), workers, split=not stacked), calibration)
+
+
+def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int = 1, progress: bool = False) -> list[xr.Dataset]:
+    """`compare` for several models (`jobs`: each one's keyword arguments), their runs shared out on
+    the same `workers` cores at once, longest first (so that one model's last parts run beside
+    another's instead of leaving cores idle); each Dataset is what `compare` alone gives."""
+    from aocsim.experiments.workloads import default_calibration
+
+    workers = integer(workers, "workers", minimum=1)
+    plans = [_plan(**job, workers=workers) for job in jobs]
+    # the spawned workers start now, so that their start-up overlaps the preparation and the exact paths
+    with Workers(min(workers, sum(len(p.where) for p in plans)), warm=_warm) as pool:
+        for plan in plans:
+            m, placed = plan.model, plan.placed
+            plan.prepared = placed.cls.prepare(m, default_calibration(m) if plan.calibration is None
+                                               else plan.calibration, placed.placement)
+            plan.exact = placed.cls.exact(m, plan.inputs, placed.placement)
+        every = [(j, k, part) for j, plan in enumerate(plans) for k, part in enumerate(plan.parts())]
+        every.sort(key=lambda e: -plans[e[0]].predictions(e[1]))  # stable: each plan's own order kept
+        runs: list[dict[int, list[dict[str, Any]]]] = [{} for _ in plans]
+        done = run_parts(chip_runs, [part for _, _, part in every], pool)
+        for i, per_seed in bar(done, desc="compare chip x seed", total=len(every), enabled=progress):
+            j, k, _ = every[i]
+            runs[j][k] = per_seed
+    return [_dataset(plan, runs[j]) for j, plan in enumerate(plans)]
+
+
+def _dataset(plan: _Plan, runs: dict[int, list[dict[str, Any]]]) -> xr.Dataset:
+    """A compare's Dataset from its parts' runs (`chip_runs`, by part)."""
+    placed, x = plan.placed, plan.inputs
+    shape = (len(plan.chips), len(plan.seeds), *x.shape[:len(placed.cls.dims)])
     device: dict[str, np.ndarray] = {}
     traces: dict[tuple[int, int], np.ndarray] = {}
     program_error = 0.0  # the worst chip's tile programs (models on tiles)
-    for i, per_seed in runs:  # in order of completion: each run is keyed by its chip and seed alone
-        ci, s = where[i]
+    for i, per_seed in runs.items():  # each run is keyed by its chip and seed alone
+        ci, s = plan.where[i]
         for si, run in zip(range(s.start, s.stop), per_seed):
             program_error = max(program_error, run.pop("program_error"))
             trace = run.pop("trace")
@@ -114,8 +172,9 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
                 device.setdefault(name, np.zeros(shape, dtype=values.dtype))[ci, si] = values
     lit, modules = int(device.pop("channels").max()), int(device.pop("modules").max())
     activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None, modules=modules)
-    device["energy_j"] = np.asarray(energy_j(base, activity)["total"])
-    ds = comparison_dataset(placed, m, base, exact, device, activity, traces, y, seed_ids, chip_ids)
+    device["energy_j"] = np.asarray(energy_j(plan.base, activity)["total"])
+    ds = comparison_dataset(placed, plan.model, plan.base, plan.exact, device, activity, traces, plan.targets,
+                            plan.seeds, plan.chips)
     if hasattr(placed.cls, "program_error"):
         from aocsim.experiments.trust import trust_attributes
 
