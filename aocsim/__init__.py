@@ -7,6 +7,7 @@ Public entry points:
     OpticalLoop, loop_step  one iteration of the virtual AOC
     DEQ, DEQConfig          deep equilibrium cells (aocsim.nn)
     compare, sweep          a model on a virtual AOC next to its exact path; sweeps of them (docs/SWEEPS.md)
+    compare_all             several models' compares on the same cores at once
 
 The torch-based names are imported on first use (module `__getattr__`), so
 that `import aocsim` and `aocsim --help` do not pay torch's start-up time.
@@ -27,6 +28,7 @@ _LAZY = {
     "OpticalLoop": "aocsim.hardware.engine.loop", "loop_step": "aocsim.hardware.engine.loop",
     "DeviceProfile": "aocsim.hardware.profiles.profile", "load_device": "aocsim.hardware.profiles.profile",
     "load_model": "aocsim.io.model_files", "compare": "aocsim.experiments.compare",
+    "compare_all": "aocsim.experiments.compare",
     "sweep": "aocsim.experiments.sweep",
     "DEQ": "aocsim.nn.deq", "DEQConfig": "aocsim.nn.deq",
     **{name: "aocsim.solve" for name in ("Anderson", "Implicit", "Phantom", "Picard", "SolveResult",
@@ -37,7 +39,7 @@ __all__ = [
     "__version__", "AocsimError", "Anderson", "DEQ", "DEQConfig", "DeviceProfile", "Implicit", "InputError",
     "OpticalLoop", "load_device", "loop_step",
     "ModelFileError", "Phantom", "Picard", "SolveResult", "SolveStatus", "UnknownNameError",
-    "Unrolled", "compare", "equilibrium", "load_model", "solve", "sweep",
+    "Unrolled", "compare", "compare_all", "equilibrium", "load_model", "solve", "sweep",
 ]
 
 

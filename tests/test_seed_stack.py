@@ -22,8 +22,13 @@ def parity():
     return model, default_workload(model, sequences=6, length_factor=1)
 
 
+@pytest.mark.parametrize("overhead", [10 ** 9, 0])  # every call stacked; every padded call one load at a time
 @pytest.mark.parametrize("sequences", [6, 3])  # 3: fewer rows than a pass alone pads to (ssm_token.MIN_ROWS)
-def test_stacked_seeds_run_as_each_seed_alone(parity, sequences: int) -> None:
+def test_stacked_seeds_run_as_each_seed_alone(parity, sequences: int, overhead: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim.execute import seed_stack
+
+    monkeypatch.setattr(seed_stack, "OVERHEAD", overhead)
     model, w = parity
     placed = place(model, "aoc48", Placement(), calibration=w.calibration)
     tokens, seeds = w.inputs[:sequences, :12], [0, 5, 2]

@@ -33,6 +33,12 @@ from aocsim.hardware.engine.tile_product import LoadStack
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMOutput
 from aocsim.nn.ssm_token import MIN_ROWS
 
+# What one tile product's calls cost beyond its arithmetic, in rows x tiles x passes of it (about 0.7 ms
+# against 1.2 us per row, tile and pass, eager on one CPU core): a stack whose padding would cost more
+# than the calls it saves runs its loads one by one (a5-implicit at the recommended placement: 16
+# passes of 14 tiles, so that a few rows of padding outweigh a call).
+OVERHEAD = 600
+
 
 def stackable(placement: Placement) -> bool:
     """Whether a placement's runs can be stacked over seeds (module docstring)."""
@@ -60,6 +66,25 @@ class StackedLinear(nn.Module):
         """Each load's noise key for a run (one per seed)."""
         self.run_keys = list(generators)
 
+    def _one_by_one(self, x: torch.Tensor, flat: torch.Tensor, load: torch.Tensor, counts: torch.Tensor
+                    ) -> torch.Tensor:
+        """The call as each seed's map alone computes it: a product per load on its rows (padded with zero
+        inputs to the rows a pass of its seed alone has), calibrated by that load."""
+        rows = self.token_keys
+        samples = rows.samples(tuple(x.shape[:-1]))
+        least = min(MIN_ROWS, len(rows.sequences) // len(self.layers) * (samples.shape[0] // rows.batch_rows().numel()))
+        y = flat.new_empty(flat.shape[0], self.out_features)
+        for s, layer in enumerate(self.layers):
+            if int(counts[s]) == 0:
+                continue
+            mine = (load == s).nonzero().squeeze(1)
+            pad = max(least - mine.numel(), 0)
+            t = torch.cat([flat[mine], flat.new_zeros(pad, flat.shape[1])])
+            ids = torch.cat([samples[mine], samples.new_zeros(pad)])
+            node, scale = layer._nodes(t, self.run_keys[s], rows.visit, ids, layer.averaging)
+            y[mine] = layer.output(node[:mine.numel()], scale[:mine.numel()], layer.gain, layer.offset)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
     def activity(self):  # every load is the same program on the same tiles
         return self.layers[0].activity()
 
@@ -72,7 +97,10 @@ class StackedLinear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if (flat.shape[0], count) not in rows.shared:  # the pass's other maps group their rows alike
             rows.shared[flat.shape[0], count] = _grouping(rows, tuple(x.shape[:-1]), count)
-        load, order, slot, group, ids = rows.shared[flat.shape[0], count]
+        load, order, slot, group, ids, counts = rows.shared[flat.shape[0], count]
+        tiles = first.tiles.grid[0] * first.tiles.grid[1] * first.averaging
+        if (count * group - flat.shape[0]) * tiles > (count - 1) * OVERHEAD:  # padding costs more than calls
+            return self._one_by_one(x, flat, load, counts)
         t = flat.new_zeros(count * group, first.width)
         t[slot] = first.wide(flat[order])
         out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=rows.visit,
@@ -87,8 +115,8 @@ class StackedLinear(nn.Module):
 def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[Any, ...]:
     """A pass's rows grouped by load, G per load: as many as a pass of one seed alone has (at least
     MIN_ROWS of its batch, as `ssm_token` pads it); empty places are zero inputs, discarded. Returns each
-    flat row's load, the order that groups them, each one's place in the groups, G, and the places'
-    stream indices [count G]."""
+    flat row's load, the order that groups them, each one's place in the groups, G, the places'
+    stream indices [count G] and the rows per load."""
     samples, batch = rows.samples(leading), rows.batch_rows()
     per = samples.shape[0] // batch.numel()  # positions per row
     load = rows.loads[batch].repeat_interleave(per)
@@ -99,7 +127,7 @@ def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[An
     slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
     ids = samples.new_zeros(count * group)
     ids[slot] = samples[order]
-    return load, order, slot, group, ids
+    return load, order, slot, group, ids, counts
 
 
 class StackedSSM(PlacedSSM):
