@@ -119,3 +119,33 @@ def test_several_models_compared_on_shared_workers_give_their_own_datasets(parit
     together = compare_all(jobs, workers=2)
     for job, ds in zip(jobs, together):
         xr.testing.assert_identical(ds, compare(**job))
+
+
+@pytest.mark.parametrize("overhead", [10 ** 9, 0])
+def test_a_load_with_one_row_in_a_pass_gets_the_bits_of_its_seeds_padded_pass(parity, overhead: int,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 1's pass alone has 4 rows (ssm_token pads it with stopped rows; CPU BLAS rounds products of fewer
+    rows differently); stacked with loads that have no rows in the pass, its one row gets the same bits.
+    (The ADC's codes off: they hide a product's rounding, except where it flips a code.)"""
+    from aocsim.execute import seed_stack
+    from aocsim.execute.token_keys import TokenKeys
+    from aocsim.hardware.engine import keys
+    from aocsim.hardware.profiles.profile import load_device
+
+    monkeypatch.setattr(seed_stack, "OVERHEAD", overhead)
+    model, w = parity
+    placed = place(model, load_device("aoc48", {"readout.adc_bits": None}), Placement(), calibration=w.calibration)
+    seeds = [placed._load(s) for s in (0, 1, 2)]
+    stack = seed_stack.stack_seeds(model, seeds)
+    name, batch = "blocks.0.in_proj", 6
+    run_keys = [keys.as_key(s) for s in (7, 8, 9)]
+    layer, alone = stack.maps[name], seeds[1].maps[name]
+    x = torch.randn(4, layer.in_features, generator=torch.Generator().manual_seed(0)).to(torch.float32)
+    layer.reset(run_keys)
+    layer.token_keys = stack.token_keys(torch.arange(batch).repeat(3), 8)
+    layer.token_keys.announce(torch.tensor([2]), 3, torch.tensor([batch + 4]))  # seed 1's sequence 4 alone
+    stacked = layer(x[2:3])
+    alone.reset(run_keys[1])
+    alone.token_keys = TokenKeys(torch.arange(batch), 8)
+    alone.token_keys.announce(torch.tensor([2]), 3, torch.tensor([0, 1, 4, 5]))  # padded with stopped rows
+    assert torch.equal(stacked[0], alone(x)[2])
