@@ -54,6 +54,9 @@ class PlacedModel(Protocol):
 
     def run(self, inputs: torch.Tensor, seed: int) -> Run: ...
 
+    # Optional: `stacks(placement) -> bool` and `run_seeds(inputs, seeds) -> list[Run]`, a chip's seeds run
+    # as one batch (`HybridSSM`); `compare` then keeps each chip's seeds in one part.
+
 
 # The placement classes, asked in order whether they take a model on a profile (`fits`).
 PLACEMENTS: tuple[type, ...] = (NativeDEQ, TiledDEQ, HybridSSM, TwinPlaced)
