@@ -66,16 +66,16 @@ class Workers:
                                             initargs=(warm, args, os.getpid()))
             self.ready = [self.pool.submit(_ready) for _ in range(self.workers - 1)]
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=wait, cancel_futures=True)
             self.pool = None
 
     def __enter__(self) -> Workers:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self.close(wait=kind is None)  # an error: not kept waiting for workers still starting (they end themselves)
 
 
 def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]],

@@ -86,9 +86,15 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
         raise click.ClickException(f"--out {out}: directory {out.resolve().parent} does not exist or is not "
                                    "writable; expected a path in a writable directory")
     profile = resolve_profile(device) if not overrides else _with_overrides(device, overrides)
-    loaded = _load(names)
-    placements = _placements(loaded, profile, given, sequences is not None or length_factor is not None)
-    results = run_compares(loaded, profile, placements, seeds, chips, sequences or 32, length_factor or 4)
+    with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
+        from aocsim.experiments.compare import warm_worker
+        from aocsim.parallel import Workers
+
+        with Workers(threads, warm=warm_worker) as pool:  # started first: its start-up overlaps the loading
+            loaded = _load(names)
+            placements = _placements(loaded, profile, given, sequences is not None or length_factor is not None)
+            results = run_compares(loaded, profile, placements, seeds, chips, sequences or 32, length_factor or 4,
+                                   pool)
     write_groups(results, out)
     from aocsim.experiments.results import summarize
 
@@ -175,7 +181,8 @@ def _placements(loaded: dict[str, Any], profile: Any, given: Any, workload_optio
 
 
 def run_compares(loaded: dict[str, Any], profile: Any, placements: dict[str, Any], seeds: int, chips: int,
-                 sequences: int, length_factor: int) -> dict[str, Any]:
+                 sequences: int, length_factor: int, workers: Any) -> dict[str, Any]:
+    """Every model's compare on its default workload, their runs on the same `workers` (`compare_all`)."""
     from aocsim.experiments.compare import compare_all
     from aocsim.experiments.workloads import default_workload
 
@@ -184,9 +191,8 @@ def run_compares(loaded: dict[str, Any], profile: Any, placements: dict[str, Any
         w = default_workload(model, sequences=sequences, length_factor=length_factor)
         jobs.append(dict(model=model, device=profile, inputs=w.inputs, targets=w.targets, placement=placements[name],
                          seeds=tuple(range(seeds)), chips=tuple(range(chips)), calibration=w.calibration))
-    with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
-        # one process per core (the solves are many small operations), the models' runs on them at once
-        return dict(zip(loaded, compare_all(jobs, workers=threads, progress=True)))
+    # one process per core (the solves are many small operations), the models' runs on them at once
+    return dict(zip(loaded, compare_all(jobs, workers=workers, progress=True)))
 
 
 def _print_compare(s: dict[str, Any]) -> None:

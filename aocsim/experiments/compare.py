@@ -12,6 +12,7 @@ seed. Each run's `Activity` is what the machine did; it is priced here, once (ao
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -117,8 +118,10 @@ class _Plan:
 
 def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets: torch.Tensor | None = None, *,
           placement: Any = None, seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,), calibration: Any = None,
-          workers: int = 1) -> _Plan:
-    """A compare's arguments checked and its parts chosen (one-line errors before any work)."""
+          workers: int = 1, split: bool = True) -> _Plan:
+    """A compare's arguments checked and its parts chosen (one-line errors before any work); `split`:
+    whether a chip's seeds may be split over parts to keep the workers busy (no need where other models'
+    parts run beside them: `compare_all`)."""
     m = _model(model)
     base = resolve_profile(device)
     placed = resolve(m, base, placement)
@@ -126,19 +129,23 @@ def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     stacked = bool(getattr(placed.cls, "stacks", lambda _: False)(placed.placement))  # a chip's seeds as one batch
     return _Plan(placed, m, base, x, y, seed_ids, chip_ids,
-                 _parts(len(chip_ids), len(seed_ids), workers, split=not stacked), calibration)
+                 _parts(len(chip_ids), len(seed_ids), workers, split=split and not stacked), calibration)
 
 
-def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int = 1, progress: bool = False) -> list[xr.Dataset]:
+def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, progress: bool = False
+                ) -> list[xr.Dataset]:
     """`compare` for several models (`jobs`: each one's keyword arguments), their runs shared out on
-    the same `workers` cores at once, longest first (so that one model's last parts run beside
-    another's instead of leaving cores idle); each Dataset is what `compare` alone gives."""
+    the same `workers` cores at once (a count, or `aocsim.parallel.Workers` already started), longest
+    first (so that one model's last parts run beside another's instead of leaving cores idle); each
+    Dataset is what `compare` alone gives."""
     from aocsim.experiments.workloads import default_calibration
 
-    workers = integer(workers, "workers", minimum=1)
-    plans = [_plan(**job, workers=workers) for job in jobs]
+    given = workers if isinstance(workers, Workers) else None
+    count = given.workers if given is not None else integer(workers, "workers", minimum=1)
+    plans = [_plan(**job, workers=count, split=len(jobs) == 1) for job in jobs]
     # the spawned workers start now, so that their start-up overlaps the preparation and the exact paths
-    with Workers(min(workers, sum(len(p.where) for p in plans)), warm=_warm) as pool:
+    with (nullcontext(given) if given is not None else
+          Workers(min(count, sum(len(p.where) for p in plans)), warm=warm_worker)) as pool:
         for plan in plans:
             m, placed = plan.model, plan.placed
             plan.prepared = placed.cls.prepare(m, default_calibration(m) if plan.calibration is None
@@ -183,7 +190,7 @@ def _dataset(plan: _Plan, runs: dict[int, list[dict[str, Any]]]) -> xr.Dataset:
     return ds
 
 
-def _warm() -> None:
+def warm_worker() -> None:
     """A spawned worker's imports, done while the caller prepares (`aocsim.parallel.Workers`)."""
     import aocsim.execute.registry  # noqa: F401 - the placed-model classes and their engine
 
