@@ -66,13 +66,12 @@ class StackedLinear(nn.Module):
         """Each load's noise key for a run (one per seed)."""
         self.run_keys = list(generators)
 
-    def _one_by_one(self, x: torch.Tensor, flat: torch.Tensor, load: torch.Tensor, counts: torch.Tensor
-                    ) -> torch.Tensor:
+    def _one_by_one(self, x: torch.Tensor, flat: torch.Tensor, load: torch.Tensor, counts: torch.Tensor,
+                    least: int) -> torch.Tensor:
         """The call as each seed's map alone computes it: a product per load on its rows (padded with zero
-        inputs to the rows a pass of its seed alone has), calibrated by that load."""
+        inputs to the `least` rows a pass of its seed alone has), calibrated by that load."""
         rows = self.token_keys
         samples = rows.samples(tuple(x.shape[:-1]))
-        least = min(MIN_ROWS, len(rows.sequences) // len(self.layers) * (samples.shape[0] // rows.batch_rows().numel()))
         y = flat.new_empty(flat.shape[0], self.out_features)
         for s, layer in enumerate(self.layers):
             if int(counts[s]) == 0:
@@ -97,10 +96,10 @@ class StackedLinear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if (flat.shape[0], count) not in rows.shared:  # the pass's other maps group their rows alike
             rows.shared[flat.shape[0], count] = _grouping(rows, tuple(x.shape[:-1]), count)
-        load, order, slot, group, ids, counts = rows.shared[flat.shape[0], count]
+        load, order, slot, group, ids, counts, least = rows.shared[flat.shape[0], count]
         tiles = first.tiles.grid[0] * first.tiles.grid[1] * first.averaging
         if (count * group - flat.shape[0]) * tiles > (count - 1) * OVERHEAD:  # padding costs more than calls
-            return self._one_by_one(x, flat, load, counts)
+            return self._one_by_one(x, flat, load, counts, least)
         t = flat.new_zeros(count * group, first.width)
         t[slot] = first.wide(flat[order])
         out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=rows.visit,
@@ -113,21 +112,22 @@ class StackedLinear(nn.Module):
 
 
 def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[Any, ...]:
-    """A pass's rows grouped by load, G per load: as many as a pass of one seed alone has (at least
-    MIN_ROWS of its batch, as `ssm_token` pads it); empty places are zero inputs, discarded. Returns each
-    flat row's load, the order that groups them, each one's place in the groups, G, the places'
-    stream indices [count G] and the rows per load."""
+    """A pass's rows grouped by load, G per load: as many as the largest load has, and at least the rows
+    a pass of one seed alone has (`least`: MIN_ROWS of its batch, as `ssm_token` pads it); empty places
+    are zero inputs, discarded. Returns each flat row's load, the order that groups them, each one's
+    place in the groups, G, the places' stream indices [count G], the rows per load and `least`."""
     samples, batch = rows.samples(leading), rows.batch_rows()
     per = samples.shape[0] // batch.numel()  # positions per row
     load = rows.loads[batch].repeat_interleave(per)
     counts = torch.bincount(load, minlength=count)
-    group = max(int(counts.max()), min(MIN_ROWS, len(rows.sequences) // count * per))
+    least = min(MIN_ROWS, len(rows.sequences) // count * per)
+    group = max(int(counts.max()), least)
     order = torch.argsort(load, stable=True)
     starts = torch.cumsum(counts, 0) - counts
     slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
     ids = samples.new_zeros(count * group)
     ids[slot] = samples[order]
-    return load, order, slot, group, ids, counts
+    return load, order, slot, group, ids, counts, least
 
 
 class StackedSSM(PlacedSSM):
