@@ -79,7 +79,7 @@ class StackedLinear(nn.Module):
             mine = (load == s).nonzero().squeeze(1)
             pad = max(least - mine.numel(), 0)
             t = torch.cat([flat[mine], flat.new_zeros(pad, flat.shape[1])])
-            ids = torch.cat([samples[mine], samples.new_zeros(pad)])
+            ids = torch.cat([samples.to(flat.device)[mine], samples.new_zeros(pad, device=flat.device)])
             node, scale = layer._nodes(t, self.run_keys[s], rows.visit, ids, layer.averaging)
             y[mine] = layer.output(node[:mine.numel()], scale[:mine.numel()], layer.gain, layer.offset)
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -95,7 +95,9 @@ class StackedLinear(nn.Module):
         first, count = self.layers[0], len(self.layers)
         flat = x.reshape(-1, self.in_features)
         if (flat.shape[0], count) not in rows.shared:  # the pass's other maps group their rows alike
-            rows.shared[flat.shape[0], count] = _grouping(rows, tuple(x.shape[:-1]), count)
+            grouping = _grouping(rows, tuple(x.shape[:-1]), count)
+            rows.shared[flat.shape[0], count] = tuple(g.to(flat.device) if isinstance(g, torch.Tensor) else g
+                                                      for g in grouping)  # the ids kept with the rows' device
         load, order, slot, group, ids, counts, least = rows.shared[flat.shape[0], count]
         tiles = first.tiles.grid[0] * first.tiles.grid[1] * first.averaging
         if (count * group - flat.shape[0]) * tiles > (count - 1) * OVERHEAD:  # padding costs more than calls
