@@ -75,7 +75,7 @@ class Workers:
         return self
 
     def __exit__(self, kind: object, *exc: object) -> None:
-        self.close(wait=kind is None)  # an error: not kept waiting for workers still starting (they end themselves)
+        self.close(wait=kind is None)  # an error is raised at once; processes still starting end once started
 
 
 def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]],

@@ -56,3 +56,16 @@ def test_loads_of_other_programs_do_not_stack() -> None:
         LoadStack([a, TiledMatrix(device, _rand(0, 10, 20), generator=2, predistort=True)])
     with pytest.raises(InputError, match="expected at least one weight load"):
         LoadStack([])
+
+
+def test_passes_of_one_load_multiply_as_matmul_does() -> None:
+    """`step.affine` runs the K passes of a load as one product of their rows: matmul's numbers, and
+    matmul's broadcasting where the matrices have more leading dims than the inputs."""
+    from aocsim.hardware.engine.step import affine
+
+    bias = _rand(2, 6)
+    for x_shape, w_shape in (((3, 4, 5, 8), (3, 1, 8, 6)), ((1, 3, 5, 8), (2, 1, 8, 6))):
+        x, w = _rand(0, *x_shape), _rand(1, *w_shape)
+        expected = torch.matmul(x, w) + bias
+        got = affine(bias, x, w)
+        assert got.shape == expected.shape and torch.allclose(got, expected, rtol=0, atol=1e-12)

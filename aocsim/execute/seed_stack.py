@@ -12,8 +12,9 @@ with the batch size below 4 rows, so a load's group is padded to the rows a pass
 would have had: `ssm_token.MIN_ROWS`).
 
 What only a run alone can do (`stackable`): simultaneous mode (its frozen prefixes are the batch's),
-noise set by an SNR and the EMA readout (their streams are a run's), analog elementwise functions,
-and compiled tile products (a graph per batch size) run seed by seed.
+noise added at a site for an SNR and the EMA readout (their streams are a run's; `snr_kind`
+'device' only scales the profile's noise, and stacks), analog elementwise functions, and compiled
+tile products (a graph per batch size) run seed by seed.
 """
 
 from __future__ import annotations
@@ -146,7 +147,12 @@ class StackedSSM(PlacedSSM):
 
     def token_keys(self, sequences: torch.Tensor, length: int) -> TokenKeys:
         per = len(sequences) // self.loads
-        return TokenKeys(sequences, length, loads=torch.arange(self.loads).repeat_interleave(per))
+        return TokenKeys(sequences, length,
+                         loads=torch.arange(self.loads, device=sequences.device).repeat_interleave(per))
+
+    def report(self) -> list:
+        raise InputError("a stacked run's maps hold every seed's load; expected the report of one seed's "
+                         "PlacedSSM (place_ssm)")
 
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, *, generator: list[keys.Key], sequences: torch.Tensor | None = None,

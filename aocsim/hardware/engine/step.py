@@ -114,8 +114,9 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     them, x [..., B, K] and w [..., K, M] with broadcasting leading dims (tiles, passes)."""
     if x.ndim == 2:
         return torch.addmm(bias, x, w)
-    if w.ndim == x.ndim and w.shape[-3] == 1 and x.shape[-3] > 1:  # passes of one load: their rows in one
-        lead = x.shape[:-2]  # product (broadcast, matmul would copy the load's matrix for every pass)
+    if (w.ndim == x.ndim and w.shape[-3] == 1 and x.shape[-3] > 1
+            and torch.broadcast_shapes(x.shape[:-3], w.shape[:-3]) == x.shape[:-3]):  # passes of one load:
+        lead = x.shape[:-2]  # their rows in one product (broadcast, matmul would copy the matrix per pass)
         y = torch.matmul(x.reshape(*lead[:-1], lead[-1] * x.shape[-2], x.shape[-1]), w.squeeze(-3))
         return y.view(*lead, x.shape[-2], y.shape[-1]) + bias
     return torch.matmul(x, w) + bias

@@ -5,8 +5,9 @@ chip's program (the weight loads of a compare's seeds, each with its own program
 and calibration) run as one product: the rows come in S groups of G, group s through load s, and
 every tile of every load is one batched call of the step's optical stage (`tile_pass`, `Plan.loads`).
 A row draws what it draws through its own load alone: its tile streams are its load's key folded as
-for one load, its counters its own sample index, so a stack changes no number, only how many kernel
-calls there are. What a chip's loads share (the converters, the emitters' measured cubics, the
+for one load, its counters its own sample index, so a stack changes no draw, only how many kernel
+calls there are (a product's rounding can follow its rows below 4 of them: aocsim/execute/seed_stack.py
+pads a load's group to the rows it has alone). What a chip's loads share (the converters, the emitters' measured cubics, the
 hold's gates, the loop gain) is read from the first load.
 """
 
@@ -112,6 +113,11 @@ class LoadStack:
         """The product of t [S G, K] (rows s G ... (s + 1) G through load s, drawing from load_keys[s]
         with stream indices ids [S G]); arguments checked by the caller (`TiledMatrix.__call__`)."""
         first, s = self.loads[0], len(self.loads)
+        t = t.to(dtype=first.weight.dtype, device=first.weight.device)
+        ids = ids.to(t.device)
+        if any(key is None for key in load_keys) and len(self.loads) > 1:
+            raise InputError("load_keys has None; a stack of loads draws each load's noise from its own key, "
+                             "so expected a Key per load")
         m = first.weight.shape[0]
         (rows, cols), ts, n = first.grid, first.tile_size, first.channels
         layout, v = first.loops[0].layout(), first.profile.values
