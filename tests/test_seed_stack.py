@@ -149,3 +149,15 @@ def test_a_load_with_one_row_in_a_pass_gets_the_bits_of_its_seeds_padded_pass(pa
     alone.token_keys = TokenKeys(torch.arange(batch), 8)
     alone.token_keys.announce(torch.tensor([2]), 3, torch.tensor([0, 1, 4, 5]))  # padded with stopped rows
     assert torch.equal(stacked[0], alone(x)[2])
+
+
+@pytest.mark.parametrize("job, message", [
+    ({"model": "parity-implicit", "device": "aoc48", "inputs": None, "seed": 1}, r"jobs\[0\] .* has \['seed'\]"),
+    ({"model": "parity-implicit", "device": "aoc48"}, r"with model, device and inputs"),
+    ("parity-implicit", r"expected a mapping of compare's arguments"),
+])
+def test_a_bad_job_is_a_one_line_error(job, message: str) -> None:
+    from aocsim.experiments.compare import compare_all
+
+    with pytest.raises(InputError, match=message):
+        compare_all([job])

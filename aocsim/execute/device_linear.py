@@ -260,7 +260,7 @@ class DeviceLinear(nn.Module):
         """Node volts [R, M] of inputs t [R, K] (the mean of `passes` passes) and the input scales [R]."""
         out = self.tiles(self.wide(t), partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
                          passes=passes, compile=compile)
-        return out.y / out.input_scale[:, None], out.input_scale
+        return out.nodes, out.input_scale
 
     def output(self, node: torch.Tensor, scale: torch.Tensor, gain: torch.Tensor, offset: torch.Tensor
                ) -> torch.Tensor:

@@ -108,7 +108,7 @@ class StackedLinear(nn.Module):
         out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=rows.visit,
                          passes=first.averaging)
         node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])
-        node[order] = (out.y / out.input_scale[:, None])[slot]
+        node[order] = out.nodes[slot]
         scale[order] = out.input_scale[slot]
         y = first.output(node, scale, self.gain[load], self.offset[load])
         return y.reshape(*x.shape[:-1], self.out_features)

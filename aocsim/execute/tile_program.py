@@ -71,7 +71,7 @@ def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *,
     t = program.new_zeros(PROBES, program.shape[1])
     t[:, live] = drive
     out = tiles(t, partial_sums=partial_sums, generator=probe)
-    node = out.y / out.input_scale[:, None]
+    node = out.nodes
     x = torch.cat([t[:, live] / out.input_scale[:, None], t.new_ones(PROBES, 1)], dim=1)
     solution = least_squares(x, node)
     a = program.new_zeros(program.shape)

@@ -11,17 +11,18 @@ seed. Each run's `Activity` is what the machine did; it is priced here, once (ao
 
 from __future__ import annotations
 
+import inspect
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 import xarray as xr
 
-from aocsim._checks import integer
+from aocsim._checks import integer, short
 from aocsim.errors import InputError
 from aocsim.execute.registry import resolve, resolve_profile
 from aocsim.experiments.results import ACTIVITY, comparison_dataset, is_regression, nll_bits, predictions
@@ -142,6 +143,12 @@ def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, p
 
     given = workers if isinstance(workers, Workers) else None
     count = given.workers if given is not None else integer(workers, "workers", minimum=1)
+    known = set(inspect.signature(compare).parameters) - {"workers", "progress"}
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Mapping) or not {"model", "device", "inputs"} <= set(job) or set(job) - known:
+            extra = sorted(set(job) - known) if isinstance(job, Mapping) else []
+            raise InputError(f"jobs[{i}] = {short(job)}{f' has {extra}' if extra else ''}; expected a mapping of "
+                             f"compare's arguments with model, device and inputs (of {sorted(known)})")
     plans = [_plan(**job, workers=count, split=len(jobs) == 1) for job in jobs]
     # the spawned workers start now, so that their start-up overlaps the preparation and the exact paths
     with (nullcontext(given) if given is not None else

@@ -55,6 +55,11 @@ class TiledProduct:
         return self.grid[0] * self.grid[1]
 
     @property
+    def nodes(self) -> torch.Tensor:
+        """[B, M]: the readings in node volts, y / s_in (what the ADC saw, before the digital scaling)."""
+        return self.y / self.input_scale[:, None]
+
+    @property
     def dac_conversions(self) -> int:
         return self.dac_conversions_per_sample * self.batch
 
