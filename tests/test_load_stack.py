@@ -69,3 +69,43 @@ def test_passes_of_one_load_multiply_as_matmul_does() -> None:
         expected = torch.matmul(x, w) + bias
         got = affine(bias, x, w)
         assert got.shape == expected.shape and torch.allclose(got, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("options", [
+    {},  # a 2 x 3 grid with the hold's kT/C on its analog partial sums
+    {"passes": 3, "predistort": True},
+    {"partial_sums": "digital"},
+])
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_call_per_row_draws_what_each_row_draws_in_its_own_call(options: dict, dtype: torch.dtype,
+                                                                  count: int) -> None:
+    """Rows on their own iterations (aocsim/nn/ssm_rows.py) share a product: row r draws from call[r]'s
+    streams, bit for bit what its call alone gives it, through one load or a stack of loads."""
+    options = dict(options)
+    passes, partial_sums = options.pop("passes", 1), options.pop("partial_sums", "analog")
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 70, 130, dtype=dtype)
+    loads = [TiledMatrix(device, weight, generator=keys.as_key(seed), **options) for seed in (11, 12, 13)[:count]]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)[:count]]
+    t = _rand(1, count * 6, 130, dtype=dtype)
+    ids = torch.arange(count * 6) % 5
+    calls = torch.tensor([3, 0, 7, 3, 1, 0, 0, 7, 2, 3, 3, 1, 7, 7, 0, 2, 1, 3])[:count * 6]
+    every = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=calls, passes=passes)
+    for call in calls.unique().tolist():
+        alone = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=call, passes=passes)
+        mine = calls == call
+        assert torch.equal(every.y[mine], alone.y[mine]) and torch.equal(every.input_scale, alone.input_scale)
+    assert not torch.equal(every.y, LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=3,
+                                                     passes=passes).y)
+
+
+def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 70, 130)
+    tiles = TiledMatrix(device, weight, generator=1, mount=Mount(count=2, multiplexed=True))
+    t = _rand(1, 4, 130)
+    with pytest.raises(InputError, match="a call per row"):
+        tiles(t, call=torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(InputError, match=r"call = .*expected an integer >= 0 or an integer tensor \[4\]"):
+        TiledMatrix(device, weight, generator=1)(t, call=torch.tensor([0, 1]))

@@ -255,7 +255,7 @@ class DeviceLinear(nn.Module):
         wide[:, self.columns] = t
         return wide
 
-    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int = 0, samples: torch.Tensor | None = None,
+    def _nodes(self, t: torch.Tensor, key: keys.Key, call: int | torch.Tensor = 0, samples: torch.Tensor | None = None,
                passes: int = 1, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Node volts [R, M] of inputs t [R, K] (the mean of `passes` passes) and the input scales [R]."""
         out = self.tiles(self.wide(t), partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
@@ -280,7 +280,7 @@ class DeviceLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.token_keys
         if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
-            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.visit,
+            node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.calls(),
                                       rows.samples(tuple(x.shape[:-1])), self.averaging,
                                       self.compile and rows.positions.numel() == 1)
         else:

@@ -81,7 +81,10 @@ class StackedLinear(nn.Module):
             pad = max(least - mine.numel(), 0)
             t = torch.cat([flat[mine], flat.new_zeros(pad, flat.shape[1])])
             ids = torch.cat([samples.to(flat.device)[mine], samples.new_zeros(pad, device=flat.device)])
-            node, scale = layer._nodes(t, self.run_keys[s], rows.visit, ids, layer.averaging)
+            call = rows.calls()
+            if isinstance(call, torch.Tensor):  # each row's own visit (the padding's: 0)
+                call = torch.cat([call.to(flat.device)[mine], call.new_zeros(pad, device=flat.device)])
+            node, scale = layer._nodes(t, self.run_keys[s], call, ids, layer.averaging)
             y[mine] = layer.output(node[:mine.numel()], scale[:mine.numel()], layer.gain, layer.offset)
         return y.reshape(*x.shape[:-1], self.out_features)
 
@@ -99,13 +102,13 @@ class StackedLinear(nn.Module):
             grouping = _grouping(rows, tuple(x.shape[:-1]), count)
             rows.shared[flat.shape[0], count] = tuple(g.to(flat.device) if isinstance(g, torch.Tensor) else g
                                                       for g in grouping)  # the ids kept with the rows' device
-        load, order, slot, group, ids, counts, least = rows.shared[flat.shape[0], count]
+        load, order, slot, group, ids, calls, counts, least = rows.shared[flat.shape[0], count]
         tiles = first.tiles.grid[0] * first.tiles.grid[1] * first.averaging
         if (count * group - flat.shape[0]) * tiles > (count - 1) * OVERHEAD:  # padding costs more than calls
             return self._one_by_one(x, flat, load, counts, least)
         t = flat.new_zeros(count * group, first.width)
         t[slot] = first.wide(flat[order])
-        out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=rows.visit,
+        out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=calls,
                          passes=first.averaging)
         node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])
         node[order] = out.nodes[slot]
@@ -118,7 +121,8 @@ def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[An
     """A pass's rows grouped by load, G per load: as many as the largest load has, and at least the rows
     a pass of one seed alone has (`least`: MIN_ROWS of its batch, as `ssm_token` pads it); empty places
     are zero inputs, discarded. Returns each flat row's load, the order that groups them, each one's
-    place in the groups, G, the places' stream indices [count G], the rows per load and `least`."""
+    place in the groups, G, the places' stream indices [count G], their call (the pass's visit, or
+    each place's own [count G] with rows on their own tokens), the rows per load and `least`."""
     samples, batch = rows.samples(leading), rows.batch_rows()
     per = samples.shape[0] // batch.numel()  # positions per row
     load = rows.loads[batch].repeat_interleave(per)
@@ -130,7 +134,10 @@ def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[An
     slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
     ids = samples.new_zeros(count * group)
     ids[slot] = samples[order]
-    return load, order, slot, group, ids, counts, least
+    calls = rows.calls()
+    if isinstance(calls, torch.Tensor):
+        calls = calls.new_zeros(count * group).index_put_((slot,), calls[order])
+    return load, order, slot, group, ids, calls, counts, least
 
 
 class StackedSSM(PlacedSSM):

@@ -69,6 +69,9 @@ class PlacedSSM:
         self.functions = functions or {}  # analog elementwise functions by block ("blocks.i.elementwise")
         names = [*linear_maps(model), *(f"blocks.{i}.elementwise" for i in range(len(model.blocks)))]
         self.index = {name: i for i, name in enumerate(names)}  # stable noise streams
+        # rows on their own tokens (aocsim/nn/ssm_rows.py) where every part keys its noise per row: digital
+        # elementwise functions, tiles whose weights stay (a time-multiplexed reload follows the visit)
+        self.independent = not self.functions and not any(layer.tiles.multiplexed for layer in maps.values())
 
     def reset(self, generator: keys.Seed) -> None:
         """Give every map a fresh call count under key.fold(m): a run reproducible from its seed."""
@@ -125,10 +128,12 @@ class PlacedSSM:
             part.reset(extras_key)
             part.attach(self.model)
         self.model.pass_hook = context.announce
+        # rows on their own tokens where they are evaluated alone; not with extras (keyed by the pass's visit)
+        self.model.independent_rows = self.model.active_rows and self.independent and not extras
         try:
             yield self.model
         finally:
-            self.model.pass_hook = None
+            self.model.pass_hook, self.model.independent_rows = None, False
             for part in extras:
                 part.detach(self.model)
             for layer in parts:

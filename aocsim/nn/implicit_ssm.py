@@ -26,6 +26,7 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear
 from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
+from aocsim.nn.ssm_rows import solve_rows
 from aocsim.solve.core import solve
 from aocsim.solve.solvers import Picard
 
@@ -75,6 +76,9 @@ class ImplicitSSM(nn.Module):
         self.pass_hook: Callable[[torch.Tensor, int, torch.Tensor | None], None] | None = None
         self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
         self.active_rows = False  # sequential mode: evaluate only the rows still iterating (aocsim/nn/ssm_token.py)
+        # sequential mode: each row on its own token (aocsim/nn/ssm_rows.py), its position and visit announced
+        # per row (pass_hook(positions [R], visits [R], rows [R])); for maps keyed per row, without commit_hook
+        self.independent_rows = False
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its config, dtype, weights and card (worker processes receive models): torch
@@ -85,6 +89,11 @@ class ImplicitSSM(nn.Module):
     def _announce(self, start: int, stop: int, visit: int, rows: torch.Tensor | None = None) -> None:
         if self.pass_hook is not None:
             self.pass_hook(torch.arange(start, stop), visit, rows)
+
+    def announce_rows(self, positions: torch.Tensor, visits: torch.Tensor, rows: torch.Tensor) -> None:
+        """A pass with each of the batch rows `rows` [R] at its own position and visit ([R] each)."""
+        if self.pass_hook is not None:
+            self.pass_hook(positions, visits, rows)
 
     @torch.no_grad()
     def _init_weights(self, gen: torch.Generator) -> None:
@@ -248,6 +257,8 @@ class ImplicitSSM(nn.Module):
         return z, iters, res, out
 
     def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False):
+        if self.independent_rows and self.commit_hook is None and self.config.implicit:
+            return solve_rows(self, u, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
         b, L, _ = u.shape
         caches = [block.init_cache(b, u) for block in self.blocks]
         zs, iters, res, steps = [], [], [], []

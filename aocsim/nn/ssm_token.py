@@ -35,6 +35,11 @@ def put(caches: list[TokenCache], index: torch.Tensor | None, rows: list[TokenCa
             for c, r in zip(caches, rows)]
 
 
+def relative_change(out: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """||f(z) - z|| / ||f(z)|| per row: a token's trace entry."""
+    return torch.linalg.vector_norm(out - z, dim=-1) / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30)
+
+
 class TokenMap:
     """f_token of token `t` of `model` (an `ImplicitSSM`), its injection u_t [B, d], with `caches`
     (the previous tokens' states) fixed.
@@ -83,7 +88,7 @@ class TokenMap:
         self.last = put(self.last, index, after)
         self.at = z if index is None else self.at.index_copy(0, index, z)
         if self.seen is not None:
-            r = torch.linalg.vector_norm(out - z, dim=-1) / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30)
+            r = relative_change(out, z)
             self.seen.append(r if index is None else
                              self.u_t.new_full((batch,), float("nan")).index_copy(0, index, r))
         return out

@@ -46,7 +46,7 @@ FLOOR_SPREADS = 2.0
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def _per_sample(tol: Tolerance, name: str, batch: int, like: torch.Tensor) -> torch.Tensor:
+def per_sample(tol: Tolerance, name: str, batch: int, like: torch.Tensor) -> torch.Tensor:
     expected = f"expected a finite number >= 0 or a real tensor of shape [{batch}]"
     ok = (isinstance(tol, numbers.Real) and not isinstance(tol, bool)) or (
         isinstance(tol, torch.Tensor) and (tol.is_floating_point() or tol.dtype in _INT_DTYPES))
@@ -141,8 +141,8 @@ def solve(
         if not trace:
             return _fixed_count(fn, z0, strategy, max_iter)
         atol = rtol = 0.0
-    atol_b = _per_sample(atol, "atol", batch, z0)
-    rtol_b = _per_sample(rtol, "rtol", batch, z0)
+    atol_b = per_sample(atol, "atol", batch, z0)
+    rtol_b = per_sample(rtol, "rtol", batch, z0)
     floor_fn = fn.noise_floor if isinstance(fn, NoisyMap) else None
     if not (isinstance(patience, int) and patience >= 1):
         raise InputError(f"patience = {patience!r}; expected an integer >= 1")
@@ -177,14 +177,11 @@ def solve(
 
     for k in range(max_iter + 1):
         fz = flat_map(z)
-        res = torch.linalg.vector_norm(fz - z, dim=1)
-        fnorm = torch.linalg.vector_norm(fz, dim=1)
-        rel = res / fnorm.clamp_min(torch.finfo(z.dtype).tiny)
+        res, fnorm, rel = residuals(z, fz)
         if first_res is None:
             first_res = res.clone()
-        finite = torch.isfinite(res)
-        diverged = active & (~finite | (res > divergence_ratio * first_res.clamp_min(atol_b)))
-        converged = active & finite & (res <= atol_b + rtol_b * fnorm)
+        finite, diverging, within = verdicts(res, fnorm, first_res, atol_b, rtol_b, divergence_ratio)
+        diverged, converged = active & diverging, active & within
         if floor_fn is not None:
             floor = floor_fn(z.reshape(shape), floor_spreads)
             res_sq[k % patience] = torch.where(finite, res * res, float("inf"))
@@ -230,6 +227,23 @@ def solve(
     if raise_on_failure and not result.all_converged:
         raise ConvergenceError(f"fixed-point solve did not converge: {result.summary()}")
     return result
+
+
+def residuals(z: torch.Tensor, fz: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample of z, f(z) [B, D]: ||f(z) - z||, ||f(z)|| and their ratio (the relative residual)."""
+    res = torch.linalg.vector_norm(fz - z, dim=1)
+    fnorm = torch.linalg.vector_norm(fz, dim=1)
+    return res, fnorm, res / fnorm.clamp_min(torch.finfo(z.dtype).tiny)
+
+
+def verdicts(res: torch.Tensor, fnorm: torch.Tensor, first_res: torch.Tensor, atol: torch.Tensor, rtol: torch.Tensor,
+             divergence_ratio: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample (finite, diverging, within tolerance) of an iteration's residuals (`residuals`): a
+    residual that is not finite or has grown beyond divergence_ratio times the sample's first one
+    (`first_res`) diverges; one at most atol + rtol ||f(z)|| has converged."""
+    finite = torch.isfinite(res)
+    diverging = ~finite | (res > divergence_ratio * first_res.clamp_min(atol))
+    return finite, diverging, finite & (res <= atol + rtol * fnorm)
 
 
 def _fixed_count(fn: Callable[[torch.Tensor], torch.Tensor], z0: torch.Tensor, strategy: Any, max_iter: int

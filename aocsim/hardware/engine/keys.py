@@ -144,6 +144,18 @@ def fold_range(bases: list[Key], coordinates: tuple[int, ...], count: int, devic
     return streams
 
 
+def fold_calls(bases: list[Key], stream: int, call: "int | torch.Tensor", count: int,
+               device: torch.device | str = "cpu") -> torch.Tensor:
+    """`fold_range(bases, (stream, call), count)` [len(bases), count] for one call; for a call per row
+    (call int64 [R]: rows on their own iterations, aocsim/nn/ssm_rows.py) [R, len(bases), count], row r's
+    the fold of its own call (each call value folded once)."""
+    if not isinstance(call, torch.Tensor):
+        return fold_range(bases, (stream, call), count, device)
+    values, inverse = torch.unique(call.cpu(), return_inverse=True)
+    table = torch.stack([fold_range(bases, (stream, int(v)), count, device) for v in values.tolist()])
+    return table[inverse.to(table.device)]
+
+
 RANGES_KEPT = 4096
 _RANGES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 

@@ -113,11 +113,15 @@ class LoadStack:
         return stacked
 
     def __call__(self, t: torch.Tensor, load_keys: Sequence[keys.Key | None], ids: torch.Tensor, *,
-                 partial_sums: str, call: int, passes: int, keep_partials: bool = False,
+                 partial_sums: str, call: int | torch.Tensor, passes: int, keep_partials: bool = False,
                  compile: bool = False) -> TiledProduct:
         """The product of t [S G, K] (rows s G ... (s + 1) G through load s, drawing from load_keys[s]
-        with stream indices ids [S G]); arguments checked by the caller (`TiledMatrix.__call__`)."""
+        with stream indices ids [S G], in call `call` or, int64 [S G], each row in its own call);
+        arguments checked by the caller (`TiledMatrix.__call__`)."""
         first, s = self.loads[0], len(self.loads)
+        if isinstance(call, torch.Tensor) and first.multiplexed:
+            raise InputError("call is a tensor (a call per row) on time-multiplexed tiles, whose weights are "
+                             "written anew for each call; expected one call (an integer) for all rows")
         t = t.to(dtype=first.weight.dtype, device=first.weight.device)
         ids = ids.to(t.device)
         if any(key is None for key in load_keys) and len(self.loads) > 1:
@@ -138,17 +142,19 @@ class LoadStack:
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
         streams = counters = draws = None
         if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
-            flat = keys.fold_range([b for each in bases for b in each], (keys.Stream.TILE_CALL, call), rows * cols,
-                                   t.device)  # [S K, T]
-            streams = flat.view(s, passes, -1).transpose(1, 2)[..., None, None]  # [S, T, K, 1, 1]
+            flat = keys.fold_calls([b for each in bases for b in each], keys.Stream.TILE_CALL, call, rows * cols,
+                                   t.device)  # [S K, T], or a call per row: [S G, S K, T]
+            if isinstance(call, torch.Tensor):  # each row's own load's streams: [S, T, K, G, 1]
+                per_load = torch.arange(s, device=flat.device)
+                streams = flat.view(s, -1, s, passes, rows * cols)[per_load, :, per_load].permute(0, 3, 2, 1)[..., None]
+            else:
+                streams = flat.view(s, passes, -1).transpose(1, 2)[..., None, None]  # [S, T, K, 1, 1]
             counters = keys.sample_counters(ids, n).view(s, 1, 1, -1, n)
             if s == 1:
                 streams, counters = streams[0], counters[0, 0, 0]
-        if gates is not None:  # the loads' kT/C streams, pass by pass ([T, K S, 1, 1]), and counters [S G, ts]
+        if gates is not None:  # the loads' kT/C streams, pass by pass, and counters
             mixed = None if bases[0] is None else [b[k] for k in range(passes) for b in bases]
-            draws = hold_draws(v, mixed, call, rows * cols, ids, ts)
-            if draws is not None and s > 1:
-                draws = draws[0].view(rows * cols, passes, s, 1, 1), draws[1].view(s, -1, ts)
+            draws = hold_draws(v, mixed, call, rows * cols, ids, ts, s)
         clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
         plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
                     adc_bits is not None, first.predistort, keep_partials, s)

@@ -41,6 +41,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from aocsim._checks import short
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
@@ -212,7 +213,8 @@ class TiledMatrix:
 
         Every tile (and, with `passes` = K > 1, each of its K passes, `pass_keys`) runs as one batched
         product of the step's own optical stage, its draws from key.fold(TILE_CALL, call, i) of its
-        pass; y is the mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
+        pass (`call`: one for every row, or int64 [B], each row's own, which draws what that row draws
+        in a call of its own; not with time-multiplexed tiles, whose reload follows the call); y is the mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
         Checked here, prepared by `tile_product.LoadStack` (this load alone) and run by `tile_pass` (the
         body: eagerly, or with `compile` its compiled graph; the same numbers to float rounding; needs a
         C++ compiler).
@@ -221,8 +223,9 @@ class TiledMatrix:
         t = check_state("t", t, k).to(dtype=self.weight.dtype, device=self.weight.device)
         if partial_sums not in PARTIAL_SUMS:
             raise InputError(f"partial_sums = {partial_sums!r}; expected one of {list(PARTIAL_SUMS)}")
-        call, compile = check_iterations("call", call), check_predistort(compile, "compile")
+        compile = check_predistort(compile, "compile")
         ids = keys.check_samples(samples, t.shape[0], t.device)
+        call = check_calls(call, t.shape[0], t.device)
         key = self.key if generator is None else keys.as_key(generator)
         if self.loops[0].layout().draws and key is None:
             raise InputError("generator = None; the profile draws noise on every pass (RIN or detector "
@@ -231,6 +234,16 @@ class TiledMatrix:
             self._alone = LoadStack([self])
         return self._alone(t, [key], ids, partial_sums=partial_sums, call=call, passes=passes,
                            keep_partials=keep_partials, compile=compile)
+
+
+def check_calls(call: object, batch: int, device: torch.device) -> int | torch.Tensor:
+    """A product's call: an integer >= 0, or an integer tensor [batch] of them (a call per row)."""
+    if not isinstance(call, torch.Tensor):
+        return check_iterations("call", call)
+    if call.dtype not in (torch.int64, torch.int32) or tuple(call.shape) != (batch,) or bool((call < 0).any()):
+        raise InputError(f"call = {short(call)}; expected an integer >= 0 or an integer tensor [{batch}] of "
+                         "them (a call per row)")
+    return call.to(device=device, dtype=torch.int64)
 
 
 def _stack(loops: list[OpticalLoop]) -> tuple[Constants, torch.Tensor]:

@@ -1,0 +1,111 @@
+"""Sequential mode with every row on its own token (aocsim/nn/ssm_rows.py): each row goes through the
+iterations, stops and states of its token-by-token solve, in passes that carry every row with tokens
+left instead of a token's last few."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim import load_model
+from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.seed_stack import stack_seeds
+from aocsim.execute.ssm_device import calibration_inputs, place_ssm
+from aocsim.hardware.engine import keys
+from aocsim.hardware.profiles.profile import load_device
+from aocsim.tasks.groups import group, word_problems
+
+
+@pytest.fixture(scope="module")
+def parity():
+    model = load_model("parity-implicit")
+    tokens, _ = word_problems(group("parity"), 24, 16, identity_prob=0.5, generator=3)
+    cal_tokens, _ = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=99)
+    return model, tokens, calibration_inputs(model, cal_tokens)
+
+
+class Passes:
+    """Counts the model's passes (f_token calls) and the rows in them."""
+
+    def __init__(self, model) -> None:
+        self.calls = self.rows = 0
+        self.inner, self.model = model.f_token, model
+
+    def __enter__(self) -> "Passes":
+        def counted(z, u, caches):
+            self.calls, self.rows = self.calls + 1, self.rows + z.shape[0]
+            return self.inner(z, u, caches)
+        self.model.f_token = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.model.f_token
+
+
+def _same_run(a, b, atol: float = 1e-5) -> None:
+    assert torch.equal(a.logits.argmax(-1), b.logits.argmax(-1))
+    assert torch.equal(a.iterations, b.iterations)
+    torch.testing.assert_close(a.z, b.z, rtol=0, atol=atol)
+    torch.testing.assert_close(a.residuals, b.residuals, rtol=0, atol=atol)
+    if a.trace is not None:
+        assert a.trace.shape == b.trace.shape and torch.equal(a.trace.isnan(), b.trace.isnan())
+        torch.testing.assert_close(a.trace, b.trace, equal_nan=True, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [24, 6, 3])  # 6: the last passes padded to MIN_ROWS; 3: fewer rows than that
+def test_a_placed_model_with_rows_on_their_own_tokens_gives_the_token_by_token_results(parity, rows: int) -> None:
+    """aoc48, noise on, a tight tolerance and a low cap (some rows run to it): every prediction, iteration
+    count and residual of the token-by-token solve, states and traces to rounding, in fewer passes."""
+    model, tokens, cal = parity
+    placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
+    assert placed.independent
+    runs, passes = {}, {}
+    for own in (True, False):
+        placed.independent = own
+        with Passes(placed.model) as counted:
+            runs[own] = placed(tokens[:rows], generator=4, mode="sequential", tol=0.1, max_iter=12, trace=True)
+        passes[own] = counted.calls
+    a, b = runs[True], runs[False]
+    _same_run(a, b)
+    assert bool((a.iterations == 12).any()) and bool((a.iterations < 12).any())
+    assert passes[True] < (0.7 if rows > 3 else 1.0) * passes[False]
+
+
+def test_the_exact_model_with_rows_on_their_own_tokens_gives_the_token_by_token_results() -> None:
+    """Without a device (no hook: the solve alone), float64: the same iterations and residuals, states
+    to rounding, with rows that stop after different counts (the cap: the device test above)."""
+    model = load_model("parity-implicit").double()
+    tokens, _ = word_problems(group("parity"), 9, 12, identity_prob=0.5, generator=5)
+    runs = {}
+    for own in (True, False):
+        model.active_rows = model.independent_rows = own
+        with torch.no_grad():
+            runs[own] = model(tokens, mode="sequential", tol=2e-3, max_iter=40, trace=True)
+    model.active_rows = model.independent_rows = False
+    _same_run(runs[True], runs[False], atol=1e-12)
+    assert bool((runs[True].iterations == 4).any()) and bool((runs[True].iterations == 5).any())  # rows part ways
+
+
+def test_stacked_seeds_run_with_rows_on_their_own_tokens_as_token_by_token(parity) -> None:
+    """Seeds stacked in one batch (aocsim/execute/seed_stack.py), each row through its own seed's load at
+    its own visit: each seed's results as token by token."""
+    model, tokens, cal = parity
+    device = load_device("aoc48")
+    seeds = [place_ssm(model, device, cal, Placement().resolved(HYBRID), generator=s) for s in (0, 1)]
+    stack = stack_seeds(model, seeds)
+    runs = {}
+    for own in (True, False):
+        stack.independent = own
+        runs[own] = stack(tokens[:10], generator=[keys.as_key(4), keys.as_key(5)], mode="sequential", tol=0.1, max_iter=12, trace=True)
+    for a, b in zip(runs[True], runs[False]):
+        _same_run(a, b)
+
+
+def test_rows_stay_on_one_token_where_a_part_keys_by_the_pass(parity) -> None:
+    """Analog elementwise functions and time-multiplexed tiles key by the pass's visit: such a placed
+    model runs token by token."""
+    model, _, cal = parity
+    device = load_device("aoc48")
+    analog = place_ssm(model, device, cal, Placement(elementwise="analog").resolved(HYBRID), generator=0)
+    multiplexed = place_ssm(model, device, cal, Placement(modules=2).resolved(HYBRID), generator=0)
+    assert not analog.independent and not multiplexed.independent
