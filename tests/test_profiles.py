@@ -253,3 +253,16 @@ def test_a_pickled_profile_comes_back_equal_and_read_only() -> None:
         array[...] = 0.0  # still read-only
     with pytest.raises(TypeError):
         back.values["slm.bits"] = 9  # type: ignore[index]
+
+
+def test_a_profile_file_changed_on_disk_is_read_anew(tmp_path: Path) -> None:
+    """Files are parsed once per process while unchanged (a compare loads its profile per part); an edit
+    is seen at the next load, and a loaded profile's values are its own (the parse is copied)."""
+    variant = tmp_path / "mine.yaml"
+    variant.write_text(yaml.safe_dump({"name": "mine", "base": "aoc48", "overrides": {"slm.bits": 7}}))
+    assert load_device(variant)["slm.bits"] == 7
+    variant.write_text(yaml.safe_dump({"name": "mine", "base": "aoc48",
+                                       "overrides": {"slm.bits": 5, "readout.adc_bits": 9}}))
+    again = load_device(variant)
+    assert again["slm.bits"] == 5 and again["readout.adc_bits"] == 9
+    assert load_device(variant).to_dict() == again.to_dict()

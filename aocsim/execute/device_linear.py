@@ -282,7 +282,7 @@ class DeviceLinear(nn.Module):
         if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.calls(),
                                       rows.samples(tuple(x.shape[:-1])), self.averaging,
-                                      self.compile and rows.positions.numel() == 1)
+                                      self.compile and (rows.per_row or rows.positions.numel() == 1))
         else:
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, self.calls, None, self.averaging,
                                       self.compile)

@@ -128,12 +128,15 @@ class PlacedSSM:
             part.reset(extras_key)
             part.attach(self.model)
         self.model.pass_hook = context.announce
-        # rows on their own tokens where they are evaluated alone; not with extras (keyed by the pass's visit)
-        self.model.independent_rows = self.model.active_rows and self.independent and not extras
+        # rows on their own tokens where they are evaluated alone, or with compiled products in whole-batch
+        # passes (one graph); not with extras (keyed by the pass's visit)
+        compiled = any(getattr(layer, "compile", False) for layer in self.maps.values())
+        self.model.independent_rows = (self.model.active_rows or compiled) and self.independent and not extras
+        self.model.full_passes = compiled
         try:
             yield self.model
         finally:
-            self.model.pass_hook, self.model.independent_rows = None, False
+            self.model.pass_hook, self.model.independent_rows, self.model.full_passes = None, False, False
             for part in extras:
                 part.detach(self.model)
             for layer in parts:

@@ -79,6 +79,7 @@ class ImplicitSSM(nn.Module):
         # sequential mode: each row on its own token (aocsim/nn/ssm_rows.py), its position and visit announced
         # per row (pass_hook(positions [R], visits [R], rows [R])); for maps keyed per row, without commit_hook
         self.independent_rows = False
+        self.full_passes = False  # with independent_rows: every pass padded to the whole batch (one compiled graph)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its config, dtype, weights and card (worker processes receive models): torch

@@ -10,8 +10,9 @@ goes through exactly the iterations, stops and states of its token-by-token solv
 Picard updates, tests `aocsim.solve.core.residuals` and `verdicts`, on the same shapes), so its
 results are those of `solve_token` to the rounding of the batch's products (the same bits from
 `ssm_token.MIN_ROWS` rows on: a pass keeps at least that many, padded with finished rows whose
-results are discarded). The rows must be independent problems and their maps keyed per row: a
-placed model's (aocsim/execute/ssm_device.py, `ImplicitSSM.independent_rows`).
+results are discarded; with `ImplicitSSM.full_passes` every pass is padded to the whole batch, so
+that compiled tile products see one shape). The rows must be independent problems and their maps
+keyed per row: a placed model's (aocsim/execute/ssm_device.py, `ImplicitSSM.independent_rows`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter:
     iterations = torch.zeros(b, length, dtype=torch.int64, device=u.device)
     seen = u.new_full((b, length, max_iter + 1), float("nan")) if trace else None
     atol, rtol = per_sample(0.0, "atol", b, z), per_sample(tol, "tol", b, z)
-    picard, least = Picard(tau), min(MIN_ROWS, b)
+    picard, least = Picard(tau), b if model.full_passes else min(MIN_ROWS, b)
     going = token < length
     while bool(going.any()):
         index = going.nonzero().squeeze(1)

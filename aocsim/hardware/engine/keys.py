@@ -148,16 +148,27 @@ def fold_calls(bases: list[Key], stream: int, call: "int | torch.Tensor", count:
                device: torch.device | str = "cpu") -> torch.Tensor:
     """`fold_range(bases, (stream, call), count)` [len(bases), count] for one call; for a call per row
     (call int64 [R]: rows on their own iterations, aocsim/nn/ssm_rows.py) [R, len(bases), count], row r's
-    the fold of its own call (each call value folded once)."""
+    the fold of its own call, read from a table of calls 0, 1, ... kept per process (`RANGES_KEPT`)."""
     if not isinstance(call, torch.Tensor):
         return fold_range(bases, (stream, call), count, device)
-    values, inverse = torch.unique(call.cpu(), return_inverse=True)
-    table = torch.stack([fold_range(bases, (stream, int(v)), count, device) for v in values.tolist()])
-    return table[inverse.to(table.device)]
+    if _DRAWN is not None:  # recording: each call's keys folded as `fold_range` folds them
+        values, inverse = torch.unique(call.cpu(), return_inverse=True)
+        table = torch.stack([fold_range(bases, (stream, int(v)), count, device) for v in values.tolist()])
+        return table[inverse.to(table.device)]
+    memo = (tuple(b.value for b in bases), stream, count, str(device))
+    table = _CALLS.get(memo)
+    top = int(call.max()) + 1 if call.numel() else 0
+    if table is None or table.shape[0] < top:  # grown by doubling: a run's visits go up to its cap
+        size = max(top, 32, 0 if table is None else 2 * table.shape[0])
+        table = _CALLS[memo] = torch.stack([fold_range(bases, (stream, v), count, device) for v in range(size)])
+        if len(_CALLS) > RANGES_KEPT // 16:
+            _CALLS.popitem(last=False)
+    return table[call.to(table.device)]
 
 
 RANGES_KEPT = 4096
 _RANGES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+_CALLS: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # `fold_calls`' tables
 
 
 def chip_root(chip_seed: int) -> Key:

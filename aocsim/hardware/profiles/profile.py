@@ -8,6 +8,8 @@ with a `ProfileError` naming the file, the dotted key and what was expected.
 
 from __future__ import annotations
 
+import copy
+
 import json
 import re
 from dataclasses import dataclass, field
@@ -131,7 +133,23 @@ def _plain_scalar(value: Any) -> Any:
     return value
 
 
+_PARSED: dict[tuple, dict[str, Any]] = {}  # each file's YAML as last read, by path, mtime and size
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping (a copy), parsed once per process while the file is unchanged: a compare or
+    sweep loads its profile for every model and part, and parsing costs a tenth of a second."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read ({exc})") from None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = _parse_yaml(path)
+    return copy.deepcopy(_PARSED[key])
+
+
+def _parse_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
