@@ -30,3 +30,17 @@ def contractive_linear(n: int, lipschitz: float, gen: torch.Generator, *, cond: 
     q2 = q1 if symmetric else torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))[0]
     s = torch.logspace(0, -torch.log10(torch.tensor(cond)).item(), n, dtype=torch.float64)
     return lipschitz * (q1 * s) @ q2.T
+
+
+@pytest.fixture(scope="session")
+def parity_words():
+    """parity-implicit, 24 parity word problems of 16 tokens and the calibration inputs of 16 others (a
+    placed model's runs on them: tests/test_row_solve.py, tests/test_ssm_rows.py)."""
+    from aocsim import load_model
+    from aocsim.execute.ssm_device import calibration_inputs
+    from aocsim.tasks.groups import group, word_problems
+
+    model = load_model("parity-implicit")
+    tokens, _ = word_problems(group("parity"), 24, 16, identity_prob=0.5, generator=3)
+    cal_tokens, _ = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=99)
+    return model, tokens, calibration_inputs(model, cal_tokens)

@@ -6,14 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aocsim import load_model
 from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.snr import EmaReadout, SiteNoise, readout
-from aocsim.execute.ssm_device import calibration_inputs, place_ssm
+from aocsim.execute.ssm_device import place_ssm
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
 from aocsim.solve.core import RowMap, solve
-from aocsim.tasks.groups import group, word_problems
 
 
 class Contraction:
@@ -56,18 +54,10 @@ def test_a_row_map_gives_the_whole_batch_results_on_fewer_rows() -> None:
     assert sum(rows.seen) == int((a.iterations + 1).sum()) < sum(whole.seen) == 8 * len(whole.seen)
 
 
-@pytest.fixture(scope="module")
-def parity():
-    model = load_model("parity-implicit")
-    tokens, _ = word_problems(group("parity"), 24, 16, identity_prob=0.5, generator=3)
-    cal_tokens, _ = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=99)
-    return model, tokens, calibration_inputs(model, cal_tokens)
-
-
-def test_a_pass_of_few_rows_is_padded_to_the_whole_batch_kernels(parity) -> None:
+def test_a_pass_of_few_rows_is_padded_to_the_whole_batch_kernels(parity_words) -> None:
     """A single row evaluated alone gives its bits in the whole batch (float32: a product of fewer than
     four rows rounds differently on CPU BLAS, which a device's ADC can turn into a code)."""
-    model, tokens, _ = parity
+    model, tokens, _ = parity_words
     u = model.injection(tokens)[:, 0]
     caches = [block.init_cache(u.shape[0], u) for block in model.blocks]
     z = torch.randn(u.shape[0], model.config.d_model, generator=torch.Generator().manual_seed(1)).to(u.dtype)
@@ -81,10 +71,10 @@ def test_a_pass_of_few_rows_is_padded_to_the_whole_batch_kernels(parity) -> None
             assert len(one.last[0].ssm) == u.shape[0]
 
 
-def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity) -> None:
+def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity_words) -> None:
     """Sequential mode on aoc48 (noise on): evaluating only the rows still iterating changes no prediction,
     iteration or status, and the states only to rounding; the tile products see fewer rows."""
-    model, tokens, cal = parity
+    model, tokens, cal = parity_words
     placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
     seen = {True: 0, False: 0}
     layer = placed.maps["blocks.0.in_proj"]
@@ -106,10 +96,10 @@ def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity) -> None
 
 
 
-def test_the_ema_readout_and_state_noise_follow_the_active_rows(parity) -> None:
+def test_the_ema_readout_and_state_noise_follow_the_active_rows(parity_words) -> None:
     """An EMA readout (it sees each pass's rows) and noise on the committed states read the same
     iterates whether a pass holds the whole batch or the rows still iterating."""
-    model, tokens, cal = parity
+    model, tokens, cal = parity_words
     placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
     reads = {}
     for active in (True, False):

@@ -10,19 +10,11 @@ import torch
 from aocsim import load_model
 from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.seed_stack import stack_seeds
-from aocsim.execute.ssm_device import calibration_inputs, place_ssm
+from aocsim.execute.ssm_device import place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.nn.ssm_token import MIN_ROWS
 from aocsim.tasks.groups import group, word_problems
-
-
-@pytest.fixture(scope="module")
-def parity():
-    model = load_model("parity-implicit")
-    tokens, _ = word_problems(group("parity"), 24, 16, identity_prob=0.5, generator=3)
-    cal_tokens, _ = word_problems(group("parity"), 16, 16, identity_prob=0.5, generator=99)
-    return model, tokens, calibration_inputs(model, cal_tokens)
 
 
 class Passes:
@@ -55,10 +47,10 @@ def _same_run(a, b, atol: float = 1e-5) -> None:
 
 
 @pytest.mark.parametrize("rows", [24, 6, 3])  # 6: the last passes padded to MIN_ROWS; 3: fewer rows than that
-def test_a_placed_model_with_rows_on_their_own_tokens_gives_the_token_by_token_results(parity, rows: int) -> None:
+def test_a_placed_model_with_rows_on_their_own_tokens_gives_the_token_by_token_results(parity_words, rows: int) -> None:
     """aoc48, noise on, a tight tolerance and a low cap (some rows run to it): every prediction, iteration
     count and residual of the token-by-token solve, states and traces to rounding, in fewer passes."""
-    model, tokens, cal = parity
+    model, tokens, cal = parity_words
     placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
     assert placed.independent
     runs, passes = {}, {}
@@ -127,10 +119,10 @@ def test_a_row_that_diverges_at_once_reports_no_residual_of_its_previous_token()
     torch.testing.assert_close(ra, rb, rtol=0, atol=1e-12)
 
 
-def test_stacked_seeds_run_with_rows_on_their_own_tokens_as_token_by_token(parity) -> None:
+def test_stacked_seeds_run_with_rows_on_their_own_tokens_as_token_by_token(parity_words) -> None:
     """Seeds stacked in one batch (aocsim/execute/seed_stack.py), each row through its own seed's load at
     its own visit: each seed's results as token by token."""
-    model, tokens, cal = parity
+    model, tokens, cal = parity_words
     device = load_device("aoc48")
     seeds = [place_ssm(model, device, cal, Placement().resolved(HYBRID), generator=s) for s in (0, 1)]
     stack = stack_seeds(model, seeds)
@@ -142,10 +134,10 @@ def test_stacked_seeds_run_with_rows_on_their_own_tokens_as_token_by_token(parit
         _same_run(a, b)
 
 
-def test_rows_stay_on_one_token_where_a_part_keys_by_the_pass(parity) -> None:
+def test_rows_stay_on_one_token_where_a_part_keys_by_the_pass(parity_words) -> None:
     """Analog elementwise functions and time-multiplexed tiles key by the pass's visit: such a placed
     model runs token by token."""
-    model, _, cal = parity
+    model, _, cal = parity_words
     device = load_device("aoc48")
     analog = place_ssm(model, device, cal, Placement(elementwise="analog").resolved(HYBRID), generator=0)
     multiplexed = place_ssm(model, device, cal, Placement(modules=2).resolved(HYBRID), generator=0)

@@ -8,7 +8,8 @@ device. Noise is keyed by token: the model announces each pass of tokens through
 so the pass of token (s, t) at visit v through map m draws from key.fold(m).fold(TILE_CALL, v, i)
 for tile i at counter s L + t. A run is reproducible from its seed (`PlacedSSM.reset`), and in
 sequential mode a sequence's run does not depend on the batch it is in (given its id; simultaneous
-mode freezes converged prefixes per batch). The placement class is aocsim/execute/hybrid.py.
+mode freezes converged prefixes per batch), nor on whether each row waits for its batch at every
+token or moves on alone (aocsim/nn/ssm_rows.py, where every part keys its draws per row). The placement class is aocsim/execute/hybrid.py.
 """
 
 from __future__ import annotations
@@ -251,8 +252,10 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
                          "torch.Generator or Key")
     programs = fit_programs(model, device, calibration, placement) if programs is None else programs
     placed = plain_copy(model)
-    # A token's passes cost what its rows still iterating cost (aocsim/nn/ssm_token.py); compiled tile
-    # products keep whole batches (a graph per batch size would compile again at every size).
+    # A token's passes cost what its rows still iterating cost (aocsim/nn/ssm_token.py), and each row moves on
+    # to its next token once it stops (aocsim/nn/ssm_rows.py, `PlacedSSM.keyed`); compiled tile products keep
+    # whole batches (a graph per batch size would compile again at every size): all rows on their own
+    # tokens in passes padded to the batch, or token by token where a part keys by the pass.
     placed.active_rows = not compile_option(placement)
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
