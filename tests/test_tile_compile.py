@@ -91,7 +91,7 @@ def test_a_missing_toolchain_is_one_line(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A short run of a hybrid SSM with its in_proj on tiles of the noisy aoc48: the same predictions and
+    # A short run of a hybrid SSM with its injection and in_proj on tiles of the noisy aoc48: the same predictions and
     # iterations with the tile products compiled (the nodes differ by float rounding only).
     from aocsim.execute.placement import Placement
     from aocsim.execute.registry import place
@@ -100,21 +100,23 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
 
     from aocsim.hardware.engine import tile_product
 
-    compiled_calls = []
+    compiled_calls, eager_rows = [], set()
     monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: compiled_calls.append(compile) or
-                        tile_pass.run(plan, x, compile))
+                        (None if compile else eager_rows.add(x["t"].shape[0])) or tile_pass.run(plan, x, compile))
     model = load_model("parity-implicit")
     w = default_workload(model, sequences=4, length_factor=1)
     runs = {}
     for flag in (False, True):
-        placed = place(model, "aoc48", Placement(on_tiles=("in_proj",), compile=flag), calibration=w.calibration)
+        placed = place(model, "aoc48", Placement(on_tiles=("inject", "in_proj"), compile=flag), calibration=w.calibration)
         compiled_calls.clear()
-        runs[flag] = placed.run(w.inputs[:, :8], seed=1)
+        eager_rows.clear()
+        runs[flag] = placed.run(w.inputs[:, :7], seed=1)
     first = list(compiled_calls)
     compiled_calls.clear()
-    again = placed.run(w.inputs[:, :8], seed=1)  # a second run: the same calls compiled, the same bits
+    again = placed.run(w.inputs[:, :7], seed=1)  # a second run: the same calls compiled, the same bits
     assert compiled_calls == first and torch.equal(again.outputs, runs[True].outputs)
-    assert 10 < sum(first) < len(first)  # a token's passes ran compiled, a whole sequence's pass eagerly
+    assert 10 < sum(first) < len(first)  # a token's passes ran compiled, the calibration passes eagerly
+    assert 4 * 7 not in eager_rows  # and the injection's pass over every position, position by position
     assert torch.equal(runs[False].outputs.argmax(-1), runs[True].outputs.argmax(-1))
     assert torch.equal(runs[False].solve.iterations, runs[True].solve.iterations)
     assert (runs[False].outputs - runs[True].outputs).abs().max() < 1e-3
