@@ -103,6 +103,11 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     compiled_calls, eager_rows = [], set()
     monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: compiled_calls.append(compile) or
                         (None if compile else eager_rows.add(x["t"].shape[0])) or tile_pass.run(plan, x, compile))
+    from aocsim.execute.compiled_mix import CompiledMix
+
+    mixed = []  # the blocks' token middles run compiled (aocsim/execute/compiled_mix.py)
+    monkeypatch.setattr(CompiledMix, "__call__", lambda self, block, p, cache, run=CompiledMix.__call__:
+                        mixed.append(p.shape[0]) or run(self, block, p, cache))
     model = load_model("parity-implicit")
     w = default_workload(model, sequences=4, length_factor=1)
     runs = {}
@@ -117,6 +122,25 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     assert compiled_calls == first and torch.equal(again.outputs, runs[True].outputs)
     assert 10 < sum(first) < len(first)  # a token's passes ran compiled, the calibration passes eagerly
     assert 4 * 7 not in eager_rows  # and the injection's pass over every position, position by position
+    assert len(mixed) > 10 and set(mixed) == {4}  # the digital middle compiled, for the whole batch
     assert torch.equal(runs[False].outputs.argmax(-1), runs[True].outputs.argmax(-1))
     assert torch.equal(runs[False].solve.iterations, runs[True].solve.iterations)
     assert (runs[False].outputs - runs[True].outputs).abs().max() < 1e-3
+
+
+def test_only_digital_middles_are_compiled() -> None:
+    """The blocks' token middle runs compiled with `compile` and digital elementwise functions; analog ones
+    (keyed per pass, aocsim/execute/elementwise.py) keep it eager, as does a plain placement."""
+    from aocsim.execute.compiled_mix import CompiledMix
+    from aocsim.execute.placement import HYBRID, Placement
+    from aocsim.execute.ssm_device import calibration_inputs, place_ssm
+    from aocsim.experiments.workloads import default_workload
+    from aocsim.io.model_files import load_model
+
+    model = load_model("parity-implicit")
+    cal = calibration_inputs(model, default_workload(model, sequences=2, length_factor=1).calibration)
+    device = load_device("aoc48")
+    for options, compiled in (({"compile": True}, True), ({"compile": True, "elementwise": "analog"}, False),
+                              ({}, False)):
+        placed = place_ssm(model, device, cal, Placement(**options).resolved(HYBRID), generator=0)
+        assert all(isinstance(b.mix_runner, CompiledMix) == compiled for b in placed.model.blocks), options

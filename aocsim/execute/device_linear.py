@@ -117,7 +117,8 @@ def compile_option(placement: Any) -> bool:
     return bool(placement.compile)
 
 
-def _digest(t: torch.Tensor) -> tuple:
+def tensor_digest(t: torch.Tensor) -> tuple:
+    """A tensor's identity by value: dtype, device, shape and a hash of its bits (memo and graph keys)."""
     data = t.detach().to("cpu").contiguous()
     raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype's bits
     return (str(data.dtype), str(t.device), tuple(data.shape), hashlib.sha256(raw).hexdigest())
@@ -141,7 +142,7 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     written to that folder, under the same key (not while `keys.recording()` is on: a file keeps no keys).
     """
     memo_key = (_frozen(device.values, tuple(sorted(device.values))),
-                tuple((_digest(w), _digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
+                tuple((tensor_digest(w), tensor_digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
                 tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
                 tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     stored = None if memo_key in _FITS or keys.recording_now() else disk_memo.load("fits", memo_key)

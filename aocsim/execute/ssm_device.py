@@ -24,6 +24,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
+from aocsim.execute.compiled_mix import install_compiled_mix
 from aocsim.execute.device_linear import DeviceLinear, MapProgram, compile_option, fit_key, fit_maps
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
@@ -268,6 +269,8 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
                              compile=compile_option(placement))
         layers[name] = layer
         install(placed, name, layer)
+    if compile_option(placement) and placement.elementwise != "analog":  # the digital middle compiled too
+        install_compiled_mix(placed)
     functions: dict[str, AnalogElementwise] = {}
     if placement.elementwise == "analog":
         for i, block in enumerate(placed.blocks):

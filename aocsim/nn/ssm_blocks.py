@@ -119,6 +119,9 @@ class Mamba2Block(nn.Module):
         # How SiLU and softplus are computed: exactly here; a placement may swap in analog circuits
         # (aocsim/execute/elementwise.py). A plain attribute: no weights, not in the state dict.
         self.elementwise: Elementwise = DIGITAL
+        # How a token's middle (`mix`) runs: None eagerly; a placement may run it compiled
+        # (aocsim/execute/compiled_mix.py) as runner(block, p, cache).
+        self.mix_runner: Any = None
 
     def _split(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = self.cfg
@@ -130,8 +133,11 @@ class Mamba2Block(nn.Module):
         bm, cm = xbc[..., c.d_inner: c.d_inner + c.d_state], xbc[..., c.d_inner + c.d_state:]
         return x, self.elementwise.softplus(delta + self.dt_bias, "dt"), -torch.exp(self.A_log), bm, cm
 
+    def _gated(self, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return self.out_norm(y.flatten(-2) * self.elementwise.silu(g, "gate"))
+
     def _out(self, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.out_norm(y.flatten(-2) * self.elementwise.silu(g, "gate")))
+        return self.out_proj(self._gated(y, g))
 
     def forward(self, z: torch.Tensor, u: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
         """Whole sequence: z [B, L, d_model], u [B, L, d_in_proj] -> o [B, L, d_model]."""
@@ -166,9 +172,16 @@ class Mamba2Block(nn.Module):
 
     def step(self, z: torch.Tensor, u: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
         """One token: z [B, d_model], u [B, d_in_proj] -> (o [B, d_model], the cache after this token)."""
-        g, xbc, delta = self._split(self.in_proj(self.norm(z)) + u)
+        p = self.in_proj(self.norm(z)) + u
+        h, cache = self.mix(p, cache) if self.mix_runner is None else self.mix_runner(self, p, cache)
+        return self.out_proj(h), cache
+
+    def mix(self, p: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
+        """One token's middle, between the two projections: p [B, d_in_proj] (in projection plus injection)
+        -> (the out projection's input [B, d_inner], the cache after this token): conv, scan, gate, norm."""
+        g, xbc, delta = self._split(p)
         window = torch.cat([cache.conv, xbc[:, None]], dim=1)  # [B, K, conv_dim], oldest first
         conv = (window * self.conv_weight.T[None]).sum(1) + self.conv_bias
         x, dt, A, bm, cm = self._ssm_inputs(self.elementwise.silu(conv, "conv"), delta)
         y, state = scan_step(x, dt, A, bm, cm, self.D, cache.ssm)
-        return self._out(y, g), TokenCache(window[:, 1:], state)
+        return self._gated(y, g), TokenCache(window[:, 1:], state)
