@@ -139,3 +139,15 @@ def test_emitter_measurements_in_a_folder_are_read_back(tmp_path, monkeypatch: p
         E._MEMO.clear()
         with pytest.raises(pytest.fail.Exception, match="measured again"):
             E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+
+
+def test_a_compiled_fit_is_remembered_apart(fits: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A placement with `compile` fits with compiled probe products (the same numbers to float rounding,
+    not the same bits): its programs are its own, so that a compiled run gives the same bits whether or
+    not an eager one fitted the chip before it in the process (and the other way round)."""
+    seen: list[object] = []
+    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **options: seen.append(options["compile"]) or [])
+    profile = load_device("aoc48")
+    for compile in (False, True, False, True):
+        device_linear.fit_maps(profile, [], modules=None, partial_sums="analog", compile=compile)
+    assert seen == [False, True]  # one fit each, then memo hits

@@ -93,10 +93,12 @@ def fit_key(device: DeviceProfile, map_index: int = 0) -> keys.Key:
 
 def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
             tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
-            rounds: int = ROUNDS, predistort: bool = False, mount: Mount | None = None) -> MapProgram:
+            rounds: int = ROUNDS, predistort: bool = False, mount: Mount | None = None,
+            compile: bool = False) -> MapProgram:
     """The program of W [M, K] on the chip `device` describes (module docstring: dead positions, gains,
     closed-loop rounds on probe loads keyed by `key`, then the scale), fitted on the calibration
-    inputs [R, K]: done once per chip and map, whatever the loads that follow."""
+    inputs [R, K]: done once per chip and map, whatever the loads that follow (its probe products
+    compiled with `compile`)."""
     r = default_input_range(device, input_range)
     size = resolve_tile_size(device, tile_size)
     low, high = (float(v) for v in device.values["readout.range_v"])
@@ -104,7 +106,8 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
     # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
     sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0
     program = fit_tile_program(device, weight / sigma, tile_size=size, input_range=r, key=key,
-                               partial_sums=partial_sums, rounds=rounds, predistort=predistort, mount=mount)
+                               partial_sums=partial_sums, rounds=rounds, predistort=predistort, mount=mount,
+                               compile=compile)
     # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
     target = ideal_nodes(weight, inputs, r, sigma)
     kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
@@ -235,7 +238,7 @@ class DeviceLinear(nn.Module):
         if program is None:
             program = fit_map(device, weight, inputs, key=fit_key(device), tile_size=tile_size,
                               partial_sums=partial_sums, input_range=input_range, rounds=rounds, predistort=predistort,
-                              mount=mount)
+                              mount=mount, compile=self.compile)
         mount = program.mount
         self.program, self.sigma, self.input_range = program, program.sigma, program.input_range
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error

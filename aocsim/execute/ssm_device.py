@@ -236,7 +236,7 @@ def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[st
     names = on_tiles(model, placement)
     programs = fit_maps(device, [(maps[n].weight.detach(), calibration[n], fit_key(device, index[n])) for n in names],
                         modules=placement.modules, tile_size=placement.tile_size, partial_sums=placement.partial_sums,
-                        predistort=placement.predistort)
+                        predistort=placement.predistort, compile=compile_option(placement))
     return dict(zip(names, programs))
 
 

@@ -60,9 +60,10 @@ class TileProgram:
 
 def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *, tile_size: int | None,
             input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str, predistort: bool = False,
-            mount: Mount | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            mount: Mount | None = None, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
-    node volts against the drive u, least squares over `PROBES` random drives in [-r, r]."""
+    node volts against the drive u, least squares over `PROBES` random drives in [-r, r] (the tile
+    product compiled with `compile`: the same numbers to float rounding)."""
     tiles = TiledMatrix(device, program, tile_size=tile_size, generator=load, input_range=input_range,
                         predistort=predistort, mount=mount)
     gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
@@ -70,7 +71,7 @@ def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *,
     drive = (torch.rand(PROBES, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
     t = program.new_zeros(PROBES, program.shape[1])
     t[:, live] = drive
-    out = tiles(t, partial_sums=partial_sums, generator=probe)
+    out = tiles(t, partial_sums=partial_sums, generator=probe, compile=compile)
     node = out.nodes
     x = torch.cat([t[:, live] / out.input_scale[:, None], t.new_ones(PROBES, 1)], dim=1)
     solution = least_squares(x, node)
@@ -109,14 +110,15 @@ def expand_columns(k: int, tile: int, dead: set[int]) -> torch.Tensor:
 
 def fit_tile_program(device: DeviceProfile, weight: torch.Tensor, *, tile_size: int, input_range: float,
                      key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS,
-                     predistort: bool = False, mount: Mount | None = None) -> TileProgram:
+                     predistort: bool = False, mount: Mount | None = None, compile: bool = False) -> TileProgram:
     """The program for `weight` [M, K] (module docstring); `key` keys every load and probe; `predistort`:
-    the tiles' emitter drive linearised, `mount`: the tiles' modules (`TiledMatrix`)."""
+    the tiles' emitter drive linearised, `mount`: the tiles' modules (`TiledMatrix`); `compile`: the
+    probe products compiled (`measure`)."""
     dtype = weight.dtype
     weight = weight.double()  # least squares on noisy probes: float64 inside, the program in `dtype`
     m, k = weight.shape
     opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums, predistort=predistort,
-                mount=mount)
+                mount=mount, compile=compile)
     # 1. dead input positions, from W at its natural columns
     natural = torch.ones(k, dtype=torch.bool)
     a, _ = measure(device, weight, natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)
