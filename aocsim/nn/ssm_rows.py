@@ -22,11 +22,8 @@ from typing import Any
 import torch
 
 from aocsim.nn.ssm_token import MIN_ROWS, put, relative_change, take
-from aocsim.solve.core import per_sample, residuals, verdicts
+from aocsim.solve.core import DIVERGENCE_RATIO, per_sample, residuals, verdicts
 from aocsim.solve.solvers import Picard
-
-DIVERGENCE_RATIO = 1e8  # as `aocsim.solve.solve`'s default, which `solve_token` runs with
-
 
 def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:

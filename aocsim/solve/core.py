@@ -43,6 +43,7 @@ class RowMap(Protocol):
 # NOISE_FLOOR means "within FLOOR_SPREADS stationary spreads of the fixed point": the window's mean
 # square residual is at most what a state that far away shows on average (docs/PHYSICS.md section 3).
 FLOOR_SPREADS = 2.0
+DIVERGENCE_RATIO = 1e8  # residual growth over a sample's first residual that counts as divergence
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
@@ -79,7 +80,7 @@ def solve(
     max_iter: int = 200,
     return_best: bool = True,
     trace: bool = False,
-    divergence_ratio: float = 1e8,
+    divergence_ratio: float = DIVERGENCE_RATIO,
     raise_on_failure: bool = False,
     early_stop: bool = True,
     floor_spreads: float = FLOOR_SPREADS,
