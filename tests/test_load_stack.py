@@ -109,3 +109,26 @@ def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
         tiles(t, call=torch.tensor([0, 1, 2, 3]))
     with pytest.raises(InputError, match=r"call = .*expected an integer >= 0 or an integer tensor \[4\]"):
         TiledMatrix(device, weight, generator=1)(t, call=torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, per_row: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large product runs in pieces of rows (`tile_product.CHUNK_ELEMENTS`, each of at least BLAS_ROWS):
+    every row's output, input scale and partials, and the clipped count, are those of one piece."""
+    from aocsim.hardware.engine import tile_product
+
+    device = load_device("aoc48", overrides={"readout.range_v": [-0.3, 0.3]})  # some nodes beyond it
+    weight = 5 * _rand(0, 70, 130, dtype=torch.float32)
+    loads = [TiledMatrix(device, weight, generator=keys.as_key(seed)) for seed in (11, 12, 13)[:count]]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)[:count]]
+    t = _rand(1, count * 23, 130, dtype=torch.float32)
+    ids = torch.arange(count * 23) % 17
+    call = torch.arange(count * 23) % 5 if per_row else 4
+    options = dict(partial_sums="analog", call=call, passes=3, keep_partials=True)
+    whole = LoadStack(loads)(t, run_keys, ids, **options)
+    monkeypatch.setattr(tile_product, "CHUNK_ELEMENTS", count * 6 * 2 * 3 * 3 * 48)  # pieces of 6 rows (the last 11)
+    pieces = LoadStack(loads)(t, run_keys, ids, **options)
+    assert torch.equal(pieces.y, whole.y) and torch.equal(pieces.input_scale, whole.input_scale)
+    assert torch.equal(pieces.partials, whole.partials) and pieces.adc_clipped == whole.adc_clipped > 0

@@ -126,10 +126,14 @@ def test_stacked_seeds_run_with_rows_on_their_own_tokens_as_token_by_token(parit
     device = load_device("aoc48")
     seeds = [place_ssm(model, device, cal, Placement().resolved(HYBRID), generator=s) for s in (0, 1)]
     stack = stack_seeds(model, seeds)
-    runs = {}
+    runs, rows = {}, {}
     for own in (True, False):
         stack.independent = own
-        runs[own] = stack(tokens[:10], generator=[keys.as_key(4), keys.as_key(5)], mode="sequential", tol=0.1, max_iter=12, trace=True)
+        with Passes(stack.model) as counted:
+            runs[own] = stack(tokens[:10], generator=[keys.as_key(4), keys.as_key(5)], mode="sequential", tol=0.1,
+                              max_iter=12, trace=True)
+        rows[own] = counted.rows
+    assert not stack.compiled and min(rows[True]) < 20  # passes of the rows going, not padded to the batch
     for a, b in zip(runs[True], runs[False]):
         _same_run(a, b)
 

@@ -215,9 +215,11 @@ class DeviceLinear(nn.Module):
         compile: run the tile products of its per-token calls compiled (`TiledMatrix`, compile=True: the
             same numbers to float rounding; needs a C++ compiler, compiles once per process and shape):
             calls of one position per row (a token's iterations, a DEQ's) and calls outside a placed run;
-            a pass over many positions at once (a whole sequence's projection) position by position,
-            through the graph of a token's pass (`_by_position`). The calibration passes run eagerly. The rule reads only the call itself, never what ran before, so a seed gives
-            the same bits however often and in whatever order the model runs.
+            in a run whose token passes all have the batch's rows (`TokenKeys.one_shape`), a pass over
+            many positions at once (the injection's) position by position, through the graph of a
+            token's pass (`_by_position`); elsewhere such a pass, and the calibration passes, eagerly.
+            The rule reads only the call itself, never what ran before, so a seed gives the same bits
+            however often and in whatever order the model runs.
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -293,7 +295,7 @@ class DeviceLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.token_keys
-        if rows is not None and rows.positions is not None and self.compile and x.ndim == 3 and not rows.per_row:
+        if rows is not None and rows.one_shape and self.compile and x.ndim == 3 and not rows.per_row:
             node, scale = self._by_position(x, rows.samples(tuple(x.shape[:-1])), rows.visit)
         elif rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.calls(),

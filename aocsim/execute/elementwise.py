@@ -127,7 +127,7 @@ class AnalogElementwise(Elementwise):
             rows = self.token_keys
             flat = x.reshape(-1, x.shape[-1])
             if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
-                samples, visit = rows.samples(tuple(x.shape[:-1])), rows.visit
+                samples, visit = rows.samples(tuple(x.shape[:-1])), rows.pass_visit("an analog elementwise function")
             else:
                 samples, visit = torch.arange(flat.shape[0]), self.calls
             key = self.run_key.fold(index, visit).tensor(x.device)

@@ -108,7 +108,7 @@ class SiteNoise:
         x = args[0]
         rows = self.token_keys
         samples = rows.samples(tuple(x.shape[:-1]))
-        noisy = self._draw(x.reshape(-1, x.shape[-1]), samples, INPUTS, block, rows.visit)
+        noisy = self._draw(x.reshape(-1, x.shape[-1]), samples, INPUTS, block, rows.pass_visit("noise set by an SNR"))
         return (noisy.reshape(x.shape), *args[1:])
 
     def _states(self, caches: list[TokenCache], t: int) -> list[TokenCache]:
@@ -150,6 +150,7 @@ class EmaReadout:
     def _see(self, _module: Any, args: tuple[torch.Tensor, ...]) -> None:
         rows = self.token_keys
         z = args[0]
+        rows.pass_visit("the EMA readout")  # it reads each pass's positions for all its rows
         batch, positions = rows.batch_rows().to(z.device), rows.positions.to(z.device)
         z3 = z.reshape(batch.numel(), positions.numel(), z.shape[-1])
         if self.read is None:

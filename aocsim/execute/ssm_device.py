@@ -9,7 +9,8 @@ so the pass of token (s, t) at visit v through map m draws from key.fold(m).fold
 for tile i at counter s L + t. A run is reproducible from its seed (`PlacedSSM.reset`), and in
 sequential mode a sequence's run does not depend on the batch it is in (given its id; simultaneous
 mode freezes converged prefixes per batch), nor on whether each row waits for its batch at every
-token or moves on alone (aocsim/nn/ssm_rows.py, where every part keys its draws per row). The placement class is aocsim/execute/hybrid.py.
+token or moves on alone (aocsim/nn/ssm_rows.py, where every part keys its draws per row). The
+placement class is aocsim/execute/hybrid.py.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class PlacedSSM:
         # rows on their own tokens (aocsim/nn/ssm_rows.py) where every part keys its noise per row: digital
         # elementwise functions, tiles whose weights stay (a time-multiplexed reload follows the visit)
         self.independent = not self.functions and not any(layer.tiles.multiplexed for layer in maps.values())
+        # compiled tile products (a seed stack's maps never are; nn.Module.compile is a method, not this switch)
+        self.compiled = any(isinstance(layer, DeviceLinear) and layer.compile for layer in maps.values())
 
     def reset(self, generator: keys.Seed) -> None:
         """Give every map a fresh call count under key.fold(m): a run reproducible from its seed."""
@@ -132,9 +135,9 @@ class PlacedSSM:
         self.model.pass_hook = context.announce
         # rows on their own tokens where they are evaluated alone, or with compiled products in whole-batch
         # passes (one graph); not with extras (keyed by the pass's visit)
-        compiled = any(getattr(layer, "compile", False) for layer in self.maps.values())
-        self.model.independent_rows = (self.model.active_rows or compiled) and self.independent and not extras
-        self.model.full_passes = compiled
+        self.model.independent_rows = (self.model.active_rows or self.compiled) and self.independent and not extras
+        self.model.full_passes = self.compiled
+        context.one_shape = self.compiled and self.model.independent_rows
         try:
             yield self.model
         finally:

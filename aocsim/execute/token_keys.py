@@ -26,6 +26,9 @@ class TokenKeys:
     visit: int | torch.Tensor = 0
     rows: torch.Tensor | None = None
     loads: torch.Tensor | None = None
+    # every token pass of the run has the batch's rows (compiled products: one graph, aocsim/nn/ssm_rows.py);
+    # a pass over many positions then runs position by position through that pass's graph
+    one_shape: bool = False
     shared: dict[Any, Any] = field(default_factory=dict, repr=False)  # what the maps of one pass share
 
     def announce(self, positions: torch.Tensor, visit: int | torch.Tensor, rows: torch.Tensor | None = None) -> None:
@@ -54,6 +57,13 @@ class TokenKeys:
             raise InputError(f"a pass of {tuple(leading)} rows does not match the announced {t} position(s) "
                              f"of {b} sequences")
         return (ids[:, None] * self.length + self.positions[None, :]).reshape(-1)
+
+    def pass_visit(self, part: str) -> int:
+        """The pass's visit, for a part that keys by the pass (not with rows on their own tokens)."""
+        if self.per_row:
+            raise InputError(f"{part} keys its draws by the pass, but this run has each row on its own token "
+                             "(aocsim/nn/ssm_rows.py); expected a run token by token (PlacedSSM.keyed decides)")
+        return int(self.visit)
 
     def calls(self) -> int | torch.Tensor:
         """The tile products' call of the pass: its visit, or each row's [R] (`per_row`)."""

@@ -166,7 +166,7 @@ class CompareBenchRow:
     tokens: int
     exact_s: float  # the model's own sequential prediction (`ImplicitSSM.predict`, its default tolerance)
     device_s: float  # `compare` on one chip and `seeds` seeds: placement, exact reference and device runs
-    warmup_s: float | None = None  # compiled rows: the short run before, which compiled the tile products
+    warmup_s: float | None = None  # compiled rows: the short run before, which fitted and compiled
     seeds: int = 1
 
     @property
@@ -181,11 +181,11 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
     """Each case's exact path and its `compare` on `device` (one chip, `seeds` seeds, sequential mode) on
     the same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process.
 
-    With `compiled`, each case also runs with the placement's compile switch on (the tile products
-    compiled, `aocsim.hardware.engine.tile_pass`) in a row of its own, after the plain row: first a
-    two-token compare (it compiles the graphs, whose passes have the whole batch's rows: `warmup_s`),
-    then the compiled compare, whose chip the plain row has fitted (fits are memoised per process:
-    what a sweep or a second compare in the same session pays)."""
+    With `compiled`, each case also runs with the placement's compile switch on (docs/DEVICE_RUNS.md,
+    compiled placements) in a row of its own: first a two-token compare (`warmup_s`: it fits the chip
+    with compiled probe products and compiles the graphs, whose passes have the whole batch's rows),
+    then the compiled compare, its fit memoised (what a second compare or a sweep point on the same
+    chip pays in one process)."""
     from aocsim.experiments.compare import compare
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
@@ -218,7 +218,7 @@ def format_compare_bench(rows: list[CompareBenchRow]) -> str:
     width = max([36] + [len(r.case) for r in rows])
     lines = [f"{'model':{width}s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
     lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.seeds * r.tokens / r.device_s:15.0f} "
-              f"{r.ratio:14.1f}x" + (f"  (chip fitted by the row above; compiled in a {r.warmup_s:.0f} s run before)"
+              f"{r.ratio:14.1f}x" + (f"  (fitted and compiled in a {r.warmup_s:.0f} s run before)"
                                      if r.warmup_s else "")
               for r in rows]
     return "\n".join(lines)

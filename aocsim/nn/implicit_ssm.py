@@ -25,7 +25,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear
-from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
+from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap, relative_change
 from aocsim.nn.ssm_rows import solve_rows
 from aocsim.solve.core import solve
 from aocsim.solve.solvers import Picard
@@ -73,7 +73,7 @@ class ImplicitSSM(nn.Module):
         # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
         # keys each token's noise by them (aocsim/execute/ssm_device.py). commit_hook(caches, t): sequential
         # mode, the states committed after token t, returned as the next token sees them (noise on states).
-        self.pass_hook: Callable[[torch.Tensor, int, torch.Tensor | None], None] | None = None
+        self.pass_hook: Callable[[torch.Tensor, int | torch.Tensor, torch.Tensor | None], None] | None = None
         self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
         self.active_rows = False  # sequential mode: evaluate only the rows still iterating (aocsim/nn/ssm_token.py)
         # sequential mode: each row on its own token (aocsim/nn/ssm_rows.py), its position and visit announced
@@ -232,7 +232,7 @@ class ImplicitSSM(nn.Module):
             zs, us = z[:, front:end], u[:, front:end]
             self._announce(front, end, k)
             fz, _ = self.f_segment(zs, us, caches, chunk=chunk)
-            r = torch.linalg.vector_norm(fz - zs, dim=-1) / torch.linalg.vector_norm(fz, dim=-1).clamp_min(1e-30)
+            r = relative_change(fz, zs)
             res[:, front:end] = r
             if trace:
                 steps.append((front, end, r))

@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
-from aocsim.nn.ssm_token import MIN_ROWS, put, relative_change, take
+from aocsim.nn.ssm_token import MIN_ROWS, padded, put, relative_change, take
 from aocsim.solve.core import DIVERGENCE_RATIO, per_sample, residuals, verdicts
 from aocsim.solve.solvers import Picard
+
 
 def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -37,16 +38,13 @@ def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter:
     first, last_rel = u.new_full((b,), float("inf")), u.new_full((b,), float("inf"))
     zs, rel_out = u.new_zeros(b, length, z.shape[1]), u.new_zeros(b, length)
     iterations = torch.zeros(b, length, dtype=torch.int64, device=u.device)
-    seen = u.new_full((b, length, max_iter + 1), float("nan")) if trace else None
+    seen = u.new_full((b, length, min(max_iter + 1, 32)), float("nan")) if trace else None  # grown as needed
     atol, rtol = per_sample(0.0, "atol", b, z), per_sample(tol, "tol", b, z)
     picard, least = Picard(tau), b if model.full_passes else min(MIN_ROWS, b)
     going = token < length
     while bool(going.any()):
         index = going.nonzero().squeeze(1)
-        rows = index
-        if index.numel() < least:  # padded with finished rows, their results discarded
-            pad = (~going).nonzero().squeeze(1)[:least - index.numel()]
-            rows = torch.sort(torch.cat([index, pad])).values
+        rows = index if index.numel() >= least else padded(index, ~going, least)[0]  # with finished rows
         at = token[rows].clamp_max(length - 1)
         model.announce_rows(at, k[rows], rows)
         out, after = model.f_token(z[rows], u[rows, at], take(caches, rows))
@@ -54,6 +52,9 @@ def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter:
             keep = torch.isin(rows, index)
             out, after = out[keep], take(after, keep.nonzero().squeeze(1))
         if seen is not None:
+            deepest = int(k[index].max())
+            if deepest >= seen.shape[2]:
+                seen = torch.cat([seen, torch.full_like(seen, float("nan"))], 2)[..., :max_iter + 1]
             seen[index, token[index], k[index]] = relative_change(out, z[index])
         fz = z.index_copy(0, index, out)  # a finished row: f(z) = z, as `solve` has a stopped row
         res, fnorm, rel = residuals(z, fz)

@@ -35,6 +35,15 @@ def put(caches: list[TokenCache], index: torch.Tensor | None, rows: list[TokenCa
             for c, r in zip(caches, rows)]
 
 
+def padded(index: torch.Tensor, idle: torch.Tensor, least: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A pass's rows `index` [R] (ascending) padded with the first rows of `idle` [B] (bool) to `least`
+    rows (MIN_ROWS: their results are discarded): the rows, ascending, the order that sorts index then
+    padding into them, and the padding."""
+    pad = idle.nonzero().squeeze(1)[:max(least - index.numel(), 0)]
+    rows, order = torch.sort(torch.cat([index, pad]))
+    return rows, order, pad
+
+
 def relative_change(out: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """||f(z) - z|| / ||f(z)|| per row: a token's trace entry."""
     return torch.linalg.vector_norm(out - z, dim=-1) / torch.linalg.vector_norm(out, dim=-1).clamp_min(1e-30)
@@ -70,8 +79,7 @@ class TokenMap:
         if index is not None and index.numel() < min(MIN_ROWS, batch) and self.at is not None:
             stopped = torch.ones(batch, dtype=torch.bool, device=index.device)
             stopped[index] = False
-            pad = stopped.nonzero().squeeze(1)[:MIN_ROWS - index.numel()]
-            index, order = torch.sort(torch.cat([index, pad]))
+            index, order, pad = padded(index, stopped, MIN_ROWS)
             z = torch.cat([z, self.at[pad]])[order]
         self.model._announce(self.t, self.t + 1, self.visits, index)
         self.visits += 1

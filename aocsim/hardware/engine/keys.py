@@ -136,37 +136,48 @@ def fold_range(bases: list[Key], coordinates: tuple[int, ...], count: int, devic
     memo = (tuple(b.value for b in bases), coordinates, count, str(device))
     streams = _RANGES.get(memo)
     if streams is None:
-        prefix = torch.tensor([_signed(b.fold(*coordinates).value) for b in bases], dtype=torch.int64, device=device)
-        steps = splitmix64((torch.arange(count, dtype=torch.int64, device=device) + 1) * _signed(GOLDEN_GAMMA))
-        streams = _RANGES[memo] = splitmix64(prefix[:, None] ^ steps[None, :])
+        streams = _RANGES[memo] = _last_fold([[b.fold(*coordinates) for b in bases]], count, device)[0]
         if len(_RANGES) > RANGES_KEPT:
             _RANGES.popitem(last=False)
     return streams
 
 
+def _last_fold(prefixes: list[list[Key]], count: int, device: torch.device | str) -> torch.Tensor:
+    """int64 [len(prefixes), len(prefixes[0]), count]: each prefix key folded with i < count, on tensors."""
+    prefix = torch.tensor([[_signed(k.value) for k in row] for row in prefixes], dtype=torch.int64, device=device)
+    steps = splitmix64((torch.arange(count, dtype=torch.int64, device=device) + 1) * _signed(GOLDEN_GAMMA))
+    return splitmix64(prefix[..., None] ^ steps)
+
+
 def fold_calls(bases: list[Key], stream: int, call: "int | torch.Tensor", count: int,
-               device: torch.device | str = "cpu") -> torch.Tensor:
-    """`fold_range(bases, (stream, call), count)` [len(bases), count] for one call; for a call per row
-    (call int64 [R]: rows on their own iterations, aocsim/nn/ssm_rows.py) [R, len(bases), count], row r's
-    the fold of its own call, read from a table of calls 0, 1, ... kept per process (`RANGES_KEPT`)."""
+               device: torch.device | str = "cpu", loads: int = 1) -> torch.Tensor:
+    """`fold_range(bases, (stream, call), count)` [len(bases), count] for one call. For a call per row
+    (call int64 [R], rows on their own iterations: aocsim/nn/ssm_rows.py; with `loads` S, R = S G rows
+    in S groups, bases [S P] the loads' in the order (load, pass) and row g of group s drawing from load
+    s's) [S, G, P, count], row r's the fold of its own call, read from a table of calls 0, 1, ... kept
+    per process (`CALL_TABLES_KEPT`)."""
     if not isinstance(call, torch.Tensor):
         return fold_range(bases, (stream, call), count, device)
     if _DRAWN is not None:  # recording: each call's keys folded as `fold_range` folds them
         values, inverse = torch.unique(call.cpu(), return_inverse=True)
         table = torch.stack([fold_range(bases, (stream, int(v)), count, device) for v in values.tolist()])
-        return table[inverse.to(table.device)]
-    memo = (tuple(b.value for b in bases), stream, count, str(device))
-    table = _CALLS.get(memo)
-    top = int(call.max()) + 1 if call.numel() else 0
-    if table is None or table.shape[0] < top:  # grown by doubling: a run's visits go up to its cap
-        size = max(top, 32, 0 if table is None else 2 * table.shape[0])
-        table = _CALLS[memo] = torch.stack([fold_range(bases, (stream, v), count, device) for v in range(size)])
-        if len(_CALLS) > RANGES_KEPT // 16:
-            _CALLS.popitem(last=False)
-    return table[call.to(table.device)]
+        rows = table[inverse.to(table.device)]
+    else:
+        memo = (tuple(b.value for b in bases), stream, count, str(device))
+        table = _CALLS.get(memo)
+        top = int(call.max()) + 1 if call.numel() else 0
+        if table is None or table.shape[0] < top:  # grown by doubling: a run's visits go up to its cap
+            size = max(top, 32, 0 if table is None else 2 * table.shape[0])
+            table = _CALLS[memo] = _last_fold([[b.fold(stream, v) for b in bases] for v in range(size)], count, device)
+            if len(_CALLS) > CALL_TABLES_KEPT:
+                _CALLS.popitem(last=False)
+        rows = table[call.to(table.device)]  # [S G, S P, count]
+    grouped = rows.view(loads, -1, loads, len(bases) // loads, count)
+    per_load = torch.arange(loads, device=rows.device)
+    return grouped[per_load, :, per_load]  # each row its own load's: [S, G, P, count]
 
 
-RANGES_KEPT = 4096
+RANGES_KEPT, CALL_TABLES_KEPT = 4096, 256
 _RANGES: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 _CALLS: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # `fold_calls`' tables
 

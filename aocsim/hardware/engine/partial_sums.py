@@ -90,21 +90,19 @@ def hold_draws(values: Mapping[str, Any], bases: list[keys.Key] | None, call: in
                samples: torch.Tensor, tile_size: int, loads: int = 1) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The kT/C streams (key.fold(HOLD, call, i) of each pass's key) and counters of a hold with a
     capacitance (None without): [T, K, 1, 1] and [B, tile_size] for one load, or with `loads` S > 1
-    (bases pass-major, S per pass; the rows S groups of G) [T, K, S, 1, 1] and [S, G, tile_size]. With
-    a call per row (int64 [S G]) the streams' 1 of the rows is G: each row's own."""
+    (bases in the order (load, pass); the rows S groups of G) [T, K, S, 1, 1] and [S, G, tile_size].
+    With a call per row (int64 [S G]) the streams' 1 of the rows is G: each row's own."""
     if Hold.from_values(values).noise_std_v == 0:
         return None
     if bases is None:
         raise InputError("generator = None; the profile draws kT/C noise on analog partial sums "
                          "(readout.hold_capacitance_f), so expected a seed, torch.Generator or Key")
-    streams = keys.fold_calls(bases, keys.Stream.HOLD, call, tiles, samples.device)
+    streams = keys.fold_calls(bases, keys.Stream.HOLD, call, tiles, samples.device, loads)
     counters = keys.sample_counters(samples, tile_size)
-    if isinstance(call, torch.Tensor):  # [S G, K S, T] -> each row's own load's: [T, K, S, G, 1]
-        rows = streams.view(loads, -1, len(bases) // loads, loads, tiles)
-        per_load = torch.arange(loads, device=rows.device)
-        streams = rows[per_load, :, :, per_load].permute(3, 2, 0, 1)[..., None]
-    else:
-        streams = streams.T.reshape(tiles, -1, loads)[..., None, None]  # [T, K, S, 1, 1]
+    if isinstance(call, torch.Tensor):  # [S, G, K, T] -> [T, K, S, G, 1]
+        streams = streams.permute(3, 2, 0, 1)[..., None]
+    else:  # [S K, T] -> [T, K, S, 1, 1]
+        streams = streams.view(loads, -1, tiles).permute(2, 1, 0)[..., None, None]
     if loads == 1:
         return streams[:, :, 0], counters
     return streams, counters.view(loads, -1, tile_size)

@@ -78,7 +78,8 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     keep [cols, M] (None without a hold acting), hold_draws (streams and counters of kT/C, or None).
     With S = `plan.loads` > 1 the rows are S groups of G, group s through load s: constants, k0 and
     streams carry a leading [S], counters are [S, 1, 1, G, N] and the kT/C streams [T, K, S, 1, 1]
-    with counters [S, G, tile_size].
+    with counters [S, G, tile_size]. With a call per row (rows on their own tokens) the streams' row
+    dim is the rows': [T, K, B, 1] ([S, T, K, G, 1]) and kT/C [T, K, B, 1] ([T, K, S, G, 1]).
     """
     t = x["t"]
     (rows, cols), ts, n, m = plan.grid, plan.tile_size, plan.channels, plan.outputs

@@ -68,6 +68,19 @@ class TiledProduct:
         return self.adc_conversions_per_sample * self.batch
 
 
+# Rows of one tile pass times its tiles, passes and channels, the size of its largest temporaries: a larger
+# product runs in pieces of rows, so that its few dozen elementwise passes stay in a core's cache instead of
+# streaming through memory (a5-implicit at the recommended placement, 16 passes of 14 tiles: 48 rows a piece,
+# a third faster per row than 384 at once). BLAS_ROWS: a piece's least rows (CPU BLAS multiplies fewer
+# rows with other kernels, of other rounding: aocsim/nn/ssm_token.py MIN_ROWS).
+CHUNK_ELEMENTS, BLAS_ROWS = 1 << 19, 4
+
+
+def _rows(values: torch.Tensor, lo: int, hi: int, loads: int) -> torch.Tensor:
+    """Rows lo ... hi - 1 of each of the `loads` groups of `values` [S G, ...], as [S (hi - lo), ...]."""
+    return values.view(loads, -1, *values.shape[1:])[:, lo:hi].flatten(0, 1)
+
+
 def converter(span: object, bits: int | None) -> tuple[float, float, float]:
     """(low, high, step) of a converter over `span` (None: no clipping) with 2^bits codes (None: step 0, unused)."""
     low, high = (0.0, 0.0) if span is None else (float(b) for b in span)  # type: ignore[union-attr]
@@ -140,30 +153,44 @@ class LoadStack:
             first._shapes = (at, tile_shapes(first.profile, n, modules, first.input_range, *at))
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
-        streams = counters = draws = None
-        if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
-            flat = keys.fold_calls([b for each in bases for b in each], keys.Stream.TILE_CALL, call, rows * cols,
-                                   t.device)  # [S K, T], or a call per row: [S G, S K, T]
-            if isinstance(call, torch.Tensor):  # each row's own load's streams: [S, T, K, G, 1]
-                per_load = torch.arange(s, device=flat.device)
-                streams = flat.view(s, -1, s, passes, rows * cols)[per_load, :, per_load].permute(0, 3, 2, 1)[..., None]
-            else:
-                streams = flat.view(s, passes, -1).transpose(1, 2)[..., None, None]  # [S, T, K, 1, 1]
-            counters = keys.sample_counters(ids, n).view(s, 1, 1, -1, n)
-            if s == 1:
-                streams, counters = streams[0], counters[0, 0, 0]
-        if gates is not None:  # the loads' kT/C streams, pass by pass, and counters
-            mixed = None if bases[0] is None else [b[k] for k in range(passes) for b in bases]
-            draws = hold_draws(v, mixed, call, rows * cols, ids, ts, s)
         clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
         plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
                     adc_bits is not None, first.predistort, keep_partials, s)
-        x = {"t": t, "input_range": first.input_range, "dac": converter(clip, dac_bits),
-             "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(), "k0": k0,
-             "gain": first.loops[0].node(0, t)[0], "streams": streams, "counters": counters,
-             "gate": None if gates is None else gates[0], "keep": None if gates is None else gates[1],
-             "hold_draws": draws, "adc": converter(v["readout.range_v"], adc_bits)}
-        y, s_in, clipped, *partials = run(plan, x, compile)
+        shared = {"input_range": first.input_range, "dac": converter(clip, dac_bits),
+                  "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(),
+                  "k0": k0, "gain": first.loops[0].node(0, t)[0], "gate": None if gates is None else gates[0],
+                  "keep": None if gates is None else gates[1], "adc": converter(v["readout.range_v"], adc_bits)}
+
+        def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
+            streams = counters = draws = None
+            if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
+                flat = keys.fold_calls([b for each in bases for b in each], keys.Stream.TILE_CALL, call, rows * cols,
+                                       t.device, s)  # [S K, T], or a call per row: [S, G, K, T]
+                if isinstance(call, torch.Tensor):  # each row's own: [S, T, K, G, 1]
+                    streams = flat.permute(0, 3, 2, 1)[..., None]
+                else:
+                    streams = flat.view(s, passes, -1).transpose(1, 2)[..., None, None]  # [S, T, K, 1, 1]
+                counters = keys.sample_counters(ids, n).view(s, 1, 1, -1, n)
+                if s == 1:
+                    streams, counters = streams[0], counters[0, 0, 0]
+            if gates is not None:  # the loads' kT/C streams and counters
+                draws = hold_draws(v, None if bases[0] is None else [b for each in bases for b in each], call,
+                                   rows * cols, ids, ts, s)
+            x = {"t": t, **shared, "streams": streams, "counters": counters, "hold_draws": draws}
+            return run(plan, x, compile)
+
+        group = t.shape[0] // s
+        step = max(BLAS_ROWS, CHUNK_ELEMENTS // (s * rows * cols * passes * n))  # rows of each load
+        if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
+            y, s_in, clipped, *partials = product(t, ids, call)
+        else:  # in pieces of rows whose temporaries stay in a core's cache, each of at least BLAS_ROWS rows
+            edges = list(range(0, group - BLAS_ROWS + 1, step)) + [group]
+            pieces = [product(*(_rows(a, lo, hi, s) if isinstance(a, torch.Tensor) else a for a in (t, ids, call)))
+                      for lo, hi in zip(edges[:-1], edges[1:])]
+            y = torch.cat([p[0].view(s, -1, m) for p in pieces], 1).view(-1, m)
+            s_in = torch.cat([p[1].view(s, -1) for p in pieces], 1).view(-1)
+            clipped = sum(p[2] for p in pieces)
+            partials = [torch.cat([p[3].unflatten(2, (s, -1)) for p in pieces], 3).flatten(2, 3)] if keep_partials else []
         dac, adc = first.conversions(partial_sums)
         return TiledProduct(y, first.grid, ts, n, partial_sums, t.shape[0], dac_conversions_per_sample=dac,
                             adc_conversions_per_sample=adc, adc_clipped=int(clipped), input_scale=s_in,

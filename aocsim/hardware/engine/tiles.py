@@ -207,14 +207,15 @@ class TiledMatrix:
         return self._passes[1]
 
     def __call__(self, t: torch.Tensor, *, partial_sums: str = "analog", generator: keys.Seed = None,
-                 samples: object = None, call: int = 0, keep_partials: bool = False, passes: int = 1,
+                 samples: object = None, call: int | torch.Tensor = 0, keep_partials: bool = False, passes: int = 1,
                  compile: bool = False) -> TiledProduct:
         """y = W t through the tiles (module docstring); `call` and `samples` index the noise streams.
 
         Every tile (and, with `passes` = K > 1, each of its K passes, `pass_keys`) runs as one batched
         product of the step's own optical stage, its draws from key.fold(TILE_CALL, call, i) of its
         pass (`call`: one for every row, or int64 [B], each row's own, which draws what that row draws
-        in a call of its own; not with time-multiplexed tiles, whose reload follows the call); y is the mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
+        in a call of its own; not with time-multiplexed tiles, whose reload follows the call); y is the
+        mean of the K passes' ADC readings (the per-pass noise's std falls as 1 / sqrt(K)).
         Checked here, prepared by `tile_product.LoadStack` (this load alone) and run by `tile_pass` (the
         body: eagerly, or with `compile` its compiled graph; the same numbers to float rounding; needs a
         C++ compiler).

@@ -133,25 +133,26 @@ def _plain_scalar(value: Any) -> Any:
     return value
 
 
-_PARSED: dict[tuple, dict[str, Any]] = {}  # each file's YAML as last read, by path, mtime and size
+_PARSED: dict[str, tuple[bytes, dict[str, Any]]] = {}  # each file's YAML as last read: its bytes and mapping
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    """The file's mapping (a copy), parsed once per process while the file is unchanged: a compare or
-    sweep loads its profile for every model and part, and parsing costs a tenth of a second."""
+    """The file's mapping (a copy), parsed again only when its bytes have changed: a compare or sweep
+    loads its profile for every model and part, and parsing costs a tenth of a second, reading it
+    microseconds."""
     try:
-        stat = path.stat()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read ({exc})") from None
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    if key not in _PARSED:
-        _PARSED[key] = _parse_yaml(path)
-    return copy.deepcopy(_PARSED[key])
+    name = str(path.resolve())
+    if name not in _PARSED or _PARSED[name][0] != raw:
+        _PARSED[name] = (raw, _parse_yaml(path, raw))
+    return copy.deepcopy(_PARSED[name][1])
 
 
-def _parse_yaml(path: Path) -> dict[str, Any]:
+def _parse_yaml(path: Path, text: bytes) -> dict[str, Any]:
     try:
-        raw = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+        raw = yaml.load(text.decode(), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     except (OSError, UnicodeDecodeError) as exc:
