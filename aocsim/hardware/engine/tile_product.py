@@ -153,6 +153,7 @@ class LoadStack:
             first._shapes = (at, tile_shapes(first.profile, n, modules, first.input_range, *at))
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
+        every = None if bases[0] is None else [b for each in bases for b in each]  # by (load, pass)
         clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
         plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
                     adc_bits is not None, first.predistort, keep_partials, s)
@@ -164,8 +165,8 @@ class LoadStack:
         def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None
             if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
-                flat = keys.fold_calls([b for each in bases for b in each], keys.Stream.TILE_CALL, call, rows * cols,
-                                       t.device, s)  # [S K, T], or a call per row: [S, G, K, T]
+                flat = keys.fold_calls(every, keys.Stream.TILE_CALL, call, rows * cols, t.device, s)  # [S K, T]
+                # (or, a call per row, [S, G, K, T])
                 if isinstance(call, torch.Tensor):  # each row's own: [S, T, K, G, 1]
                     streams = flat.permute(0, 3, 2, 1)[..., None]
                 else:
@@ -174,8 +175,7 @@ class LoadStack:
                 if s == 1:
                     streams, counters = streams[0], counters[0, 0, 0]
             if gates is not None:  # the loads' kT/C streams and counters
-                draws = hold_draws(v, None if bases[0] is None else [b for each in bases for b in each], call,
-                                   rows * cols, ids, ts, s)
+                draws = hold_draws(v, every, call, rows * cols, ids, ts, s)
             x = {"t": t, **shared, "streams": streams, "counters": counters, "hold_draws": draws}
             return run(plan, x, compile)
 
@@ -190,7 +190,8 @@ class LoadStack:
             y = torch.cat([p[0].view(s, -1, m) for p in pieces], 1).view(-1, m)
             s_in = torch.cat([p[1].view(s, -1) for p in pieces], 1).view(-1)
             clipped = sum(p[2] for p in pieces)
-            partials = [torch.cat([p[3].unflatten(2, (s, -1)) for p in pieces], 3).flatten(2, 3)] if keep_partials else []
+            partials = ([torch.cat([p[3].unflatten(2, (s, -1)) for p in pieces], 3).flatten(2, 3)]
+                        if keep_partials else [])
         dac, adc = first.conversions(partial_sums)
         return TiledProduct(y, first.grid, ts, n, partial_sums, t.shape[0], dac_conversions_per_sample=dac,
                             adc_conversions_per_sample=adc, adc_clipped=int(clipped), input_scale=s_in,
