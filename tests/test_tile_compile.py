@@ -77,6 +77,32 @@ def test_a_cached_graph_gives_another_chip_and_call_their_own_numbers() -> None:
     assert not torch.equal(_product(second, "analog", True).partials, _product(first, "analog", True).partials)
 
 
+def test_a_compiled_graph_is_read_back_from_inductors_disk_cache(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # A graph compiled once is found in Inductor's FX graph cache (shared by processes) by the next compile of
+    # the same trace, with nothing logged. Fails if the trace has no shape environment (the cache is bypassed
+    # and every process compiles every graph anew), or if an annotation of the traced function (a string,
+    # under postponed evaluation) becomes a global of the graph that the cache key cannot name.
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+
+    monkeypatch.setattr(backends, "_GRAPHS", {})
+
+    def body(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.tanh(x * scale) + 0.25,)
+
+    args = (torch.linspace(-2, 2, 12).view(3, 4), torch.tensor(1.5, dtype=torch.float64))
+    key = ("cache test", tuple(a.shape for a in args))
+    with config.patch(fx_graph_cache=True):  # (on by default; an environment may switch it off)
+        first = backends.graph(key, body, args, "a test graph", "the same")(*args)[0]
+        backends._GRAPHS.clear()
+        hits = counters["inductor"]["fxgraph_cache_hit"]
+        again = backends.graph(key, body, args, "a test graph", "the same")(*args)[0]
+    assert counters["inductor"]["fxgraph_cache_hit"] == hits + 1
+    assert torch.equal(first, again) and torch.allclose(first, torch.tanh(args[0] * 1.5) + 0.25)
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+
+
 def test_a_missing_toolchain_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_compiler(*args: object, **kwargs: object) -> None:
         raise RuntimeError("C++ compiler not found")

@@ -13,7 +13,8 @@ depends only on the layout, shapes, dtype, device and block length; every
 number is an input, so one graph serves every loop of that layout. `graph`
 compiles and keeps them, the loop's and the tile product's
 (`aocsim.hardware.engine.tile_pass`). Compiling
-needs a C++ compiler and takes seconds per layout, so it is opt-in.
+needs a C++ compiler and takes seconds per layout, so it is opt-in; Inductor
+keeps what it compiled on disk, and a later process reads it back (`_compile`).
 """
 
 from __future__ import annotations
@@ -40,11 +41,21 @@ def _block(steps: int, layout: Layout) -> Callable[..., tuple[torch.Tensor, torc
 
 
 def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...]) -> Callable[..., object]:
+    """`fn` traced with make_fx and compiled by Inductor. Inductor keeps compiled graphs on disk (its FX
+    graph cache, shared by processes) only where a tracing context holds a shape environment, which a
+    make_fx trace has none of: without one, every process compiled every graph anew (parity-implicit's
+    seven graphs: 20 s; read back: about 1 s beyond Inductor's import)."""
+    from torch._guards import TracingContext, tracing
     from torch._inductor import compile as inductor_compile
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     with torch.no_grad():
-        return inductor_compile(make_fx(fn)(*args), list(args))
+        traced = make_fx(lambda *flat: fn(*flat))(*args)  # (a signature's annotations, strings under
+        # postponed evaluation, would become globals of the graph that its cache key cannot name)
+        with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+            return inductor_compile(traced, list(args))
 
 
 def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,
