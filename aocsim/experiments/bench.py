@@ -190,6 +190,11 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
 
+    import numpy as np
+    import xarray as xr
+
+    xr.Dataset({"warm": ("x", np.zeros(1))})  # a process's first Dataset imports xarray's optional array
+    # modules (dask: about 0.6 s), a cost of the process, not of the first case's compare
     rows = []
     for label, name, placement in cases:
         model = load_model(name)
