@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aocsim.errors import InputError
-from aocsim.hardware.engine import keys
+from aocsim.hardware.engine import keys, tile_pass
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.tile_product import LoadStack
 from aocsim.hardware.engine.tiles import TiledMatrix
@@ -111,24 +111,31 @@ def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
         TiledMatrix(device, weight, generator=1)(t, call=torch.tensor([0, 1]))
 
 
-@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("count,dtype", [(1, torch.float32), (3, torch.float32), (1, torch.float64)])
 @pytest.mark.parametrize("per_row", [False, True])
-def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, per_row: bool,
+def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, dtype: torch.dtype, per_row: bool,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large product runs in pieces of rows (`tile_product.CHUNK_ELEMENTS`, each of at least BLAS_ROWS):
-    every row's output, input scale and partials, and the clipped count, are those of one piece."""
+    """A large product runs in pieces of rows (`tile_product.CHUNK_BYTES`, each of at least BLAS_ROWS):
+    every row's output, input scale and partials, and the clipped count, are those of one piece (float32, a
+    device run's; float64, a tile program's probes)."""
     from aocsim.hardware.engine import tile_product
 
     device = load_device("aoc48", overrides={"readout.range_v": [-0.3, 0.3]})  # some nodes beyond it
-    weight = 5 * _rand(0, 70, 130, dtype=torch.float32)
+    weight = 5 * _rand(0, 70, 130, dtype=dtype)
     loads = [TiledMatrix(device, weight, generator=keys.as_key(seed)) for seed in (11, 12, 13)[:count]]
     run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)[:count]]
-    t = _rand(1, count * 23, 130, dtype=torch.float32)
+    t = _rand(1, count * 23, 130, dtype=dtype)
     ids = torch.arange(count * 23) % 17
     call = torch.arange(count * 23) % 5 if per_row else 4
     options = dict(partial_sums="analog", call=call, passes=3, keep_partials=True)
     whole = LoadStack(loads)(t, run_keys, ids, **options)
-    monkeypatch.setattr(tile_product, "CHUNK_ELEMENTS", count * 6 * 2 * 3 * 3 * 48)  # pieces of 6 rows (the last 11)
+    size = t.element_size()
+    monkeypatch.setattr(tile_product, "CHUNK_BYTES", size * count * 10 * 2 * 3 * 3 * 48)  # pieces of 8 rows (10
+    # rounded down to BLAS's blocks of 4; the last 7)
+    chunked = []  # the pieces' rows, seen by the product's body
+    monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: chunked.append(x["t"].shape[0]) or
+                        tile_pass.run(plan, x, compile))
     pieces = LoadStack(loads)(t, run_keys, ids, **options)
     assert torch.equal(pieces.y, whole.y) and torch.equal(pieces.input_scale, whole.input_scale)
     assert torch.equal(pieces.partials, whole.partials) and pieces.adc_clipped == whole.adc_clipped > 0
+    assert chunked == [8 * count] * 2 + [7 * count]

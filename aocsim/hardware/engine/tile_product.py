@@ -68,12 +68,15 @@ class TiledProduct:
         return self.adc_conversions_per_sample * self.batch
 
 
-# Rows of one tile pass times its tiles, passes and channels, the size of its largest temporaries: a larger
-# product runs in pieces of rows, so that its few dozen elementwise passes stay in a core's cache instead of
-# streaming through memory (a5-implicit at the recommended placement, 16 passes of 14 tiles: 48 rows a piece,
-# a third faster per row than 384 at once). BLAS_ROWS: a piece's least rows (CPU BLAS multiplies fewer
-# rows with other kernels, of other rounding: aocsim/nn/ssm_token.py MIN_ROWS).
-CHUNK_ELEMENTS, BLAS_ROWS = 1 << 19, 4
+# Bytes of a product's largest temporaries (rows of one tile pass times its tiles, passes and channels): a
+# larger product runs in pieces of rows, so that its few dozen elementwise passes stay in a core's cache
+# instead of streaming through memory (a5-implicit at the recommended placement, float32, 16 passes of 14
+# tiles: 24 rows a piece, a third faster per row than 384 at once; the float64 probe products of a tile
+# program, 2048 rows: the fits of parity and a5 a quarter faster than in pieces of 4 MiB). BLAS_ROWS: a
+# piece's least rows, and the multiple its rows come in: CPU BLAS multiplies rows in blocks, and a block
+# of fewer rows with other kernels, of other rounding (float64 pieces of 195 rows gave other bits than
+# one piece, of 192 the same; aocsim/nn/ssm_token.py MIN_ROWS).
+CHUNK_BYTES, BLAS_ROWS = 1 << 20, 4
 
 
 def _rows(values: torch.Tensor, lo: int, hi: int, loads: int) -> torch.Tensor:
@@ -180,7 +183,8 @@ class LoadStack:
             return run(plan, x, compile)
 
         group = t.shape[0] // s
-        step = max(BLAS_ROWS, CHUNK_ELEMENTS // (s * rows * cols * passes * n))  # rows of each load
+        step = max(BLAS_ROWS, CHUNK_BYTES // (t.element_size() * s * rows * cols * passes * n))  # rows of each load
+        step -= step % BLAS_ROWS  # (each row keeps its place in BLAS's blocks: the bits of one piece)
         if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
             y, s_in, clipped, *partials = product(t, ids, call)
         else:  # in pieces of rows whose temporaries stay in a core's cache, each of at least BLAS_ROWS rows
