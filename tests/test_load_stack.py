@@ -111,7 +111,8 @@ def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
         TiledMatrix(device, weight, generator=1)(t, call=torch.tensor([0, 1]))
 
 
-@pytest.mark.parametrize("count,dtype", [(1, torch.float32), (3, torch.float32), (1, torch.float64)])
+@pytest.mark.parametrize("count,dtype", [(1, torch.float32), (3, torch.float32), (1, torch.float64),
+                                         (3, torch.float64)])
 @pytest.mark.parametrize("per_row", [False, True])
 def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, dtype: torch.dtype, per_row: bool,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,5 +91,6 @@ def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled:
     finally:
         torch.set_num_threads(before)
     click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, one chip and "
-               f"{'one seed' if seeds == 1 else f'{seeds} seeds'}, sequential mode, 1 torch thread")
+               f"{'one seed' if seeds == 1 else f'{seeds} seeds'}, sequential mode, 1 torch thread; the exact path "
+               "the best of 3 runs, each compare one")
     click.echo(format_compare_bench(rows))

@@ -206,8 +206,9 @@ class Placement:
     compile: bool | None = option(
         {TILED: False, HYBRID: False}, switch,
         "models on tiles: run the tile products compiled (Inductor; the same numbers to float rounding; "
-        "needs a C++ compiler; seconds per batch size, once per machine: Inductor's disk cache), and a "
-        "sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, compiled placements).", "switch")
+        "needs a C++ compiler; seconds per batch size, once per machine, torch version and thread count: "
+        "Inductor's disk cache), and a sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, "
+        "compiled placements).", "switch")
     modules: int | None = option(
         {TILED: None, HYBRID: None}, count,
         "models on tiles: optical modules per mapped matrix [default: one per tile, weight-stationary]; fewer "

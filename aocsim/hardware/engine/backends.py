@@ -19,6 +19,7 @@ keeps what it compiled on disk, and a later process reads it back (`_compile`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Callable
 
@@ -40,22 +41,35 @@ def _block(steps: int, layout: Layout) -> Callable[..., tuple[torch.Tensor, torc
     return run
 
 
+def _cacheable(args: tuple[torch.Tensor, ...]) -> tuple[contextlib.AbstractContextManager, list]:
+    """(context, example inputs) under which Inductor uses its disk cache (its FX graph cache, shared by
+    processes): a tracing context with a shape environment, which a make_fx trace has none of (without one,
+    every process compiled every graph anew: parity-implicit's seven graphs, 20 s), and the inputs as fake
+    tensors of static shapes (else the shape environment makes the kernels dynamic-shaped: slower to
+    compile, no faster). A torch without this private API compiles without the cache."""
+    try:
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        fake = FakeTensorMode(shape_env=ShapeEnv())
+        return tracing(TracingContext(fake)), [fake.from_tensor(a, static_shapes=True) for a in args]
+    except (ImportError, AttributeError, TypeError):
+        return contextlib.nullcontext(), list(args)
+
+
 def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...]) -> Callable[..., object]:
-    """`fn` traced with make_fx and compiled by Inductor. Inductor keeps compiled graphs on disk (its FX
-    graph cache, shared by processes) only where a tracing context holds a shape environment, which a
-    make_fx trace has none of: without one, every process compiled every graph anew (parity-implicit's
-    seven graphs: 20 s; read back: about 1 s beyond Inductor's import)."""
-    from torch._guards import TracingContext, tracing
+    """`fn` traced with make_fx and compiled by Inductor, read back from its disk cache where a process
+    compiled it before (`_cacheable`)."""
     from torch._inductor import compile as inductor_compile
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     with torch.no_grad():
         traced = make_fx(lambda *flat: fn(*flat))(*args)  # (a signature's annotations, strings under
         # postponed evaluation, would become globals of the graph that its cache key cannot name)
-        with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
-            return inductor_compile(traced, list(args))
+        context, examples = _cacheable(args)
+        with context:
+            return inductor_compile(traced, examples)
 
 
 def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,

@@ -72,10 +72,12 @@ class TiledProduct:
 # larger product runs in pieces of rows, so that its few dozen elementwise passes stay in a core's cache
 # instead of streaming through memory (a5-implicit at the recommended placement, float32, 16 passes of 14
 # tiles: 24 rows a piece, a third faster per row than 384 at once; the float64 probe products of a tile
-# program, 2048 rows: the fits of parity and a5 a quarter faster than in pieces of 4 MiB). BLAS_ROWS: a
-# piece's least rows, and the multiple its rows come in: CPU BLAS multiplies rows in blocks, and a block
-# of fewer rows with other kernels, of other rounding (float64 pieces of 195 rows gave other bits than
-# one piece, of 192 the same; aocsim/nn/ssm_token.py MIN_ROWS).
+# program, 2048 rows: the fits of parity and a5 5-25 % faster than in pieces of 4 MiB, in noisy A/B runs).
+# BLAS_ROWS: a piece's least rows, and the multiple that every piece but the last has: CPU BLAS multiplies
+# rows in blocks of 4 (this machine's MKL), a call's last rows mod 4 with other kernels, of other rounding
+# (float64; float32 only below 4 rows), so that only the whole product's own last rows are in such a
+# block (pieces of 195 rows gave other bits than one piece, of 192 the same; a BLAS with larger blocks
+# needs a larger multiple: tests/test_load_stack.py checks the bits; aocsim/nn/ssm_token.py MIN_ROWS).
 CHUNK_BYTES, BLAS_ROWS = 1 << 20, 4
 
 
@@ -184,7 +186,7 @@ class LoadStack:
 
         group = t.shape[0] // s
         step = max(BLAS_ROWS, CHUNK_BYTES // (t.element_size() * s * rows * cols * passes * n))  # rows of each load
-        step -= step % BLAS_ROWS  # (each row keeps its place in BLAS's blocks: the bits of one piece)
+        step -= step % BLAS_ROWS  # (every piece but the last whole blocks of rows: the bits of one piece)
         if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
             y, s_in, clipped, *partials = product(t, ids, call)
         else:  # in pieces of rows whose temporaries stay in a core's cache, each of at least BLAS_ROWS rows
