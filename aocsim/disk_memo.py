@@ -1,18 +1,23 @@
 """A folder of results too costly to compute twice (a chip's tile programs, its emitters' measured
-cubics), shared by the processes of one sweep and kept for its resumption.
+cubics): the calibration store, which every process reads and writes, and a sweep's own folder.
 
 `aocsim.execute.device_linear.fit_maps` and `aocsim.hardware.engine.emitter_calibration.measured_shapes`
-memoise in memory per process; while `use(folder)` is open they also look in `folder` (a sweep's
-`fits/`, docs/SWEEPS.md) and write what they computed there. An entry is named by the SHA-256 of
-everything its computation reads (the same key as the memory's), holds tensors and numbers in one
-HDF5 file, and is written to a temporary name and renamed, so that processes writing the same entry
-at once leave one whole file. A folder that cannot be written to is read, or left alone; an entry
-that cannot be read is computed again (and written over).
+memoise in memory per process, and look in a folder too: by default the user's calibration store
+(`store_folder`: as a machine keeps its calibration, a chip placed once on this computer is read back
+by every later run), and while `use(folder)` is open that folder instead (a sweep's `fits/`,
+docs/SWEEPS.md; `use(None)`: memory only). An entry is named by the SHA-256 of everything its
+computation reads (the same key as the memory's, with aocsim's version, a digest of its source code
+and torch's thread count: an entry written by other code is never read), holds tensors and numbers
+in one HDF5 file, and is written to a temporary name and renamed, so that processes writing the
+same entry at once leave one whole file. A folder that cannot be written to is read, or left alone;
+an entry that cannot be read is computed again (and written over). docs/DEVICE_RUNS.md, the
+calibration store.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -23,12 +28,36 @@ import torch
 
 from aocsim._version import __version__
 
-_FOLDER: Path | None = None
+STORE_VARIABLE = "AOCSIM_CACHE_DIR"  # the store's parent folder, or "off"
+STORE_ENTRIES = 4000  # at most (about 3-150 kB each: a chip's emitters of one module, a model's programs)
+_STORE = object()  # `_FOLDER` when no `use` is open: the calibration store
+_FOLDER: Path | None | object = _STORE
+
+
+def store_folder() -> Path | None:
+    """The calibration store: `$AOCSIM_CACHE_DIR/calibration`, by default
+    `${XDG_CACHE_HOME:-~/.cache}/aocsim/calibration`; None with AOCSIM_CACHE_DIR=off (read on every
+    call, so that spawned workers and tests see what the environment says now)."""
+    value = os.environ.get(STORE_VARIABLE, "").strip()
+    if value.lower() == "off":
+        return None
+    if value:
+        return Path(value).expanduser() / "calibration"
+    try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # no home folder to be found: memory only
+        return None
+    return cache / "aocsim" / "calibration"
+
+
+def current_folder() -> Path | None:
+    """The folder `load` and `save` use now (None: memory only)."""
+    return store_folder() if _FOLDER is _STORE else _FOLDER  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
 def use(folder: str | Path | None) -> Iterator[None]:
-    """While open, `load` and `save` use `folder` (None: no folder, memory only)."""
+    """While open, `load` and `save` use `folder` instead of the store (None: no folder, memory only)."""
     global _FOLDER
     before, _FOLDER = _FOLDER, None if folder is None else Path(folder)
     try:
@@ -37,37 +66,54 @@ def use(folder: str | Path | None) -> Iterator[None]:
         _FOLDER = before
 
 
-def _text(key: tuple) -> str:
-    return repr((__version__, key))  # another version may compute another result from the same inputs
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """SHA-256 of aocsim's Python source (each module's path and bytes): part of every entry's key, so
+    that an entry computed by other code (another release, a change in a checkout) is not read."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
-def _path(kind: str, key: tuple) -> Path | None:
-    if _FOLDER is None:
-        return None
-    return _FOLDER / f"{kind}-{hashlib.sha256(_text(key).encode()).hexdigest()[:32]}.h5"
+def _digest(key: tuple) -> str:
+    # other code may compute another result from the same inputs, and a reduction's rounding follows
+    # torch's thread count
+    return hashlib.sha256(repr((__version__, code_digest(), torch.get_num_threads(), key)).encode()).hexdigest()
+
+
+def _path(kind: str, digest: str) -> Path | None:
+    where = current_folder()
+    return None if where is None else where / f"{kind}-{digest[:32]}.h5"
 
 
 def load(kind: str, key: tuple) -> list[dict[str, Any]] | None:
     """The records saved for (`kind`, `key`) in the folder (tensors as torch tensors), or None."""
-    path = _path(kind, key)
+    digest = _digest(key)
+    path = _path(kind, digest)
     if path is None or not path.exists():
         return None
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("key") != _text(key):  # a hash collision, or another version's file
+            if f.attrs.get("key") != digest:  # a file put there by hand (or a collision of the name's 128 bits)
                 return None
-            return [{name: torch.from_numpy(np.array(g[name])) for name in g}
-                    | {name: _number(value) for name, value in g.attrs.items()}
-                    for g in (f[str(i)] for i in range(int(f.attrs["records"])))]
+            records = [{name: torch.from_numpy(np.array(g[name])) for name in g}
+                       | {name: _number(value) for name, value in g.attrs.items()}
+                       for g in (f[str(i)] for i in range(int(f.attrs["records"])))]
     except (OSError, KeyError):  # not a whole entry (a disk error, a file put there by hand): computed again
         return None
+    with contextlib.suppress(OSError):  # used now: the store forgets the least recently used first
+        os.utime(path)
+    return records
 
 
 def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
     """Write `records` (tensors, and numbers or tuples of numbers) for (`kind`, `key`), if a folder is in use."""
-    path = _path(kind, key)
+    digest = _digest(key)
+    path = _path(kind, digest)
     if path is None:
         return
     import h5py
@@ -76,7 +122,7 @@ def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.part")
         with h5py.File(partial, "w") as f:
-            f.attrs["key"], f.attrs["records"] = _text(key), len(records)
+            f.attrs["key"], f.attrs["records"] = digest, len(records)
             for i, record in enumerate(records):
                 g = f.create_group(str(i))
                 for name, value in record.items():
@@ -85,8 +131,22 @@ def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
                     else:
                         g.attrs[name] = np.asarray(value)
         os.replace(partial, path)
+        if _FOLDER is _STORE:
+            _prune(path.parent)
     except OSError:  # a folder this process cannot write to: the memory keeps the result
         return
+
+
+def _prune(store: Path) -> None:
+    """The store's least recently used entries deleted beyond `STORE_ENTRIES` (a sweep's folder keeps
+    every entry: its resumption reads them)."""
+    entries = []
+    for path in store.glob("*.h5"):
+        with contextlib.suppress(OSError):  # deleted meanwhile by another process
+            entries.append((path.stat().st_mtime, path))
+    for _, path in sorted(entries)[:max(len(entries) - STORE_ENTRIES, 0)]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _number(value: Any) -> Any:

@@ -7,6 +7,11 @@ import os
 import pytest
 import torch
 
+# Tests compute what they place: a calibration store (aocsim/disk_memo.py) left by an earlier run, or
+# by the user's own runs, would hide a fit's cost and its faults. Tests of the store point it at a
+# folder of their own (monkeypatch.setenv); spawned workers and notebook kernels inherit this.
+os.environ["AOCSIM_CACHE_DIR"] = "off"
+
 # pytest -n N: each worker gets its share of the cores. torch's default (every core per process)
 # oversubscribes them, and on a 2-core machine one test went from 14 s to 212 s that way.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -6,9 +6,15 @@ a yardstick timed in the same process, interleaved, best of `repeats`.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -168,6 +174,7 @@ class CompareBenchRow:
     device_s: float  # `compare` on one chip and `seeds` seeds: placement, exact reference and device runs
     warmup_s: float | None = None  # compiled rows: the short run before, which fitted and compiled
     seeds: int = 1
+    calibrated: bool = False  # timed in a new process that read the chip's calibration from the store
 
     @property
     def ratio(self) -> float:
@@ -179,44 +186,103 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
                   sequences: int = 256, length_factor: int = 4, compiled: bool = False, seeds: int = 1
                   ) -> list[CompareBenchRow]:
     """Each case's exact path and its `compare` on `device` (one chip, `seeds` seeds, sequential mode) on
-    the same fresh sequences (`aocsim.experiments.workloads`), timed one after the other in this process (the
-    exact path the best of three runs, each compare once).
+    the same fresh sequences (`aocsim.experiments.workloads`), timed one after the other (the exact path
+    the best of three runs, each compare once), with a calibration store of their own (empty at first).
 
-    With `compiled`, each case also runs with the placement's compile switch on (docs/DEVICE_RUNS.md,
-    compiled placements) in a row of its own: first a two-token compare (`warmup_s`: it fits the chip
-    with compiled probe products and compiles the graphs, whose passes have the whole batch's rows),
-    then the compiled compare, its fit memoised (what a second compare or a sweep point on the same
-    chip pays in one process)."""
+    Per case: the first compare, which places the chip (fits its tile programs, measures its emitters)
+    and writes the store; then the same compare timed in a new process (`compare_seconds`), which reads
+    the chip's calibration from the store (docs/DEVICE_RUNS.md, the calibration store). With
+    `compiled`, a row with the placement's compile switch on (docs/DEVICE_RUNS.md, compiled
+    placements): first a two-token compare (`warmup_s`: it compiles the graphs, whose passes have the
+    whole batch's rows, and fits the chip with compiled probe products), then the compiled compare,
+    its fit memoised (what a second compare or a sweep point on the same chip pays in one process)."""
     from aocsim.experiments.compare import compare
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
 
+    _warm_xarray()
+    rows = []
+    with _own_store():
+        for label, name, placement in cases:
+            model = load_model(name)
+            w = default_workload(model, sequences=sequences, length_factor=length_factor)
+            # the best of three (a half-second run on a shared machine can take twice as long): the conservative yardstick
+            exact = _best_time(lambda: model.predict(w.inputs, mode="sequential"), 3)
+
+            def row(case: str, seconds: float, **more: Any) -> CompareBenchRow:
+                return CompareBenchRow(case, w.inputs.numel(), exact, seconds, seeds=seeds, **more)  # noqa: B023
+
+            start = time.perf_counter()
+            compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration,
+                    seeds=tuple(range(seeds)))
+            rows.append(row(label, time.perf_counter() - start))
+            again = _in_new_process(name, device, sequences, length_factor, placement, seeds)
+            rows.append(row(f"{label}, chip calibrated", again, calibrated=True))
+            if compiled:
+                options = {**(placement or {}), "compile": True}
+                start = time.perf_counter()
+                compare(model, device, w.inputs[:, :2], w.targets[:, :2], placement=options, calibration=w.calibration)
+                warmup = time.perf_counter() - start
+                start = time.perf_counter()
+                compare(model, device, w.inputs, w.targets, placement=options, calibration=w.calibration,
+                        seeds=tuple(range(seeds)))
+                rows.append(row(f"{label}, compiled", time.perf_counter() - start, warmup_s=warmup))
+    return rows
+
+
+def _warm_xarray() -> None:
+    """A process's first Dataset imports xarray's optional array modules (dask: about 0.6 s), a cost of
+    the process, not of the first compare."""
     import numpy as np
     import xarray as xr
 
-    xr.Dataset({"warm": ("x", np.zeros(1))})  # a process's first Dataset imports xarray's optional array
-    # modules (dask: about 0.6 s), a cost of the process, not of the first case's compare
-    rows = []
-    for label, name, placement in cases:
-        model = load_model(name)
-        w = default_workload(model, sequences=sequences, length_factor=length_factor)
-        # the best of three (a half-second run on a shared machine can take twice as long): the conservative yardstick
-        exact = _best_time(lambda: model.predict(w.inputs, mode="sequential"), 3)
-        runs = {label: placement}
-        if compiled:
-            runs[f"{label}, compiled"] = {**(placement or {}), "compile": True}
-        for case, options in runs.items():
-            warmup = None
-            if options is not placement:  # compiled: its graphs first
-                start = time.perf_counter()
-                compare(model, device, w.inputs[:, :2], w.targets[:, :2], placement=options,
-                        calibration=w.calibration)
-                warmup = time.perf_counter() - start
-            start = time.perf_counter()
-            compare(model, device, w.inputs, w.targets, placement=options, calibration=w.calibration,
-                    seeds=tuple(range(seeds)))
-            rows.append(CompareBenchRow(case, w.inputs.numel(), exact, time.perf_counter() - start, warmup, seeds))
-    return rows
+    xr.Dataset({"warm": ("x", np.zeros(1))})
+
+
+@contextlib.contextmanager
+def _own_store() -> Iterator[None]:
+    """The calibration store in an empty temporary folder, for this process and the ones it starts (the
+    user's own store neither read nor written)."""
+    from aocsim.disk_memo import STORE_VARIABLE
+
+    before = os.environ.get(STORE_VARIABLE)
+    with tempfile.TemporaryDirectory(prefix="aocsim-bench-") as folder:
+        os.environ[STORE_VARIABLE] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[STORE_VARIABLE]
+            else:
+                os.environ[STORE_VARIABLE] = before
+
+
+def compare_seconds(name: str, device: str, sequences: int, length_factor: int, placement: dict | None,
+                    seeds: int) -> float:
+    """The seconds of one `bench_compare` case's compare in this process, on one torch thread, after
+    the model is loaded and the sequences made (in a new process: what a later run pays)."""
+    from aocsim.experiments.compare import compare
+    from aocsim.experiments.workloads import default_workload
+    from aocsim.io.model_files import load_model
+
+    torch.set_num_threads(1)
+    _warm_xarray()
+    model = load_model(name)
+    w = default_workload(model, sequences=sequences, length_factor=length_factor)
+    start = time.perf_counter()
+    compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration,
+            seeds=tuple(range(seeds)))
+    return time.perf_counter() - start
+
+
+def _in_new_process(*case: Any) -> float:
+    """`compare_seconds(*case)` in a new Python process (the environment, and so the store, inherited)."""
+    code = ("import json, sys; from aocsim.experiments.bench import compare_seconds; "
+            "print(compare_seconds(*json.loads(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(case)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the bench's compare in a new process failed:\n{done.stderr[-2000:]}")
+    return float(done.stdout.split()[-1])
 
 
 def format_compare_bench(rows: list[CompareBenchRow]) -> str:
@@ -224,6 +290,7 @@ def format_compare_bench(rows: list[CompareBenchRow]) -> str:
     lines = [f"{'model':{width}s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
     lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.seeds * r.tokens / r.device_s:15.0f} "
               f"{r.ratio:14.1f}x" + (f"  (fitted and compiled in a {r.warmup_s:.0f} s run before)"
-                                     if r.warmup_s else "")
+                                     if r.warmup_s else "  (a new process; the chip's calibration read from the store)"
+                                     if r.calibrated else "")
               for r in rows]
     return "\n".join(lines)

@@ -10,6 +10,8 @@ point is written atomically as it finishes (`store.SweepStore`); a sweep run aga
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 from pathlib import Path
 from typing import Any, Iterator
@@ -56,7 +58,8 @@ def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None)
     """One point: `aocsim.compare` with the point's profile (`base` with its settings) and placement,
     reduced to metrics; torch on one thread, as on every worker, so that a point's numbers do not
     depend on where it runs. `fits`: a folder of the chips' tile programs and emitter measurements
-    shared with the sweep's other points (`aocsim.disk_memo`; None: this process's memory only)."""
+    shared with the sweep's other points (`aocsim.disk_memo`; None: the machine's calibration store, as on
+    a Dask worker, which may not see the sweep's folder)."""
     import torch
 
     from aocsim import disk_memo
@@ -71,7 +74,7 @@ def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None)
         profile = base.with_overrides(device)
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
         seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
-        with disk_memo.use(fits):
+        with disk_memo.use(fits) if fits is not None else contextlib.nullcontext():
             ds = compare(model, profile, w.inputs, w.targets, placement=placement, seeds=seeds, chips=list(spec.chips),
                          calibration=w.calibration)
         return point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
