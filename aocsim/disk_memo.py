@@ -7,7 +7,8 @@ memoise in memory per process, and look in a folder too: by default the user's c
 by every later run), and while `use(folder)` is open that folder instead (a sweep's `fits/`,
 docs/SWEEPS.md; `use(None)`: memory only). An entry is named by the SHA-256 of everything its
 computation reads (the same key as the memory's, with aocsim's version, a digest of its source code
-and torch's thread count: an entry written by other code is never read), holds tensors and numbers
+and what of the machine decides the bits, `machine`: torch's build, the CPU, the thread count), holds
+tensors and numbers
 in one HDF5 file, and is written to a temporary name and renamed, so that processes writing the
 same entry at once leave one whole file. A folder that cannot be written to is read, or left alone;
 an entry that cannot be read is computed again (and written over). docs/DEVICE_RUNS.md, the
@@ -20,6 +21,10 @@ import contextlib
 import functools
 import hashlib
 import os
+import platform
+import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -32,6 +37,7 @@ STORE_VARIABLE = "AOCSIM_CACHE_DIR"  # the store's parent folder, or "off"
 STORE_ENTRIES = 4000  # at most (about 3-150 kB each: a chip's emitters of one module, a model's programs)
 _STORE = object()  # `_FOLDER` when no `use` is open: the calibration store
 _FOLDER: Path | None | object = _STORE
+computed: Counter[str] = Counter()  # results this process computed and offered to the folder, by kind
 
 
 def store_folder() -> Path | None:
@@ -69,7 +75,9 @@ def use(folder: str | Path | None) -> Iterator[None]:
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """SHA-256 of aocsim's Python source (each module's path and bytes): part of every entry's key, so
-    that an entry computed by other code (another release, a change in a checkout) is not read."""
+    that an entry computed by other code (another release, a change in a checkout) is not read.
+    Computed when this module is imported (the end of this file): a checkout edited while a process
+    runs does not file the old code's results under the new code's digest."""
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
@@ -77,10 +85,23 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def _torch_build() -> str:
+    return hashlib.sha256(torch.__config__.show().encode()).hexdigest()  # its BLAS, LAPACK and flags
+
+
+def machine() -> tuple:
+    """What besides the code and the inputs decides a result's bits: torch's version and build, the
+    CPU's architecture and vector instructions (the kernels torch picks), the thread count (a
+    reduction's rounding follows it), float32 matmul precision and, where CUDA is in use, the GPUs."""
+    gpus = (tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+            if torch.cuda.is_initialized() else ())
+    return (torch.__version__, _torch_build(), platform.machine(), torch.backends.cpu.get_cpu_capability(),
+            torch.get_num_threads(), torch.get_float32_matmul_precision(), gpus)
+
+
 def _digest(key: tuple) -> str:
-    # other code may compute another result from the same inputs, and a reduction's rounding follows
-    # torch's thread count
-    return hashlib.sha256(repr((__version__, code_digest(), torch.get_num_threads(), key)).encode()).hexdigest()
+    return hashlib.sha256(repr((__version__, code_digest(), machine(), key)).encode()).hexdigest()
 
 
 def _path(kind: str, digest: str) -> Path | None:
@@ -111,16 +132,20 @@ def load(kind: str, key: tuple) -> list[dict[str, Any]] | None:
 
 
 def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
-    """Write `records` (tensors, and numbers or tuples of numbers) for (`kind`, `key`), if a folder is in use."""
+    """Write `records` (tensors, and numbers or tuples of numbers) for (`kind`, `key`), if a folder is in
+    use; `computed[kind]` counts the calls (each a result this process computed)."""
+    computed[kind] += 1
     digest = _digest(key)
     path = _path(kind, digest)
     if path is None:
         return
     import h5py
 
+    partial = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.part")
+        handle, partial = tempfile.mkstemp(prefix=f"{path.stem}.", suffix=".part", dir=path.parent)
+        os.close(handle)  # a name no other process or machine sharing the folder uses
         with h5py.File(partial, "w") as f:
             f.attrs["key"], f.attrs["records"] = digest, len(records)
             for i, record in enumerate(records):
@@ -131,19 +156,27 @@ def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
                     else:
                         g.attrs[name] = np.asarray(value)
         os.replace(partial, path)
+        partial = None
         if _FOLDER is _STORE:
             _prune(path.parent)
     except OSError:  # a folder this process cannot write to: the memory keeps the result
         return
+    finally:
+        if partial is not None:  # a write that failed or was interrupted leaves no part behind
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
 
 
 def _prune(store: Path) -> None:
     """The store's least recently used entries deleted beyond `STORE_ENTRIES` (a sweep's folder keeps
-    every entry: its resumption reads them)."""
+    every entry: its resumption reads them), and parts a killed process left a day ago or more."""
     entries = []
-    for path in store.glob("*.h5"):
+    for path in store.iterdir():
         with contextlib.suppress(OSError):  # deleted meanwhile by another process
-            entries.append((path.stat().st_mtime, path))
+            if path.suffix == ".h5":
+                entries.append((path.stat().st_mtime, path))
+            elif path.suffix == ".part" and path.stat().st_mtime < time.time() - 86400:
+                path.unlink()
     for _, path in sorted(entries)[:max(len(entries) - STORE_ENTRIES, 0)]:
         with contextlib.suppress(OSError):
             path.unlink()
@@ -154,3 +187,6 @@ def _number(value: Any) -> Any:
     if array.ndim:
         return tuple(array.tolist())
     return array.item()
+
+
+code_digest()  # this process's code, as imported (`code_digest`)

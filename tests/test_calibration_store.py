@@ -55,9 +55,14 @@ def test_spawned_workers_fill_the_store_and_a_later_run_reads_it_without_fitting
     device_linear._FITS.clear()
     with pytest.raises(pytest.fail.Exception, match="fitted again"):  # the store off: nothing read
         compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
+    monkeypatch.undo()  # the store off, fitted here: the same Dataset again
+    monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
+    device_linear._FITS.clear()
+    alone = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
+    xr.testing.assert_identical(spread.drop_attrs(), alone.drop_attrs())
 
 
-def test_an_entry_is_read_only_by_the_same_code_on_as_many_threads(store: Path,
+def test_an_entry_is_read_only_by_the_same_code_torch_and_thread_count(store: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     record = [{"values": torch.arange(6.0).view(2, 3), "scale": 0.5, "pair": (1, 2)}]
     disk_memo.save("fits", ("a key",), record)
@@ -70,6 +75,11 @@ def test_an_entry_is_read_only_by_the_same_code_on_as_many_threads(store: Path,
         assert disk_memo.load("fits", ("a key",)) is None
     finally:
         torch.set_num_threads(threads)
+    monkeypatch.setattr(torch, "__version__", "another torch")
+    assert disk_memo.load("fits", ("a key",)) is None
+    monkeypatch.undo()
+    monkeypatch.setenv(disk_memo.STORE_VARIABLE, str(store.parent))
+    assert disk_memo.load("fits", ("a key",)) is not None
     real = disk_memo.code_digest()
     monkeypatch.setattr(disk_memo, "code_digest", lambda: "other code")
     assert disk_memo.load("fits", ("a key",)) is None
@@ -119,8 +129,81 @@ def test_the_compare_bench_times_a_later_process_on_a_store_of_its_own(store: Pa
 
     before = os.environ[disk_memo.STORE_VARIABLE]
     rows = bench_compare((("parity", "parity-implicit", None),), sequences=4, length_factor=1)
-    assert [(r.case, r.calibrated) for r in rows] == [("parity", False), ("parity, chip calibrated", True)]
+    assert [(r.case, r.new_process, r.calibrated) for r in rows] == [("parity", False, False),
+                                                                     ("parity, chip calibrated", True, True)]
     assert all(r.tokens == 4 * 16 and r.device_s > 0 and r.exact_s > 0 for r in rows)
     assert not store.exists() and os.environ[disk_memo.STORE_VARIABLE] == before
     assert format_compare_bench(rows).splitlines()[2].endswith("(a new process; the chip's calibration read "
                                                                "from the store)")
+
+
+def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recorded(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file keeps no keys: under `keys.recording()` (the tests that no two purposes share a stream) a
+    result read from the store is computed again, drawing its keys, and kept with them in memory."""
+    from aocsim import load_model
+    from aocsim.execute import tile_program
+    from aocsim.execute.registry import resolve, resolve_profile
+    from aocsim.execute.ssm_device import calibration_inputs, fit_programs
+    from aocsim.hardware.engine import emitter_calibration as E, keys
+
+    monkeypatch.setattr(tile_program, "PROBES", 128)
+    monkeypatch.setattr(E, "REPEATS", 4)
+    monkeypatch.setattr(E, "_MEMO", type(E._MEMO)())
+    model = load_model("parity-implicit")
+    profile = resolve_profile("aoc48", 0)
+    calibration, placement = calibration_inputs(model, TOKENS), resolve(model, profile).placement
+    fitted: list[int] = []
+    real = device_linear._fit_maps
+    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: fitted.append(1) or real(*a, **k))
+    jobs = {"fit": lambda: fit_programs(model, profile, calibration, placement),
+            "emitters": lambda: E.measured_shapes(profile, 48, 2, 0.2, torch.float64, "cpu")}
+    for name, job in jobs.items():
+        with keys.recording() as fresh:
+            job()
+        assert fresh, name
+        device_linear._FITS.clear()
+        E._MEMO.clear()
+        done = len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]
+        job()  # read from the store
+        assert (len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]) == done, name
+        with keys.recording() as again:
+            job()
+        assert again == fresh, name
+        with keys.recording() as kept:  # from memory, with its keys
+            job()
+        assert kept == fresh, name
+    assert len(fitted) == 2
+
+
+def test_fits_read_from_the_store_count_against_the_memorys_size(store: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim import load_model
+    from aocsim.execute import tile_program
+    from aocsim.execute.registry import resolve, resolve_profile
+    from aocsim.execute.ssm_device import calibration_inputs, fit_programs
+
+    monkeypatch.setattr(tile_program, "PROBES", 128)
+    model = load_model("parity-implicit")
+    calibration = calibration_inputs(model, TOKENS)
+    chips = [resolve_profile("aoc48", chip) for chip in (0, 1, 2)]
+    for profile in chips:
+        fit_programs(model, profile, calibration, resolve(model, profile).placement)
+    device_linear._FITS.clear()
+    monkeypatch.setattr(device_linear, "FIT_MEMO", 2)
+    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
+    for profile in chips:
+        fit_programs(model, profile, calibration, resolve(model, profile).placement)
+    assert len(device_linear._FITS) == 2
+
+
+def test_a_write_that_fails_leaves_no_part_behind(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import h5py
+
+    def broken(self, name, data=None, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", broken)
+    disk_memo.save("fits", ("a key",), [{"values": torch.zeros(3)}])
+    assert store.is_dir() and list(store.iterdir()) == []
+    assert disk_memo.load("fits", ("a key",)) is None

@@ -53,7 +53,7 @@ HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC'
 # fitted to noise (0.003 on one aoc48 load) would multiply it by hundreds.
 GAIN_SPREAD = 4.0
 FIT_MEMO = 16  # the models' programs kept per process (`fit_maps`): a few models x chips of a sweep
-_FITS: OrderedDict[tuple, tuple[list[MapProgram], list[keys.Key]]] = OrderedDict()
+_FITS: OrderedDict[tuple, tuple[list[MapProgram], list[keys.Key] | None]] = OrderedDict()  # None: read from a file
 
 
 @dataclass(frozen=True)
@@ -141,25 +141,26 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     `keys.recording()` sees again on every hit (as `programming._cached`). So sweep
     points that differ only in what a fit does not read (averaging, the stop rule, the SNR noise, the
     mode) place the model once per chip; a fit is deterministic, so a hit is what a fit would give.
-    While `aocsim.disk_memo.use(folder)` is open (a sweep's points) the programs are also read from and
-    written to that folder, under the same key (not while `keys.recording()` is on: a file keeps no keys).
+    The programs are also read from and written to the calibration store, or a sweep's folder while
+    `aocsim.disk_memo.use(folder)` is open, under the same key; a file keeps no keys, so while
+    `keys.recording()` is on, programs read from one are fitted again (and their keys kept).
     """
     memo_key = (_frozen(device.values, tuple(sorted(device.values))),
                 tuple((tensor_digest(w), tensor_digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
                 tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
                 tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     stored = None if memo_key in _FITS or keys.recording_now() else disk_memo.load("fits", memo_key)
-    if stored is not None:  # fitted by another process of this sweep, or before it was resumed
-        _FITS[memo_key] = ([_program(record) for record in stored], [])
-    if memo_key not in _FITS:
+    if stored is not None:  # fitted by an earlier process (the store), or another of this sweep
+        _FITS[memo_key] = ([_program(record) for record in stored], None)
+    if memo_key not in _FITS or (keys.recording_now() and _FITS[memo_key][1] is None):
         with keys.recording() as drawn:  # kept with the programs: `keys.recording()` sees them on every hit
             _FITS[memo_key] = (_fit_maps(device, maps, modules=modules, **options), list(drawn))
         disk_memo.save("fits", memo_key, [_record(p) for p in _FITS[memo_key][0]])
-        while len(_FITS) > FIT_MEMO:
-            _FITS.popitem(last=False)
     _FITS.move_to_end(memo_key)
+    while len(_FITS) > FIT_MEMO:
+        _FITS.popitem(last=False)
     programs, drawn = _FITS[memo_key]
-    keys.note_drawn(drawn)
+    keys.note_drawn(drawn or [])
     return list(programs)
 
 

@@ -6,8 +6,8 @@ a yardstick timed in the same process, interleaved, best of `repeats`.
 
 from __future__ import annotations
 
+import ast
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -174,7 +174,8 @@ class CompareBenchRow:
     device_s: float  # `compare` on one chip and `seeds` seeds: placement, exact reference and device runs
     warmup_s: float | None = None  # compiled rows: the short run before, which fitted and compiled
     seeds: int = 1
-    calibrated: bool = False  # timed in a new process that read the chip's calibration from the store
+    new_process: bool = False  # timed in a new process on the store the first compare wrote
+    calibrated: bool = False  # and that process read the chip's calibration from it (placed nothing)
 
     @property
     def ratio(self) -> float:
@@ -216,8 +217,9 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
             compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration,
                     seeds=tuple(range(seeds)))
             rows.append(row(label, time.perf_counter() - start))
-            again = _in_new_process(name, device, sequences, length_factor, placement, seeds)
-            rows.append(row(f"{label}, chip calibrated", again, calibrated=True))
+            again, placed = _in_new_process(name, device, sequences, length_factor, placement, seeds)
+            rows.append(row(f"{label}, chip calibrated" if not placed else f"{label}, new process", again,
+                            new_process=True, calibrated=not placed))
             if compiled:
                 options = {**(placement or {}), "compile": True}
                 start = time.perf_counter()
@@ -258,9 +260,11 @@ def _own_store() -> Iterator[None]:
 
 
 def compare_seconds(name: str, device: str, sequences: int, length_factor: int, placement: dict | None,
-                    seeds: int) -> float:
+                    seeds: int) -> tuple[float, int]:
     """The seconds of one `bench_compare` case's compare in this process, on one torch thread, after
-    the model is loaded and the sequences made (in a new process: what a later run pays)."""
+    the model is loaded and the sequences made (in a new process: what a later run pays), and how many
+    fits and emitter measurements it computed (0: it read the chip's calibration)."""
+    from aocsim import disk_memo
     from aocsim.experiments.compare import compare
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
@@ -269,20 +273,26 @@ def compare_seconds(name: str, device: str, sequences: int, length_factor: int, 
     _warm_xarray()
     model = load_model(name)
     w = default_workload(model, sequences=sequences, length_factor=length_factor)
+    before = sum(disk_memo.computed.values())
     start = time.perf_counter()
     compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration,
             seeds=tuple(range(seeds)))
-    return time.perf_counter() - start
+    return time.perf_counter() - start, sum(disk_memo.computed.values()) - before
 
 
-def _in_new_process(*case: Any) -> float:
-    """`compare_seconds(*case)` in a new Python process (the environment, and so the store, inherited)."""
-    code = ("import json, sys; from aocsim.experiments.bench import compare_seconds; "
-            "print(compare_seconds(*json.loads(sys.argv[1])))")
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(case)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the bench's compare in a new process failed:\n{done.stderr[-2000:]}")
-    return float(done.stdout.split()[-1])
+def _in_new_process(*case: Any) -> tuple[float, int]:
+    """`compare_seconds(*case)` in a new Python process, which inherits the environment (so the store)
+    and this process's import path."""
+    code = ("import ast, sys; from aocsim.experiments.bench import compare_seconds; "
+            "print(repr(compare_seconds(*ast.literal_eval(sys.argv[1]))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", code, repr(case)], capture_output=True, text=True, env=env)
+    try:
+        seconds, placed = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+        return float(seconds), int(placed)
+    except (IndexError, ValueError, SyntaxError, TypeError):
+        raise RuntimeError(f"the bench's compare in a new process failed (exit status {done.returncode}):\n"
+                           f"{(done.stdout + done.stderr)[-2000:]}") from None
 
 
 def format_compare_bench(rows: list[CompareBenchRow]) -> str:
@@ -291,6 +301,7 @@ def format_compare_bench(rows: list[CompareBenchRow]) -> str:
     lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.seeds * r.tokens / r.device_s:15.0f} "
               f"{r.ratio:14.1f}x" + (f"  (fitted and compiled in a {r.warmup_s:.0f} s run before)"
                                      if r.warmup_s else "  (a new process; the chip's calibration read from the store)"
-                                     if r.calibrated else "")
+                                     if r.calibrated else "  (a new process; it placed the chip again)"
+                                     if r.new_process else "")
               for r in rows]
     return "\n".join(lines)

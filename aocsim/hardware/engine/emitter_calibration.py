@@ -41,7 +41,7 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 LEVELS = 17  # drive levels per emitter over [-r, r]
 REPEATS = 256  # passes per level, averaged (2 x 17 x 256 x N round trips: about 9 ms per module at 20 ns)
 DEAD = 0.1  # |a1| below this fraction of the median |a1|: an emitter the detectors do not see (a dead fan-in)
-_MEMO: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+_MEMO: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor, list[keys.Key] | None]] = OrderedDict()  # None: read from a file
 MEMO_SIZE = 64
 
 
@@ -85,23 +85,29 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
 def measured_shapes(profile: DeviceProfile, n: int, module: int, input_range: float, dtype: torch.dtype,
                     device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """(positive, negative): each emitter's measured cubic shape, [4, N] each (module docstring), as the
-    chip measures it once (memoised on the profile's values, the module and the drive range; in a folder
-    too while `aocsim.disk_memo.use` is open: a sweep's processes measure a chip once)."""
+    chip measures it once: memoised on the profile's values, the module and the drive range, in memory
+    and in the calibration store (or a sweep's folder while `aocsim.disk_memo.use` is open). A memory
+    entry keeps the keys its measurement drew, which `keys.recording()` sees on every hit; a file keeps
+    none, so while `keys.recording()` is on, shapes read from one are measured again."""
     values: Mapping[str, Any] = profile.values
     memo_key = (_frozen(values, tuple(sorted(values))), n, module, float(input_range))
-    if memo_key not in _MEMO:
-        on_disk = (*memo_key, LEVELS, REPEATS, DEAD)
-        stored = disk_memo.load("emitters", on_disk)  # measured by another process of a sweep
+    on_disk = (*memo_key, LEVELS, REPEATS, DEAD)
+    if memo_key not in _MEMO and not keys.recording_now():
+        stored = disk_memo.load("emitters", on_disk)  # measured by an earlier process, or another of a sweep
         if stored is not None:
-            _MEMO[memo_key] = (stored[0]["positive"], stored[0]["negative"])
-        else:
-            _MEMO[memo_key] = (_fitted_shape(profile, n, 1.0, module, input_range),
-                               _fitted_shape(profile, n, -1.0, module, input_range))
-            disk_memo.save("emitters", on_disk, [{"positive": _MEMO[memo_key][0], "negative": _MEMO[memo_key][1]}])
-        if len(_MEMO) > MEMO_SIZE:
-            _MEMO.popitem(last=False)
+            _MEMO[memo_key] = (stored[0]["positive"], stored[0]["negative"], None)
+    if memo_key not in _MEMO or (keys.recording_now() and _MEMO[memo_key][2] is None):
+        with keys.recording() as drawn:
+            shapes = (_fitted_shape(profile, n, 1.0, module, input_range),
+                      _fitted_shape(profile, n, -1.0, module, input_range))
+        _MEMO[memo_key] = (*shapes, list(drawn))
+        disk_memo.save("emitters", on_disk, [{"positive": shapes[0], "negative": shapes[1]}])
     _MEMO.move_to_end(memo_key)
-    return tuple(s.to(dtype=dtype, device=device) for s in _MEMO[memo_key])  # type: ignore[return-value]
+    while len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    *shapes, drawn = _MEMO[memo_key]
+    keys.note_drawn(drawn or [])
+    return tuple(s.to(dtype=dtype, device=device) for s in shapes)  # type: ignore[return-value]
 
 
 def drive_shapes(profile: DeviceProfile, n: int, module: int, input_range: float, dtype: torch.dtype,
