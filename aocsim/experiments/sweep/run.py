@@ -11,7 +11,6 @@ point is written atomically as it finishes (`store.SweepStore`); a sweep run aga
 from __future__ import annotations
 
 import contextlib
-
 import logging
 from pathlib import Path
 from typing import Any, Iterator
