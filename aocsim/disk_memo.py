@@ -34,7 +34,7 @@ import torch
 from aocsim._version import __version__
 
 STORE_VARIABLE = "AOCSIM_CACHE_DIR"  # the store's parent folder, or "off"
-STORE_ENTRIES = 4000  # at most (about 3-150 kB each: a chip's emitters of one module, a model's programs)
+STORE_ENTRIES = 4000  # at most (about 10-150 kB each: a chip's emitters of one module, a model's programs)
 _STORE = object()  # `_FOLDER` when no `use` is open: the calibration store
 _FOLDER: Path | None | object = _STORE
 computed: Counter[str] = Counter()  # results this process computed and offered to the folder, by kind
