@@ -132,6 +132,7 @@ def test_the_compare_bench_times_a_later_process_on_a_store_of_its_own(store: Pa
     assert [(r.case, r.new_process, r.calibrated) for r in rows] == [("parity", False, False),
                                                                      ("parity, chip calibrated", True, True)]
     assert all(r.tokens == 4 * 16 and r.device_s > 0 and r.exact_s > 0 for r in rows)
+    assert rows[0].placed > 0 and rows[1].placed == 0  # the first compare placed the chip, the second read it
     assert not store.exists() and os.environ[disk_memo.STORE_VARIABLE] == before
     assert format_compare_bench(rows).splitlines()[2].endswith("(a new process; the chip's calibration read "
                                                                "from the store)")

@@ -175,7 +175,12 @@ class CompareBenchRow:
     warmup_s: float | None = None  # compiled rows: the short run before, which fitted and compiled
     seeds: int = 1
     new_process: bool = False  # timed in a new process on the store the first compare wrote
-    calibrated: bool = False  # and that process read the chip's calibration from it (placed nothing)
+    placed: int | None = None  # fits and emitter measurements the compare computed (0: none; None: not counted)
+
+    @property
+    def calibrated(self) -> bool:
+        """A new process's compare that read the chip's calibration from the store."""
+        return self.new_process and self.placed == 0
 
     @property
     def ratio(self) -> float:
@@ -210,25 +215,19 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
             # the best of three (a half-second run on a shared machine can take twice as long): the conservative yardstick
             exact = _best_time(lambda: model.predict(w.inputs, mode="sequential"), 3)
 
-            def row(case: str, seconds: float, **more: Any) -> CompareBenchRow:
-                return CompareBenchRow(case, w.inputs.numel(), exact, seconds, seeds=seeds, **more)  # noqa: B023
+            def row(case: str, timed: tuple[float, int], **more: Any) -> CompareBenchRow:
+                return CompareBenchRow(case, w.inputs.numel(), exact, timed[0], seeds=seeds,  # noqa: B023
+                                       placed=timed[1], **more)
 
-            start = time.perf_counter()
-            compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration,
-                    seeds=tuple(range(seeds)))
-            rows.append(row(label, time.perf_counter() - start))
-            again, placed = _in_new_process(name, device, sequences, length_factor, placement, seeds)
-            rows.append(row(f"{label}, chip calibrated" if not placed else f"{label}, new process", again,
-                            new_process=True, calibrated=not placed))
+            rows.append(row(label, _timed_compare(model, device, w, placement, seeds)))
+            again = _in_new_process(name, device, sequences, length_factor, placement, seeds)
+            rows.append(row(f"{label}, chip calibrated" if not again[1] else f"{label}, new process", again,
+                            new_process=True))
             if compiled:
                 options = {**(placement or {}), "compile": True}
-                start = time.perf_counter()
-                compare(model, device, w.inputs[:, :2], w.targets[:, :2], placement=options, calibration=w.calibration)
-                warmup = time.perf_counter() - start
-                start = time.perf_counter()
-                compare(model, device, w.inputs, w.targets, placement=options, calibration=w.calibration,
-                        seeds=tuple(range(seeds)))
-                rows.append(row(f"{label}, compiled", time.perf_counter() - start, warmup_s=warmup))
+                warmup = _timed_compare(model, device, w, options, 1, tokens=2)[0]
+                rows.append(row(f"{label}, compiled", _timed_compare(model, device, w, options, seeds),
+                                warmup_s=warmup))
     return rows
 
 
@@ -264,19 +263,27 @@ def compare_seconds(name: str, device: str, sequences: int, length_factor: int, 
     """The seconds of one `bench_compare` case's compare in this process, on one torch thread, after
     the model is loaded and the sequences made (in a new process: what a later run pays), and how many
     fits and emitter measurements it computed (0: it read the chip's calibration)."""
-    from aocsim import disk_memo
-    from aocsim.experiments.compare import compare
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
 
     torch.set_num_threads(1)
     _warm_xarray()
     model = load_model(name)
-    w = default_workload(model, sequences=sequences, length_factor=length_factor)
+    return _timed_compare(model, device, default_workload(model, sequences=sequences, length_factor=length_factor),
+                          placement, seeds)
+
+
+def _timed_compare(model: Any, device: str, w: Any, placement: dict | None, seeds: int,
+                   tokens: int | None = None) -> tuple[float, int]:
+    """The seconds of `compare` on workload `w` (its first `tokens` positions; None: all), and how many
+    fits and emitter measurements it computed (`disk_memo.computed`: 0 when it placed nothing)."""
+    from aocsim import disk_memo
+    from aocsim.experiments.compare import compare
+
     before = sum(disk_memo.computed.values())
     start = time.perf_counter()
-    compare(model, device, w.inputs, w.targets, placement=placement, calibration=w.calibration,
-            seeds=tuple(range(seeds)))
+    compare(model, device, w.inputs[:, :tokens], w.targets[:, :tokens], placement=placement,
+            calibration=w.calibration, seeds=tuple(range(seeds)))
     return time.perf_counter() - start, sum(disk_memo.computed.values()) - before
 
 
@@ -302,6 +309,7 @@ def format_compare_bench(rows: list[CompareBenchRow]) -> str:
               f"{r.ratio:14.1f}x" + (f"  (fitted and compiled in a {r.warmup_s:.0f} s run before)"
                                      if r.warmup_s else "  (a new process; the chip's calibration read from the store)"
                                      if r.calibrated else "  (a new process; it placed the chip again)"
-                                     if r.new_process else "")
+                                     if r.new_process else "  (the chip was already placed in this process)"
+                                     if r.placed == 0 else "")
               for r in rows]
     return "\n".join(lines)
