@@ -12,7 +12,8 @@ tensors and numbers
 in one HDF5 file, and is written to a temporary name and renamed, so that processes writing the
 same entry at once leave one whole file. A folder that cannot be written to is read, or left alone;
 an entry that cannot be read is computed again (and written over). docs/DEVICE_RUNS.md, the
-calibration store.
+calibration store. Compiled graphs (`aocsim.hardware.engine.backends`) are kept beside it, in the
+kernel store (`kernel_folder`), under the same kind of key.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import functools
 import hashlib
 import os
 import platform
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -33,27 +35,73 @@ import torch
 
 from aocsim._version import __version__
 
-STORE_VARIABLE = "AOCSIM_CACHE_DIR"  # the store's parent folder, or "off"
+STORE_VARIABLE = "AOCSIM_CACHE_DIR"  # the stores' parent folder, or "off"
+KERNEL_VARIABLE = "AOCSIM_KERNEL_DIR"  # the kernel store's own folder, or "off" (`kernel_folder`)
 STORE_ENTRIES = 4000  # at most (about 10-150 kB each: a chip's emitters of one module, a model's programs)
+KERNEL_ENTRIES = 200  # compiled graphs kept at most (about 2 MB each)
 _STORE = object()  # `_FOLDER` when no `use` is open: the calibration store
 _FOLDER: Path | None | object = _STORE
 computed: Counter[str] = Counter()  # results this process computed and offered to the folder, by kind
 
 
-def store_folder() -> Path | None:
-    """The calibration store: `$AOCSIM_CACHE_DIR/calibration`, by default
-    `${XDG_CACHE_HOME:-~/.cache}/aocsim/calibration`; None with AOCSIM_CACHE_DIR=off (read on every
-    call, so that spawned workers and tests see what the environment says now)."""
+def store_root() -> Path | None:
+    """The folder of aocsim's stores: `$AOCSIM_CACHE_DIR`, by default `${XDG_CACHE_HOME:-~/.cache}/aocsim`;
+    None with AOCSIM_CACHE_DIR=off (read on every call, so that spawned workers and tests see what the
+    environment says now)."""
     value = os.environ.get(STORE_VARIABLE, "").strip()
     if value.lower() == "off":
         return None
     if value:
-        return Path(value).expanduser() / "calibration"
+        return Path(value).expanduser()
     try:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     except RuntimeError:  # no home folder to be found: memory only
         return None
-    return cache / "aocsim" / "calibration"
+    return cache / "aocsim"
+
+
+def store_folder() -> Path | None:
+    """The calibration store: `store_root()/calibration` (None: off)."""
+    root = store_root()
+    return None if root is None else root / "calibration"
+
+
+def kernel_folder() -> Path | None:
+    """The kernel store (compiled graphs, `aocsim.hardware.engine.backends`): `$AOCSIM_KERNEL_DIR` where
+    set (off: none), else `store_root()/kernels` (None: off). A folder of its own, so that a run can keep
+    its kernels while computing its calibration afresh (the tests do)."""
+    value = os.environ.get(KERNEL_VARIABLE, "").strip()
+    if value:
+        return None if value.lower() == "off" else Path(value).expanduser()
+    root = store_root()
+    return None if root is None else root / "kernels"
+
+
+def kernel_path(key: tuple) -> Path | None:
+    """Where the kernel store keeps the compiled graph of `key`, named like a calibration entry by the
+    SHA-256 of the key, the code and the machine (None: no kernel store)."""
+    folder = kernel_folder()
+    return None if folder is None else folder / f"graph-{_digest(key)[:32]}.pt2"
+
+
+def keep_kernel(built: Path, path: Path) -> None:
+    """A package just built copied into the kernel store at `path` (a unique temporary name, then renamed),
+    the store's least recently used packages forgotten beyond `KERNEL_ENTRIES`."""
+    partial = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, partial = tempfile.mkstemp(prefix=f"{path.stem}.", suffix=".part", dir=path.parent)
+        os.close(handle)
+        shutil.copyfile(built, partial)
+        os.replace(partial, path)
+        partial = None
+        _prune(path.parent, ".pt2", KERNEL_ENTRIES)
+    except OSError:  # a folder this process cannot write to: the memory keeps the graph
+        return
+    finally:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
 
 
 def current_folder() -> Path | None:
@@ -158,7 +206,7 @@ def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
         os.replace(partial, path)
         partial = None
         if _FOLDER is _STORE:
-            _prune(path.parent)
+            _prune(path.parent, ".h5", STORE_ENTRIES)
     except OSError:  # a folder this process cannot write to: the memory keeps the result
         return
     finally:
@@ -167,17 +215,17 @@ def save(kind: str, key: tuple, records: list[dict[str, Any]]) -> None:
                 os.unlink(partial)
 
 
-def _prune(store: Path) -> None:
-    """The store's least recently used entries deleted beyond `STORE_ENTRIES` (a sweep's folder keeps
-    every entry: its resumption reads them), and parts a killed process left a day ago or more."""
+def _prune(store: Path, suffix: str, keep: int) -> None:
+    """A store's least recently used entries (files ending `suffix`) deleted beyond `keep` (a sweep's
+    folder keeps every entry: its resumption reads them), and parts a killed process left a day ago or more."""
     entries = []
     for path in store.iterdir():
         with contextlib.suppress(OSError):  # deleted meanwhile by another process
-            if path.suffix == ".h5":
+            if path.suffix == suffix:
                 entries.append((path.stat().st_mtime, path))
             elif path.suffix == ".part" and path.stat().st_mtime < time.time() - 86400:
                 path.unlink()
-    for _, path in sorted(entries)[:max(len(entries) - STORE_ENTRIES, 0)]:
+    for _, path in sorted(entries)[:max(len(entries) - keep, 0)]:
         with contextlib.suppress(OSError):
             path.unlink()
 

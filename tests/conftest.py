@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,9 @@ import torch
 # by the user's own runs, would hide a fit's cost and its faults. Tests of the store point it at a
 # folder of their own (monkeypatch.setenv); spawned workers and notebook kernels inherit this.
 os.environ["AOCSIM_CACHE_DIR"] = "off"
+# Compiled graphs are kept, though (a kernel store, aocsim/disk_memo.py, keyed by the code that traced
+# them): each takes seconds to build, and the workers of one run share them.
+os.environ.setdefault("AOCSIM_KERNEL_DIR", str(Path(tempfile.gettempdir()) / f"aocsim-test-kernels-{getpass.getuser()}"))
 
 # pytest -n N: each worker gets its share of the cores. torch's default (every core per process)
 # oversubscribes them, and on a 2-core machine one test went from 14 s to 212 s that way.

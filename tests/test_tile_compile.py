@@ -1,14 +1,21 @@
 """The compiled tile product (`TiledMatrix(..., compile=True)`, aocsim/hardware/engine/tile_pass.py): the eager
 body traced and compiled, the same numbers to float rounding, every number an input of the graph.
 
-Inductor takes seconds per graph, so the tests share a few small graphs (`_product` keeps them per process)."""
+A graph takes seconds to build, so the tests share a few small graphs (`_product` keeps them per process)."""
 
 from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from _toolchain import NO_TOOLCHAIN
+from aocsim import disk_memo
 from aocsim.errors import AocsimError
 from aocsim.hardware.engine import backends, tile_pass
 from aocsim.hardware.engine.machine import Mount
@@ -77,30 +84,54 @@ def test_a_cached_graph_gives_another_chip_and_call_their_own_numbers() -> None:
     assert not torch.equal(_product(second, "analog", True).partials, _product(first, "analog", True).partials)
 
 
-def test_a_compiled_graph_is_read_back_from_inductors_disk_cache(monkeypatch: pytest.MonkeyPatch,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    # A graph compiled once is found in Inductor's FX graph cache (shared by processes) by the next compile of
-    # the same trace, with nothing logged. Fails if the trace has no shape environment (the cache is bypassed
-    # and every process compiles every graph anew), or if an annotation of the traced function (a string,
-    # under postponed evaluation) becomes a global of the graph that the cache key cannot name.
-    from torch._dynamo.utils import counters
-    from torch._inductor import config
+def _tanh_body(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (torch.tanh(x * scale) + 0.25,)
 
+
+def test_a_compiled_graph_is_kept_in_the_kernel_store_and_loaded_without_inductor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A graph built once is kept in the kernel store (aocsim/disk_memo.py) and loaded from it by this process
+    # and by a new one, without building again and, in the new process, without importing Inductor; a package
+    # that cannot be loaded is built again. Fails if the package is not kept, not found under the same key,
+    # or loaded through Inductor's Python modules (seconds of imports in every process).
+    monkeypatch.setenv(disk_memo.KERNEL_VARIABLE, str(tmp_path / "kernels"))
     monkeypatch.setattr(backends, "_GRAPHS", {})
-
-    def body(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return (torch.tanh(x * scale) + 0.25,)
-
     args = (torch.linspace(-2, 2, 12).view(3, 4), torch.tensor(1.5, dtype=torch.float64))
-    key = ("cache test", tuple(a.shape for a in args))
-    with config.patch(fx_graph_cache=True):  # (on by default; an environment may switch it off)
-        first = backends.graph(key, body, args, "a test graph", "the same")(*args)[0]
-        backends._GRAPHS.clear()
-        hits = counters["inductor"]["fxgraph_cache_hit"]
-        again = backends.graph(key, body, args, "a test graph", "the same")(*args)[0]
-    assert counters["inductor"]["fxgraph_cache_hit"] == hits + 1
-    assert torch.equal(first, again) and torch.allclose(first, torch.tanh(args[0] * 1.5) + 0.25)
+    key = ("kernel store test", tuple(a.shape for a in args))
+    path = disk_memo.kernel_path(key)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a package")  # left by a failed disk, say: built again and written over
+    first = backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0]
+    assert torch.allclose(first, torch.tanh(args[0] * 1.5) + 0.25) and path.stat().st_size > 10_000
+    backends._GRAPHS.clear()
+    monkeypatch.setattr(backends, "_build", None)  # loading must not build
+    assert torch.equal(backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0], first)
+    code = (f"import sys, torch; torch.set_num_threads({torch.get_num_threads()}); "  # (a key's part)
+            "from aocsim.hardware.engine import backends; import test_tile_compile as t; backends._build = None; "
+            "args = (torch.linspace(-2, 2, 12).view(3, 4), torch.tensor(1.5, dtype=torch.float64)); "
+            "out = backends.graph(('kernel store test', tuple(a.shape for a in args)), t._tanh_body, args, 'a', 'b')(*args)[0]; "
+            "print(out.tolist(), 'torch._inductor' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                          cwd=Path(__file__).parent)
+    values, inductor = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert torch.equal(torch.tensor(ast.literal_eval(values)), first) and inductor == "False"
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+
+
+def test_the_kernel_store_forgets_its_least_recently_used_packages(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(disk_memo, "KERNEL_ENTRIES", 2)
+    built = tmp_path / "built.pt2"
+    built.write_bytes(b"a package")
+    kept = [tmp_path / "kernels" / f"graph-{i}.pt2" for i in range(3)]
+    for i, path in enumerate(kept[:2]):
+        disk_memo.keep_kernel(built, path)
+        os.utime(path, (1000 + i, 1000 + i))
+    os.utime(kept[0], (2000, 2000))  # used since: the other one is forgotten first
+    disk_memo.keep_kernel(built, kept[2])
+    assert [p.exists() for p in kept] == [True, False, True] and kept[2].read_bytes() == b"a package"
+    assert not list((tmp_path / "kernels").glob("*.part"))
 
 
 def test_a_missing_toolchain_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -205,10 +205,9 @@ class Placement:
         "models on tiles: linearise the emitter drive digitally before the DAC.", "switch")
     compile: bool | None = option(
         {TILED: False, HYBRID: False}, switch,
-        "models on tiles: run the tile products compiled (Inductor; the same numbers to float rounding; "
-        "needs a C++ compiler; seconds per batch size, once per machine, torch version and thread count: "
-        "Inductor's disk cache), and a sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, "
-        "compiled placements).", "switch")
+        "models on tiles: run the tile products compiled (AOTInductor; the same numbers to float rounding; "
+        "needs a C++ compiler; seconds per graph, once per computer and code: the kernel store), and a "
+        "sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, compiled placements).", "switch")
     modules: int | None = option(
         {TILED: None, HYBRID: None}, count,
         "models on tiles: optical modules per mapped matrix [default: one per tile, weight-stationary]; fewer "

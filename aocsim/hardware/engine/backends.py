@@ -2,8 +2,8 @@
 
 - eager: calls `iteration` directly (autograd works through it);
 - compiled (`OpticalLoop(..., compile=True)`): `iteration`, or a block of
-  `steps` unrolled iterations, traced with make_fx and compiled by Inductor
-  into vectorised C++ loops around the matrix product, so the nonlinearity,
+  `steps` unrolled iterations, exported and compiled ahead of time by
+  AOTInductor into vectorised C++ loops around the matrix product, so the nonlinearity,
   the LED cubics, the noise draws and the node update fuse into few passes.
   Calling the compiled graph directly skips dynamo's guards (~20 us per call).
 
@@ -13,14 +13,18 @@ depends only on the layout, shapes, dtype, device and block length; every
 number is an input, so one graph serves every loop of that layout. `graph`
 compiles and keeps them, the loop's and the tile product's
 (`aocsim.hardware.engine.tile_pass`). Compiling
-needs a C++ compiler and takes seconds per layout, so it is opt-in; Inductor
-keeps what it compiled on disk, and a later process reads it back (`_compile`).
+needs a C++ compiler and takes seconds per graph, so it is opt-in; the kernel
+store keeps what was compiled, and a later process loads it in milliseconds
+(`_compile`; docs/DEVICE_RUNS.md, compiled placements).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import os
+import tempfile
+import warnings
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -41,35 +45,54 @@ def _block(steps: int, layout: Layout) -> Callable[..., tuple[torch.Tensor, torc
     return run
 
 
-def _cacheable(args: tuple[torch.Tensor, ...]) -> tuple[contextlib.AbstractContextManager, list]:
-    """(context, example inputs) under which Inductor uses its disk cache (its FX graph cache, shared by
-    processes): a tracing context with a shape environment, which a make_fx trace has none of (without one,
-    every process compiled every graph anew: parity-implicit's seven graphs, 20 s), and the inputs as fake
-    tensors of static shapes (else the shape environment makes the kernels dynamic-shaped: slower to
-    compile, no faster). A torch without this private API compiles without the cache."""
-    try:
-        from torch._guards import TracingContext, tracing
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...], graph_key: tuple) -> Callable[..., object]:
+    """`fn` compiled ahead of time for `args`' shapes (torch.export, then AOTInductor into a package: a
+    shared library and its constants), or its package read back from the kernel store where a process
+    built it before (`disk_memo.kernel_path`). A package loads in milliseconds through torch's C++ loader,
+    without importing Inductor (seconds): a later process pays nothing for a graph built once."""
+    from aocsim import disk_memo
 
-        fake = FakeTensorMode(shape_env=ShapeEnv())
-        return tracing(TracingContext(fake)), [fake.from_tensor(a, static_shapes=True) for a in args]
-    except (ImportError, AttributeError, TypeError):
-        return contextlib.nullcontext(), list(args)
+    path = disk_memo.kernel_path(graph_key)
+    if path is not None and path.exists():
+        try:
+            runner = _load(path, args[0].device)
+            os.utime(path)  # used now: the store forgets the least recently used first
+            return runner
+        except Exception:  # noqa: BLE001 - not a whole package (a disk error, another build): built again
+            pass
+    with tempfile.TemporaryDirectory() as scratch:
+        package = _build(fn, args, Path(scratch) / "graph.pt2")
+        disk_memo.computed["graph"] += 1
+        runner = _load(package, args[0].device)
+        if path is not None:
+            disk_memo.keep_kernel(package, path)
+    return runner
 
 
-def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...]) -> Callable[..., object]:
-    """`fn` traced with make_fx and compiled by Inductor, read back from its disk cache where a process
-    compiled it before (`_cacheable`)."""
-    from torch._inductor import compile as inductor_compile
-    from torch.fx.experimental.proxy_tensor import make_fx
+def _build(fn: Callable[..., object], args: tuple[torch.Tensor, ...], package: Path) -> Path:
+    import torch._inductor
 
-    with torch.no_grad():
-        traced = make_fx(lambda *flat: fn(*flat))(*args)  # (a signature's annotations, strings under
-        # postponed evaluation, would become globals of the graph that its cache key cannot name)
-        context, examples = _cacheable(args)
-        with context:
-            return inductor_compile(traced, examples)
+    class Flat(torch.nn.Module):  # export traces modules; `fn` takes and returns flat tensors
+        def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return tuple(fn(*flat))  # type: ignore[call-overload]
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`isinstance.treespec, LeafSpec", FutureWarning)  # torch's own export
+        exported = torch.export.export(Flat(), args, strict=False)
+        return Path(torch._inductor.aoti_compile_and_package(exported, package_path=str(package)))
+
+
+def _load(package: Path, device: torch.device) -> Callable[..., object]:
+    """A package's runner: torch's C++ loader where this torch has it, else Inductor's (slower to import)."""
+    loader_class = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if loader_class is None:
+        from torch._inductor import aoti_load_package
+
+        compiled = aoti_load_package(str(package))
+        return lambda *flat: compiled(*flat)
+    index = -1 if device.type == "cpu" else (torch.cuda.current_device() if device.index is None else device.index)
+    loader = loader_class(str(package), "model", False, 1, index)  # one runner; the CPU is device index -1
+    return lambda *flat: loader.run(list(flat))
 
 
 def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,
@@ -79,7 +102,7 @@ def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor,
     `AocsimError` naming what is compiled (`what`) and what runs it eagerly instead (`eager`)."""
     if graph_key not in _GRAPHS:
         try:
-            _GRAPHS[graph_key] = _compile(fn, args)
+            _GRAPHS[graph_key] = _compile(fn, args, graph_key)
         except Exception as exc:  # Inductor raises many types (missing compiler, codegen failure)
             first = str(exc).splitlines()[0] if str(exc) else ""
             raise AocsimError(f"compile=True: could not compile {what} ({type(exc).__name__}: {first}); "
