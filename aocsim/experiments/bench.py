@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
+from unittest import mock
 
 import torch
 
@@ -175,7 +176,7 @@ class CompareBenchRow:
     warmup_s: float | None = None  # compiled rows: the short run before, which fitted and compiled
     seeds: int = 1
     new_process: bool = False  # timed in a new process on the store the first compare wrote
-    placed: int | None = None  # fits and emitter measurements the compare computed (0: none; None: not counted)
+    placed: int | None = None  # fits, emitter measurements and graphs the compare computed (0: none; None: not counted)
 
     @property
     def calibrated(self) -> bool:
@@ -201,7 +202,9 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
     `compiled`, a row with the placement's compile switch on (docs/DEVICE_RUNS.md, compiled
     placements): first a two-token compare (`warmup_s`: it compiles the graphs, whose passes have the
     whole batch's rows, and fits the chip with compiled probe products), then the compiled compare,
-    its fit memoised (what a second compare or a sweep point on the same chip pays in one process)."""
+    its fit memoised (what a second compare or a sweep point on the same chip pays in one process), and
+    the compiled compare in a new process, which loads the graphs from the kernel store (the user's:
+    kernels depend on the code and the machine alone, `disk_memo.kernel_folder`)."""
     from aocsim.experiments.compare import compare
     from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
@@ -228,6 +231,9 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
                 warmup = _timed_compare(model, device, w, options, 1, tokens=2)[0]
                 rows.append(row(f"{label}, compiled", _timed_compare(model, device, w, options, seeds),
                                 warmup_s=warmup))
+                rows.append(row(f"{label}, compiled, new process",
+                                _in_new_process(name, device, sequences, length_factor, options, seeds),
+                                new_process=True))
     return rows
 
 
@@ -243,19 +249,13 @@ def _warm_xarray() -> None:
 @contextlib.contextmanager
 def _own_store() -> Iterator[None]:
     """The calibration store in an empty temporary folder, for this process and the ones it starts (the
-    user's own store neither read nor written)."""
-    from aocsim.disk_memo import STORE_VARIABLE
+    user's own store neither read nor written); the kernel store stays the user's."""
+    from aocsim.disk_memo import KERNEL_VARIABLE, STORE_VARIABLE, kernel_folder
 
-    before = os.environ.get(STORE_VARIABLE)
-    with tempfile.TemporaryDirectory(prefix="aocsim-bench-") as folder:
-        os.environ[STORE_VARIABLE] = folder
-        try:
-            yield
-        finally:
-            if before is None:
-                del os.environ[STORE_VARIABLE]
-            else:
-                os.environ[STORE_VARIABLE] = before
+    kernels = str(kernel_folder() or "off")
+    with (tempfile.TemporaryDirectory(prefix="aocsim-bench-") as folder,
+          mock.patch.dict(os.environ, {STORE_VARIABLE: folder, KERNEL_VARIABLE: kernels})):  # restored after
+        yield
 
 
 def compare_seconds(name: str, device: str, sequences: int, length_factor: int, placement: dict | None,
@@ -276,7 +276,8 @@ def compare_seconds(name: str, device: str, sequences: int, length_factor: int, 
 def _timed_compare(model: Any, device: str, w: Any, placement: dict | None, seeds: int,
                    tokens: int | None = None) -> tuple[float, int]:
     """The seconds of `compare` on workload `w` (its first `tokens` positions; None: all), and how many
-    fits and emitter measurements it computed (`disk_memo.computed`: 0 when it placed nothing)."""
+    fits, emitter measurements and compiled graphs it computed (`disk_memo.computed`: 0 when it read
+    them all)."""
     from aocsim import disk_memo
     from aocsim.experiments.compare import compare
 
@@ -308,7 +309,9 @@ def format_compare_bench(rows: list[CompareBenchRow]) -> str:
     lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.seeds * r.tokens / r.device_s:15.0f} "
               f"{r.ratio:14.1f}x" + (f"  (fitted and compiled in a {r.warmup_s:.0f} s run before)"
                                      if r.warmup_s else "  (a new process; the chip's calibration read from the store)"
-                                     if r.calibrated else "  (a new process; it placed the chip again)"
+                                     if r.calibrated and "compiled" not in r.case else
+                                     "  (a new process; the chip's calibration and compiled graphs read from the stores)"
+                                     if r.calibrated else "  (a new process; it placed the chip or compiled again)"
                                      if r.new_process else "  (the chip was already placed in this process)"
                                      if r.placed == 0 else "")
               for r in rows]
