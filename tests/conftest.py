@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import tempfile
 from pathlib import Path
@@ -16,7 +15,8 @@ import torch
 os.environ["AOCSIM_CACHE_DIR"] = "off"
 # Compiled graphs are kept, though (a kernel store, aocsim/disk_memo.py, keyed by the code that traced
 # them): each takes seconds to build, and the workers of one run share them.
-os.environ.setdefault("AOCSIM_KERNEL_DIR", str(Path(tempfile.gettempdir()) / f"aocsim-test-kernels-{getpass.getuser()}"))
+_USER = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")  # (no passwd entry needed)
+os.environ.setdefault("AOCSIM_KERNEL_DIR", str(Path(tempfile.gettempdir()) / f"aocsim-test-kernels-{_USER}"))
 
 # pytest -n N: each worker gets its share of the cores. torch's default (every core per process)
 # oversubscribes them, and on a 2-core machine one test went from 14 s to 212 s that way.

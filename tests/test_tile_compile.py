@@ -88,6 +88,10 @@ def _tanh_body(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]
     return (torch.tanh(x * scale) + 0.25,)
 
 
+def _read_only(*args: object) -> None:
+    raise PermissionError("read-only file system")
+
+
 def test_a_compiled_graph_is_kept_in_the_kernel_store_and_loaded_without_inductor(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # A graph built once is kept in the kernel store (aocsim/disk_memo.py) and loaded from it by this process
@@ -104,7 +108,8 @@ def test_a_compiled_graph_is_kept_in_the_kernel_store_and_loaded_without_inducto
     first = backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0]
     assert torch.allclose(first, torch.tanh(args[0] * 1.5) + 0.25) and path.stat().st_size > 10_000
     backends._GRAPHS.clear()
-    monkeypatch.setattr(backends, "_build", None)  # loading must not build
+    monkeypatch.setattr(backends, "_build", None)  # loading must not build,
+    monkeypatch.setattr(backends.os, "utime", _read_only)  # even from a store this process cannot write to
     assert torch.equal(backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0], first)
     code = (f"import sys, torch; torch.set_num_threads({torch.get_num_threads()}); "  # (a key's part)
             "from aocsim.hardware.engine import backends; import test_tile_compile as t; backends._build = None; "

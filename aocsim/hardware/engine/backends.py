@@ -20,6 +20,7 @@ store keeps what was compiled, and a later process loads it in milliseconds
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -56,10 +57,12 @@ def _compile(fn: Callable[..., object], args: tuple[torch.Tensor, ...], graph_ke
     if path is not None and path.exists():
         try:
             runner = _load(path, args[0].device)
-            os.utime(path)  # used now: the store forgets the least recently used first
-            return runner
         except Exception:  # noqa: BLE001 - not a whole package (a disk error, another build): built again
             pass
+        else:
+            with contextlib.suppress(OSError):  # used now (the store forgets the least recently used first),
+                os.utime(path)  # where this process may write: a shared, read-only store is read all the same
+            return runner
     with tempfile.TemporaryDirectory() as scratch:
         package = _build(fn, args, Path(scratch) / "graph.pt2")
         disk_memo.computed["graph"] += 1
