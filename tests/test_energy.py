@@ -225,7 +225,7 @@ def test_bad_arguments_are_one_line_errors() -> None:
 def test_devices_show_prints_energy_and_tops_per_watt() -> None:
     out = CliRunner().invoke(main, ["devices", "show", "aoc48"])
     assert out.exit_code == 0, out.output
-    assert "TOPS/W       0.03646 at 9 bits" in out.output
+    assert "efficiency   36.46 GOPS/W at 9 bits" in out.output
     assert "8.76 us, 55.4 uJ" in out.output and "static power emitters 1.92 W, SLM 2 W" in out.output
     ideal = CliRunner().invoke(main, ["devices", "show", "ideal"])
     assert ideal.exit_code == 0 and "channels: null, so no TOPS/W" in ideal.output

@@ -97,8 +97,9 @@ def test_projection_precision_and_tops_per_watt_from_its_figures() -> None:
     out = CliRunner().invoke(main, ["devices", "show", "aoc-projected"])
     assert out.exit_code == 0, out.output
     shown_bits = float(re.search(r"precision\s+([\d.]+) effective bits", out.output).group(1))
-    loop, inference = map(float, re.search(r"TOPS/W\s+([\d.]+) with the loop running; ([\d.]+) for one inference "
-                                           r"of 20 iterations in its readout window", out.output).groups())
+    loop, inference = map(float, re.search(r"efficiency\s+([\d.]+) TOPS/W with the loop running; ([\d.]+) TOPS/W "
+                                           r"for one inference of 20 iterations in its readout window",
+                                           out.output).groups())
     assert shown_bits == pytest.approx(enob, abs=0.06)  # printed to 0.1 bit
     assert loop == pytest.approx(continuous, rel=1e-3) and inference == pytest.approx(per_inference, rel=1e-3)
     assert "negative light" not in out.output

@@ -85,7 +85,8 @@ def one_light(dev: Any, enob: float) -> str:
     bits `enob`, and TOPS/W with the loop running and for one inference in its readout window."""
     from aocsim.hardware.engine.budget import reference_light
     from aocsim.hardware.engine.dynamics import loop_activity
-    from aocsim.hardware.physics.energy import inference_tops_per_watt, si, tops_per_watt
+    from aocsim.hardware.physics.energy import inference_tops_per_watt, tops_per_watt
+    from aocsim.units import ops_per_watt, si
 
     light, v, its = reference_light(dev), dev.values, EXAMPLE_ITERATIONS
     window = inference_tops_per_watt(dev, loop_activity(v, dev.channels, its, readout=True), its)
@@ -93,7 +94,8 @@ def one_light(dev: Any, enob: float) -> str:
              f"({v['noise.bias_units']:g} units of {si(v['noise.power_per_unit_w'], 'W')}), the light of the "
              f"budget's shot noise and of the emitters' power",
              f"  precision    {enob:.1f} effective bits (the budget's total per iteration)",
-             f"  TOPS/W       {tops_per_watt(dev):.4g} with the loop running; {window:.4g} for one inference of "
+             f"  efficiency   {ops_per_watt(tops_per_watt(dev))} with the loop running; {ops_per_watt(window)} for one "
+             f"inference of "
              f"{its} iterations in its readout window"]
     if light.negative > 0:
         lines.append(f"note: at the budget's reference point {100 * light.negative:.1f} % of the detector readings "

@@ -28,6 +28,7 @@ from aocsim.errors import InputError
 from aocsim.hardware.physics import sources
 from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.profile import DeviceProfile
+from aocsim.units import ops_per_watt, si
 
 Number = Union[int, float, np.ndarray]
 STATIC = ("emitters", "slm", "detectors_tia")  # the components `static_power_w` prices
@@ -227,23 +228,12 @@ def inference_tops_per_watt(profile: DeviceProfile, inference: Activity, iterati
     return float(tops) if tops.ndim == 0 else tops
 
 
-def si(value: float, unit: str) -> str:
-    """3 significant digits with an SI prefix: 5.54e-05 J -> '55.4 uJ'."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} {unit}"
-    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "u"),
-                          (1e-9, "n"), (1e-12, "p"), (1e-15, "f")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
 def format_inference(profile: DeviceProfile, inference: Activity, what: str, iterations: int | None = None) -> str:
     """One inference's time, energy and conversions (`what` names it), as one line; with `iterations`,
     also the TOPS/W of its useful work (`inference_tops_per_watt`)."""
     e = energy_j(profile, inference)
     tops = ("" if iterations is None else
-            f", {float(inference_tops_per_watt(profile, inference, iterations)):.4g} TOPS/W for {iterations} iterations")
+            f", {ops_per_watt(float(inference_tops_per_watt(profile, inference, iterations)))} for {iterations} iterations")
     return (f"  inference    {si(float(inference.time_s), 's')}, {si(float(e['total']), 'J')}{tops} "
             f"({int(inference.dac_conversions)} DAC + {int(inference.adc_conversions)} ADC conversions; {what})")
 
@@ -269,7 +259,7 @@ def format_energy(profile: DeviceProfile) -> str:
     lines.append(f"  static power emitters {si(per['emitters'], 'W')}, SLM {si(per['slm'], 'W')}, detectors + TIA "
                  f"{si(per['detectors_tia'], 'W')}: {si(sum(per.values()), 'W')}")
     conv = bool(v["energy.converts_every_round_trip"])
-    lines.append(f"  TOPS/W       {tops_per_watt(profile):.4g} at {v['energy.precision_bits']} bits "
+    lines.append(f"  efficiency   {ops_per_watt(tops_per_watt(profile))} at {v['energy.precision_bits']} bits "
                  f"(loop running, 2 N^2 ops per {si(v['loop.round_trip_s'], 's')} round trip; "
                  f"{'N DAC + N ADC conversions per round trip' if conv else 'no conversions per round trip'})")
     return "\n".join(lines)
