@@ -304,3 +304,27 @@ def test_a_resumed_sweep_reads_its_chips_fits_from_the_folder(tmp_path: Path, mo
     device_linear._FITS.clear()
     monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     xr.testing.assert_identical(first, sweep(spec, out, workers=1, resume=True))
+
+
+def test_a_sweep_on_tiles_that_do_not_calibrate_ends_with_a_warning_and_untrusted_points(tmp_path: Path) -> None:
+    """Parity on aoc16, whose tile programs do not calibrate (compare prints WARNING lines): the sweep keeps
+    compare's verdict per point (trusted = 0 and its notes in results.nc, NO in the table) and ends with a
+    WARNING naming the points and their cause."""
+    spec = {"model": "parity-implicit", "device": "aoc16", "data": {"sequences": 1, "length_factor": 1},
+            "axes": {"placement.max_iter": [2]}, "metrics": ["accuracy", "agreement"]}
+    out = CliRunner().invoke(main, ["--threads", "1", "sweep", str(_write(tmp_path, spec)), "--out",
+                                    str(tmp_path / "run"), "--workers", "1"])
+    assert out.exit_code == 0, out.output
+    assert "WARNING 1 of 1 points cannot be trusted" in out.output
+    assert "placement.max_iter=2: the tile programs did not calibrate on aoc16" in out.output
+    assert out.output.splitlines()[[i for i, line in enumerate(out.output.splitlines())
+                                    if "trusted" in line.split()][0] + 1].split()[-1] == "NO"
+    with xr.open_dataset(tmp_path / "run" / "results.nc", engine="h5netcdf") as ds:
+        assert int(ds.trusted.squeeze()) == 0 and "did not calibrate" in str(ds.warnings.squeeze().values)
+    status = CliRunner().invoke(main, ["sweep", "status", str(tmp_path / "run")])
+    assert status.exit_code == 0 and "WARNING 1 of 1 points cannot be trusted" in status.output
+
+
+def test_a_trusted_sweep_says_so_per_point(reference: xr.Dataset) -> None:
+    assert (reference.trusted.values == 1).all() and (reference.warnings.values == "").all()
+    assert reference.trusted.dims == ("model", "slm.bits", "readout.adc_bits")

@@ -88,3 +88,53 @@ def test_a_heat_map_names_both_axes(tmp_path: Path, figures: list) -> None:
     plots.plot_sweep(ds, tmp_path / "heat.png")
     ax = figures[-1].axes[0]
     assert ax.get_xlabel().startswith("partial sums") and ax.get_ylabel().startswith("tile size (channels")
+
+
+def _tick_boxes(fig, axis) -> list:
+    fig.canvas.draw()
+    return [t.get_window_extent() for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+
+
+def _crowded() -> xr.Dataset:
+    """Costs over eight decades and many settings: labelled ticks at 1, 2 and 5 per decade would collide."""
+    power = np.logspace(-8, -2, 25)
+    acc = np.linspace(0.5, 1.0, 25)[None, :, None, None] * np.ones((1, 25, 1, 2))
+    energy = np.logspace(-9, -1, 25)[None, :, None, None] * np.ones((1, 25, 1, 2))
+    dims = ("model", "noise.power_per_unit_w", "chip", "seed")
+    ds = xr.Dataset({"accuracy": (dims, acc), "energy_per_inference_j": (dims, energy),
+                     "trusted": (("model", "noise.power_per_unit_w"), np.ones((1, 25), dtype=np.int8))},
+                    coords={"model": ["parity-implicit"], "noise.power_per_unit_w": power, "chip": [0], "seed": [0, 1]})
+    ds["energy_per_inference_j"].attrs["units"] = "J"
+    return ds
+
+
+@pytest.mark.parametrize("draw", ["pareto", "sweep"])
+def test_tick_labels_never_overlap_and_accuracy_stays_within_0_to_100_percent(tmp_path: Path, figures: list,
+                                                                               draw: str) -> None:
+    """Issue 41, finding 2: crowded cost axes keep every k-th label; a band of +-1 std at 100 % accuracy does
+    not stretch the axis to 104 %."""
+    from aocsim.experiments.sweep.labels import _overlap
+
+    ds = _crowded()
+    ds["accuracy"][0, -5:, 0, 1] = 0.9  # a spread: the band reaches above 100 % at the top points
+    ds["accuracy"][0, -5:, 0, 0] = 1.0
+    plots.plot_pareto(ds, tmp_path / "p.png") if draw == "pareto" else plots.plot_sweep(ds, tmp_path / "s.png")
+    fig = figures[-1]
+    ax = fig.axes[0]
+    for axis in (ax.xaxis, ax.yaxis):
+        boxes = _tick_boxes(fig, axis)
+        assert len(boxes) >= 3 and not _overlap(sorted(boxes, key=lambda b: (b.x0, b.y0))), axis
+    low, high = ax.get_ylim()
+    assert 0.0 <= low and high <= 1.0
+
+
+def test_untrusted_points_are_marked_and_left_off_the_pareto_front(tmp_path: Path, figures: list) -> None:
+    ds = _crowded()
+    ds["trusted"][0, -1] = 0  # the most accurate point: compare did not trust it
+    plots.plot_pareto(ds, tmp_path / "p.png")
+    labels = [t.get_text() for t in figures[-1].axes[0].get_legend().get_texts()]
+    assert any("untrusted" in t for t in labels)
+    assert not any("power_per_unit_w=0.01" in t for t in labels)  # its settings are not named on the front
+    plots.plot_sweep(ds, tmp_path / "s.png")
+    labels = [t.get_text() for t in figures[-1].axes[0].get_legend().get_texts()]
+    assert any("untrusted" in t for t in labels)

@@ -264,3 +264,78 @@ def test_a_huge_search_needs_yes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert out.exit_code == 1 and out.output.count("\n") == 1, out.output
     assert re.search(r"2000 points x 1 chips x 1 seeds; about [\d.]+ (minutes|hours) on 2 workers", out.output)
     assert "pass --yes to start it" in out.output and not (tmp_path / "big").exists()
+
+
+# -- trust, constraints a point can meet, repeats, xarray conventions (issue 41) -------------------------------
+
+@pytest.mark.parametrize("bound, words", [(">= 99", "[0, 1]"), (">= 1.5", "[0, 1]"), ("<= -0.1", "[0, 1]")])
+def test_a_constraint_no_point_can_meet_is_refused_at_once(tmp_path: Path, bound: str, words: str) -> None:
+    """A bound outside the metric's range (accuracy is a fraction; tables print it in %) is a one-line error
+    naming the range, before any trial runs and within seconds."""
+    spec = {**SEARCH, "search": {**SEARCH["search"], "constraints": {"agreement": bound}}}
+    start = time.monotonic()
+    out = CliRunner().invoke(main, ["--threads", "1", "sweep", str(_write(tmp_path, spec)), "--out",
+                                    str(tmp_path / "never")])
+    assert out.exit_code == 1 and time.monotonic() - start < 5
+    message = out.output.strip().splitlines()[-1]
+    assert message.startswith("Error: search.constraints.agreement") and words in message and "99 %" in message
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_fraction_bound_may_be_written_in_percent_as_tables_print_it() -> None:
+    for text in (">= 97 %", ">=97%", ">= 0.97"):
+        spec = parse_spec({**SEARCH, "search": {**SEARCH["search"], "constraints": {"agreement": text}}}, check=False)
+        assert spec.search.constraints[0].bound == pytest.approx(0.97)
+    with pytest.raises(InputError, match=r"energy_per_inference_j is a value >= 0 \(J\), not a fraction"):
+        parse_spec({**SEARCH, "search": {**SEARCH["search"], "constraints": {"energy_j": "<= 5 %"}}}, check=False)
+
+
+def _trials_dataset(trusted: list[int], agreement: list[float], energy: list[float], bits: list[int]) -> xr.Dataset:
+    n = len(trusted)
+    dims = ("model", "trial", "chip", "seed")
+    ds = xr.Dataset({"agreement": (dims, np.array(agreement, dtype=float).reshape(1, n, 1, 1)),
+                     "energy_per_inference_j": (dims, np.array(energy, dtype=float).reshape(1, n, 1, 1)),
+                     "trusted": (("model", "trial"), np.array([trusted], dtype=np.int8))},
+                    coords={"model": ["digits-deq48"], "trial": np.arange(n), "slm.bits": ("trial", bits),
+                            "noise.power_per_unit_w": ("trial", [1e-6] * n), "chip": [0], "seed": [0]})
+    ds.attrs["spec"] = json.dumps(SEARCH)
+    return ds
+
+
+def test_an_untrusted_trial_is_infeasible_and_never_on_the_front() -> None:
+    """The best trial in every objective is one compare did not trust: it is infeasible, off the front, and
+    told to the sampler as a violated constraint."""
+    from aocsim.experiments.sweep.search import mark_front, scores
+
+    search = parse_spec(SEARCH, check=False).search
+    ds = _trials_dataset([0, 1, 1], [1.0, 0.98, 0.99], [1e-6, 5e-6, 9e-6], [6, 5, 4])
+    marked = mark_front(ds, search)
+    assert marked.feasible.values.tolist() == [False, True, True]
+    assert not marked.pareto.values[0] and marked.pareto.values[1:].any()
+    _, violations = scores(ds, search, violations=True)
+    assert violations.shape == (3, 2) and violations[0, -1] > 0 and (violations[1:, -1] <= 0).all()
+
+
+def test_repeated_trials_are_stated_in_the_table() -> None:
+    from aocsim.experiments.sweep.search import mark_front
+    from aocsim.experiments.sweep.table import front_table
+
+    search = parse_spec(SEARCH, check=False).search
+    marked = mark_front(_trials_dataset([1, 1, 1, 1], [0.98, 0.99, 0.98, 0.99], [1e-6, 5e-6, 1e-6, 5e-6],
+                                        [6, 5, 6, 5]), search)
+    assert marked.repeat_of.values.tolist() == [-1, -1, 0, 1]
+    assert "4 trials (2 distinct: trial(s) 2, 3 repeat earlier settings" in front_table(marked)
+
+
+def test_a_search_result_follows_xarray_conventions(reference: xr.Dataset) -> None:
+    """Every dimension has a coordinate (trial too, so idxmin works), every variable has units, and the
+    verdict is a CF flag variable."""
+    assert all(d in reference.coords for d in reference.dims)
+    best = reference.energy_per_inference_j.mean(("chip", "seed")).squeeze("model").idxmin("trial")
+    assert int(best) in reference.trial.values
+    for name in reference.data_vars:
+        if reference[name].dtype.kind in "iufb":
+            assert "units" in reference[name].attrs, name
+    assert list(reference.trusted.attrs["flag_values"]) == [-1, 0, 1]
+    assert reference.trusted.attrs["flag_meanings"] == "not_run untrusted trusted"
+    assert (reference.trusted.values == 1).all() and (reference.warnings.values == "").all()

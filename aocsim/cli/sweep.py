@@ -9,6 +9,7 @@ import click
 
 from aocsim.cli.common import Path_, compute, friendly
 from aocsim.execute.placement import DECLARATIONS
+from aocsim.experiments.metrics import METRICS
 
 LARGE = 1000  # points above which a sweep prints its size and rough duration and waits for --yes
 
@@ -52,9 +53,18 @@ SWEEP_HELP = f"""Noise-sensitivity and co-design sweeps: `aocsim sweep SPEC --ou
 SPEC is a YAML file: model(s), device (a profile name, or a .yaml file relative to the spec's folder),
 data, axes (dotted device profile keys such as slm.bits, noise.power_per_unit_w (W), readout.adc_bits,
 or placement.NAME for NAME among {', '.join(DECLARATIONS)}), optional zip and random blocks, seeds,
-chips, root_seed, metrics (docs/SWEEPS.md). Each worker process runs torch on one thread: local
-processes (--workers), a Dask scheduler (--scheduler) or SLURM jobs (--slurm JOBS). A sweep
-of more than {LARGE} points says how long it will take, roughly, and starts only with --yes.
+chips, root_seed, metrics (among {', '.join(METRICS)}; docs/SWEEPS.md).
+
+Instead of axes, a co-design search: a `search:` block (objectives such as {{agreement: max, energy_j:
+min}}, constraints such as {{accuracy: ">= 0.99"}} or ">= 99 %", a budget of trials, sampler nsga2, tpe or
+random, seed, batch) over a `space:` of parameters ({{int: [2, 9]}}, {{float: [a, b]}}, {{log: [a, b]}},
+{{choice: [...]}}); a constraint no point can meet is refused before any trial (docs/SWEEPS.md section 6).
+
+Each point carries compare's verdict (trusted 1 or 0, with its warnings, in results.nc and the tables);
+a sweep ends with a WARNING listing the points that cannot be trusted, and an untrusted trial is
+infeasible for a search. Each worker process runs torch on one thread: local processes (--workers),
+a Dask scheduler (--scheduler) or SLURM jobs (--slurm JOBS). A sweep of more than {LARGE} points says
+how long it will take, roughly, and starts only with --yes.
 """
 
 
@@ -89,7 +99,7 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, s
     import time
 
     from aocsim.experiments.sweep import load_spec, sweep
-    from aocsim.experiments.sweep.table import front_table, point_table
+    from aocsim.experiments.sweep.table import front_table, point_table, untrusted_lines
     from aocsim.io.outputs import check_output_file
 
     other = "--scheduler" if scheduler is not None else "--workers" if workers is not None else None
@@ -115,6 +125,8 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, s
     click.echo(f"{points} points x {len(loaded.chips)} chips x {len(loaded.seeds)} seeds in "
                f"{time.perf_counter() - start:.1f} s ({where})" + (" resumed" if resume else ""))
     click.echo(front_table(ds) if loaded.search else point_table(ds))
+    for line in untrusted_lines(ds):
+        click.echo(line)
     click.echo(f"wrote {out / 'results.nc'}")
     if plot is not None:
         from aocsim.experiments.sweep.plots import plot_sweep
@@ -156,14 +168,17 @@ def _check_size(spec: Any, out: Path, resume: bool, workers: int | None, yes: bo
 def status_cmd(folder: Path) -> None:
     """What is done in the sweep folder DIR, and a table of the metrics of the points done so far."""
     from aocsim.experiments.sweep import status
-    from aocsim.experiments.sweep.table import open_sweep, point_table
+    from aocsim.experiments.sweep.table import open_sweep, point_table, untrusted_lines
 
     s = status(folder)
     share = 100 * s["done"] / s["total"] if s["total"] else 100.0
     click.echo(f"{folder}: {s['done']} of {s['total']} points done ({share:.0f} %); results.nc "
                + ("written" if s["results"] else "not written yet (aocsim sweep SPEC --out DIR --resume)"))
     if s["done"]:
-        click.echo(point_table(open_sweep(folder)))
+        ds = open_sweep(folder)
+        click.echo(point_table(ds))
+        for line in untrusted_lines(ds):
+            click.echo(line)
 
 
 @sweep_cmd.command("show")

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from aocsim.experiments.metrics import METRICS
+
 # Placement settings in words (their declarations' help lines are sentences, too long for an axis).
 PLACEMENT_WORDS = {
     "tile_size": "tile size (channels per side)", "partial_sums": "partial sums", "mode": "SSM mode",
@@ -16,15 +18,7 @@ PLACEMENT_WORDS = {
     "predistort": "emitter predistortion", "stop": "stop rule", "fit": "compilation fit", "tiling": "tiling",
     "max_iter": "iteration cap", "rtol": "relative tolerance", "atol": "absolute tolerance", "damping": "damping tau",
 }
-METRIC_WORDS = {
-    "accuracy": ("device accuracy", "%"), "exact_accuracy": ("exact-path accuracy", "%"),
-    "agreement": ("agreement with the exact path", "%"), "converged": ("solves converged", "%"),
-    "iterations": ("device iterations per inference", ""), "fixed_point_error": ("fixed-point error (median)", ""),
-    "residual": ("device residual (median)", ""), "time_per_inference_s": ("hardware time per inference", "s"),
-    "energy_per_inference_j": ("energy per inference", "J"),
-    "bits_per_character": ("device bits per character", "bits"), "exact_bits_per_character": ("exact bits per character", "bits"),
-}
-SHARES = {"accuracy", "exact_accuracy", "agreement", "converged"}
+SHARES = {name for name, m in METRICS.items() if m.share}  # fractions, drawn in %
 
 
 def axis_label(path: str, width: int = 48) -> str:
@@ -47,9 +41,12 @@ def axis_label(path: str, width: int = 48) -> str:
 
 
 def metric_label(metric: str, units: str = "") -> str:
-    """'device accuracy (%)', 'energy per inference (J)'; other metrics by name with their units."""
-    words, unit = METRIC_WORDS.get(metric, (metric.replace("_", " "), units))
-    return words + (f" ({unit})" if unit and len(unit) <= 12 else "")
+    """'device accuracy (%)', 'energy per inference (J)' from the metric's declaration
+    (aocsim/experiments/metrics.py); other variables by name with their units."""
+    declared = METRICS.get(metric)
+    words = declared.words if declared else metric.replace("_", " ")
+    unit = "%" if declared and declared.share else (declared.unit if declared and declared.unit else units)
+    return words + (f" ({unit})" if unit and unit != "1" and len(unit) <= 12 else "")
 
 
 def percent_axis(axis: Any) -> None:
@@ -57,6 +54,40 @@ def percent_axis(axis: Any) -> None:
     from matplotlib.ticker import PercentFormatter
 
     axis.set_major_formatter(PercentFormatter(1.0, decimals=None))  # as many decimals as the range needs
+
+
+def clamp_share(ax: Any, which: str = "y") -> None:
+    """A fraction's axis kept within 0-100 % (bands of +-1 std and margins would reach past them)."""
+    get, set_ = (ax.get_ylim, ax.set_ylim) if which == "y" else (ax.get_xlim, ax.set_xlim)
+    low, high = get()
+    set_(max(low, 0.0), min(high, 1.0))
+
+
+def declutter(fig: Any, *axes: Any) -> None:
+    """Tick labels that would overlap are thinned: every k-th label kept (the smallest k that leaves no two
+    overlapping), the others blank; a categorical axis's labels are turned first. Call it last, after
+    tight_layout: it measures the labels as drawn."""
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in axes:
+        fig.canvas.draw()
+        ticks = [t for t in axis.get_major_ticks() if t.label1.get_visible() and t.label1.get_text()]
+        if len(ticks) < 2 or not _overlap([t.label1.get_window_extent() for t in ticks]):
+            continue
+        ticks.sort(key=lambda t: t.get_loc())
+        boxes = [t.label1.get_window_extent() for t in ticks]
+        step = next(k for k in range(1, len(ticks) + 1) if not _overlap(boxes[::k]))
+        kept = {float(t.get_loc()) for t in ticks[::step]}
+        shown = axis.get_major_formatter()
+        axis.set_major_formatter(FuncFormatter(
+            lambda v, pos, shown=shown, kept=kept: shown(v, pos) if any(np.isclose(v, k, rtol=1e-9, atol=0)
+                                                                       for k in kept) else ""))
+
+
+def _overlap(boxes: list[Any]) -> bool:
+    """Whether any two consecutive label boxes (in tick order) overlap, with a 2-pixel gap."""
+    return any(a.x1 + 2 > b.x0 and a.y1 + 2 > b.y0 and b.x1 + 2 > a.x0 and b.y1 + 2 > a.y0
+               for a, b in zip(boxes, boxes[1:]))
 
 
 def value_ticks(axis: Any, values: np.ndarray, unit: str, log: bool) -> None:

@@ -10,8 +10,8 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.experiments.sweep.front import pareto_mask
-from aocsim.experiments.sweep.labels import (SHARES, axis_label, log_cost_ticks, metric_label, percent_axis,
-                                             settings_text, value_ticks)
+from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, declutter, log_cost_ticks,
+                                             metric_label, percent_axis, settings_text, value_ticks)
 
 RUN_DIMS = ("chip", "seed")
 COSTS = {"energy": ("energy_per_inference_j", "J"), "time": ("time_per_inference_s", "s")}  # variable, unit
@@ -50,6 +50,22 @@ def _unit(path: str) -> str:
     return BY_KEY[path].unit if path in BY_KEY else ""
 
 
+def _untrusted(ds: xr.Dataset, model: object, dims: list[str]) -> np.ndarray:
+    """Per point of `model` along `dims` (in that order): compare did not trust it (trusted == 0); all False
+    for results without the verdict."""
+    shape = [ds.sizes[d] for d in dims]
+    if "trusted" not in ds:
+        return np.zeros(shape, dtype=bool)
+    bad = ds.trusted.sel(model=model) == 0
+    bad = bad.any([d for d in bad.dims if d not in dims])  # any untrusted point among the ones averaged
+    return np.broadcast_to(bad.transpose(*[d for d in dims if d in bad.dims]).values, shape).copy()
+
+
+def _flat_untrusted(ds: xr.Dataset, n: int) -> np.ndarray:
+    """A search's trials (or a grid's points, flattened) that compare did not trust."""
+    return ds.trusted.values.ravel() == 0 if "trusted" in ds else np.zeros(n, dtype=bool)
+
+
 def _tick_text(values: np.ndarray, unit: str) -> list[str]:
     from matplotlib.ticker import EngFormatter
 
@@ -81,7 +97,14 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
         for ax, model in zip(grid[0], models):
             mean = da.sel(model=model).mean([*RUN_DIMS, *axes[2:]]).transpose(axes[0], axes[1])
             (xname, xs), (yname, ys) = _coordinate(ds, axes[1]), _coordinate(ds, axes[0])
-            image = ax.imshow(mean.values, origin="lower", aspect="auto", cmap="viridis")
+            image = ax.imshow(mean.values, origin="lower", aspect="auto", cmap="viridis",
+                              **({"vmin": 0.0, "vmax": 1.0} if metric in SHARES else {}))
+            bad = _untrusted(ds, model, [axes[0], axes[1]])
+            for yi, xi in zip(*np.nonzero(bad)):
+                ax.text(xi, yi, "x", color="red", ha="center", va="center", fontsize=11, fontweight="bold")
+            if bad.any():
+                ax.text(0.0, -0.02, "x: a point compare did not trust (WARNING)", color="red", fontsize=7,
+                        transform=ax.transAxes, va="top")
             ax.set_xticks(range(len(xs)), _tick_text(xs, _unit(xname)))
             ax.set_yticks(range(len(ys)), _tick_text(ys, _unit(yname)))
             ax.set_xlabel(axis_label(xname))
@@ -91,6 +114,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
             bar = fig.colorbar(image, ax=ax, label=label)
             if metric in SHARES:
                 percent_axis(bar.ax.yaxis)
+            declutter(fig, ax.xaxis, ax.yaxis)
     else:
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         for model in models:
@@ -107,8 +131,13 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
                     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
                     xs = np.arange(len(xs))
                 m, s = mean.transpose(axes[0]).values[order], std.transpose(axes[0]).values[order]
-                ax.plot(xs, m, marker="o", label=str(model))
-                ax.fill_between(xs, m - s, m + s, alpha=0.25)
+                low, high = (m - s, m + s) if metric not in SHARES else (np.clip(m - s, 0, 1), np.clip(m + s, 0, 1))
+                ax.plot(xs, m, marker="o", label=str(model), clip_on=metric not in SHARES)
+                ax.fill_between(xs, low, high, alpha=0.25)
+                bad = _untrusted(ds, model, [axes[0]])[order]
+                if bad.any():
+                    ax.plot(xs[bad], m[bad], "x", color="red", ms=10, mew=2, ls="none", clip_on=False,
+                            label=f"{model}: untrusted (compare's WARNING)")
                 ax.set_xlabel(axis_label(xname))
                 log = bool(numeric and np.all(xs > 0) and xs.max() / xs.min() > 50)
                 if log:
@@ -120,10 +149,13 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
         ax.set_ylabel(label)
         if metric in SHARES:
             percent_axis(ax.yaxis)
+            clamp_share(ax)
         ax.grid(alpha=0.3)
         ax.legend(title="mean +- std over chips x seeds", fontsize=8, title_fontsize=8)
     fig.suptitle(f"{metric_label(metric)} on {ds.attrs.get('device', '?')}")
     fig.tight_layout()
+    if len(axes) < 2:
+        declutter(fig, ax.xaxis, ax.yaxis)
     path = Path(path)
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -155,7 +187,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
     if "pareto" not in ds:
         raise InputError("the results hold no search (no pareto variable); expected the results.nc of a sweep with "
                          "a search block")
-    search = search_of(ds)
+    search, search_ds = search_of(ds), ds
     names, compared = list(search.objectives), against(ds, other if other is not None else ds)
     # a cost (a minimised objective) along x, the other objective up: the front climbs to the right
     ix = next((i for i, m in enumerate(names) if search.objectives[m] == "min"), 0) if len(names) > 1 else None
@@ -170,6 +202,10 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
         ax.scatter(x[feasible], y[feasible], s=18, alpha=0.45, color=color, marker=marker,
                    label=f"{label}: {len(values)} points ({int(feasible.sum())} feasible)")
         ax.scatter(x[~feasible], y[~feasible], s=20, marker="x", color=color, alpha=0.45)
+        bad = _flat_untrusted(search_ds if k == 0 else other, len(values))
+        if bad.any():
+            ax.scatter(x[bad], y[bad], s=70, facecolors="none", edgecolors="red", linewidths=1.2,
+                       label=f"{label}: untrusted (compare's WARNING; infeasible)")
         order = np.flatnonzero(front)[np.argsort(x[front], kind="stable")]
         ax.step(x[order], y[order], where="post", color=color, marker=marker, mec="black",
                 label=f"{label}: Pareto front, hypervolume {compared['hypervolume'][k]:.3g}")
@@ -184,6 +220,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
         unit = str(ds[name].attrs.get("units", "")) if name in ds else ""
         if name in SHARES:
             percent_axis(axis)
+            clamp_share(ax, "x" if axis is ax.xaxis else "y")
         elif unit in ("J", "s") and axis is ax.xaxis and log:
             log_cost_ticks(axis, unit, x_all.max() / x_all.min())
         elif unit in ("J", "s"):
@@ -197,6 +234,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
     ax.set_title(f"{metric_label(y_name)} against {metric_label(x_name)} on {ds.attrs.get('device', '?')}\n"
                  f"hypervolume up to ({ref}){more}", fontsize=8)
     fig.tight_layout()
+    declutter(fig, ax.xaxis, ax.yaxis)
     path = Path(path)
     fig.savefig(path, dpi=150)
     plt.close(fig)
@@ -244,12 +282,17 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
         c = cost_mean.values.ravel()
         a = ds.accuracy.sel(model=model).mean(RUN_DIMS).values.ravel()
         labels = _settings(ds, cost_mean)
+        bad = _untrusted(ds, model, list(cost_mean.dims)).ravel()
         keep = np.flatnonzero(np.isfinite(c) & np.isfinite(a))
-        c, a, labels = c[keep], a[keep], [labels[i] for i in keep]
+        c, a, bad, labels = c[keep], a[keep], bad[keep], [labels[i] for i in keep]
         color = f"C{mi}"
         prefix = f"{model}: " if len(ds.model) > 1 else ""
-        ax.scatter(c, a, s=16, alpha=0.35, color=color, label=f"{prefix}every configuration")
-        front = pareto_front(c, a)
+        ax.scatter(c, a, s=16, alpha=0.35, color=color, label=f"{prefix}every configuration", clip_on=False)
+        if bad.any():
+            ax.scatter(c[bad], a[bad], s=40, marker="x", color="red", clip_on=False,
+                       label=f"{prefix}untrusted (compare's WARNING; not on the front)")
+        trusted = np.flatnonzero(~bad)
+        front = trusted[pareto_front(c[trusted], a[trusted])]
         ax.step(c[front], a[front], where="post", color=color, lw=1.2, label=f"{prefix}Pareto front")
         for k, i in enumerate(front):
             ax.plot(c[i], a[i], markers[k % len(markers)], color=color, ms=7, mec="black", mew=0.6, ls="none",
@@ -260,12 +303,14 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
     ax.set_xlabel(metric_label(variable))
     ax.set_ylabel("device accuracy (%), mean over chips x seeds")
     percent_axis(ax.yaxis)
+    clamp_share(ax)
     ax.grid(alpha=0.3, which="major")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fixed = _fixed(ds)
     ax.set_title(f"accuracy against {cost} per inference on {ds.attrs.get('device', '?')}"
                  + (f" ({fixed} throughout)" if fixed else ""), fontsize=9)
     fig.tight_layout()
+    declutter(fig, ax.xaxis, ax.yaxis)
     path = Path(path)
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -19,7 +19,7 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.solve.result import SolveStatus
+from aocsim.experiments.metrics import point_metrics as metrics_of
 from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
 from aocsim.experiments.sweep.search import results, run_search
 from aocsim.experiments.sweep.store import SweepStore, write_results
@@ -82,48 +82,13 @@ def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None)
 
 
 def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
-    """Per chip and seed: the metrics of a `compare` Dataset (means over samples and positions)."""
-    per_run = [d for d in ("sample", "position") if d in ds.dims]
-    device = ds.sel(path="device")
-    out: dict[str, xr.DataArray] = {}
-    for m in metrics:
-        if m == "accuracy":
-            out[m] = device.correct.mean(per_run)
-        elif m == "exact_accuracy":
-            out[m] = ds.correct.sel(path="exact").mean(per_run)
-        elif m == "agreement":
-            out[m] = ds.agreement.mean(per_run)
-        elif m == "iterations":
-            out[m] = device.iterations.mean(per_run)
-        elif m == "converged":  # met the tolerance, or settled at the noise floor
-            out[m] = device.status.isin([SolveStatus.CONVERGED.value, SolveStatus.NOISE_FLOOR.value]).mean(per_run)
-        elif m == "fixed_point_error":
-            out[m] = ds.fixed_point_error.median(per_run)
-        elif m == "residual":
-            out[m] = device.residual.median(per_run)
-            out[m].attrs["units"] = ds.residual.attrs.get("units", "")
-        elif m == "time_per_inference_s":
-            out[m] = device.hardware_time_s.mean(per_run)
-            out[m].attrs["units"] = "s"
-        elif m == "energy_per_inference_j":
-            out[m] = ds.energy_j.mean(per_run)
-            out[m].attrs["units"] = "J"
-        elif m == "modules":
-            out[m] = xr.full_like(ds.fixed_point_error.mean(per_run), ds.attrs.get("modules", 1), dtype=np.float64)
-        elif m == "weight_loads_per_inference":
-            out[m] = ds.weight_loads.mean(per_run)
-        elif m == "bits_per_character":
-            out[m] = device.nll_bits.mean(per_run)
-        elif m == "exact_bits_per_character":
-            out[m] = ds.nll_bits.sel(path="exact").mean(per_run)
-        elif m == "mse":
-            out[m] = device.squared_error.mean(per_run)
-        elif m == "exact_mse":
-            out[m] = ds.squared_error.sel(path="exact").mean(per_run)
-        elif m == "output_rms":
-            out[m] = np.sqrt((ds.output_error ** 2).mean(per_run))
-    result = xr.Dataset({k: v.astype(np.float64).drop_vars("path", errors="ignore") for k, v in out.items()})
-    return result.transpose("chip", "seed")
+    """Per chip and seed: the metrics of a `compare` Dataset (`aocsim.experiments.metrics`), and compare's
+    verdict on the point: `trusted` (1 or 0) and its `warnings` (one note per line, "" when trusted;
+    aocsim/experiments/trust.py)."""
+    out = metrics_of(ds, metrics)
+    out["trusted"] = ((), np.int8(ds.attrs.get("trusted", 1)))
+    out["warnings"] = ((), str(ds.attrs.get("warnings", "")))
+    return out
 
 
 def _job(spec: SweepSpec, base: Any, point: Point, fits: str | None = None) -> tuple[str, xr.Dataset]:

@@ -80,7 +80,7 @@ def sampler(search: Search, number: int) -> Any:
     """The sampler that asks trial `number`: seeded from the search's seed and the trial's number."""
     optuna = _optuna()
     seed = int(hashlib.sha256(f"{search.seed}:{number}".encode()).hexdigest()[:8], 16)
-    violation = _violation if search.constraints else None
+    violation = _violation  # the search's constraints and compare's verdict: an untrusted trial is infeasible
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if search.sampler == "nsga2":
@@ -159,8 +159,7 @@ def _rounds(spec: SweepSpec, store: SweepStore, study: Any, evaluate: Evaluate) 
             (values,), (violation,) = scores(store.read_point(key), search, violations=True)
             handle = optuna.trial.Trial(study, t._trial_id)
             handle.set_user_attr("point_key", key)
-            if search.constraints:
-                handle.set_user_attr(VIOLATION, violation.tolist())
+            handle.set_user_attr(VIOLATION, violation.tolist())
             study.sampler = sampler(search, t.number)  # tell's after_trial uses the sampler of the trial
             study.tell(t.number, values.tolist())
             yield t.number
@@ -204,13 +203,15 @@ def status(root: str | Path) -> dict[str, object]:
 
 def scores(ds: xr.Dataset, search: Search, *, violations: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Every point of a results Dataset or point file (a search's trials or a grid's points, flattened):
-    its objectives [points, objectives] (each metric's mean over chips x seeds) and whether it meets the
-    search's constraints; with `violations`, instead of that, each constraint's violation [points,
-    constraints] (Optuna's convention: <= 0 met)."""
+    its objectives [points, objectives] (each metric's mean over chips x seeds) and whether it is feasible:
+    it meets the search's constraints and compare trusted it (`trusted`; results without the verdict count
+    as trusted). With `violations`, instead of that, each constraint's violation and then the verdict's
+    [points, constraints + 1] (Optuna's convention: <= 0 met; an untrusted point violates by 1)."""
     mean = {m: ds[m].mean(("chip", "seed")).values.ravel() for m in search.metrics}
     values = np.stack([mean[m] for m in search.objectives], axis=1)
-    violation = np.stack([c.violation(mean[c.metric]) for c in search.constraints], axis=1) \
-        if search.constraints else np.zeros((len(values), 0))
+    trusted = ds["trusted"].values.ravel() != 0 if "trusted" in ds else np.ones(len(values), dtype=bool)
+    violation = np.stack([*(c.violation(mean[c.metric]) for c in search.constraints),
+                          np.where(trusted, -1.0, 1.0)], axis=1)
     return values, violation if violations else np.all(violation <= 0, axis=1)
 
 
@@ -256,6 +257,18 @@ def against(search_ds: xr.Dataset, other: xr.Dataset) -> dict[str, Any]:
             "feasible": (fa, fb)}
 
 
+def repeats(ds: xr.Dataset) -> np.ndarray:
+    """Per trial, the first earlier trial asked with the same settings, or -1."""
+    params = [c for c in ds.coords if ds.coords[c].dims == ("trial",) and c != "trial"]
+    first: dict[str, int] = {}
+    out = np.full(ds.sizes["trial"], -1, dtype=np.int64)
+    for i in range(ds.sizes["trial"]):
+        key = json.dumps([str(ds.coords[p].values[i]) for p in params])
+        out[i] = first.setdefault(key, i)
+        out[i] = -1 if out[i] == i else out[i]
+    return out
+
+
 def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
     """The search's Dataset with each trial's feasibility and Pareto membership, and the front's
     hypervolume (in the attributes, with its reference point)."""
@@ -265,9 +278,14 @@ def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
     reference = reference_point(search, (values, feasible))
     out = ds.copy()
     out["feasible"] = ("trial", feasible)
-    out["feasible"].attrs["description"] = "the trial meets every constraint of the search (mean over chips x seeds)"
+    out["feasible"].attrs.update(units="1", description=(
+        "the trial meets every constraint of the search (mean over chips x seeds) and compare trusted it (trusted)"))
     out["pareto"] = ("trial", front)
-    out["pareto"].attrs["description"] = "no feasible trial is as good in every objective and better in one"
+    out["pareto"].attrs.update(units="1", description="no feasible trial is as good in every objective and better in one")
+    out["repeat_of"] = ("trial", repeats(ds))
+    out["repeat_of"].attrs.update(units="1", description=(
+        "the first earlier trial with the same settings (the sampler asked them again; the point ran once), -1 for "
+        "a trial whose settings are new"))
     out.attrs.update({
         "search": json.dumps({"objectives": search.objectives, "sampler": search.sampler, "budget": search.budget,
                               "seed": search.seed, "batch": search.batch,

@@ -2,7 +2,8 @@
 
     search:
       objectives: {agreement: max, energy_j: min}   # metrics of a point (mean over chips x seeds)
-      constraints: {agreement: ">= 0.99"}           # optional: a point outside them is infeasible
+      constraints: {agreement: ">= 0.99"}           # optional: a point outside them is infeasible (a fraction
+                                                     #   also as ">= 99 %"; a bound outside the metric's range is refused)
       budget: 10                                     # points evaluated
       sampler: nsga2                                 # nsga2 or tpe (Optuna), or random
       seed: 3
@@ -26,15 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aocsim.errors import InputError
+from aocsim.experiments.metrics import ALIASES, METRICS, resolve
 from aocsim.experiments.sweep.axes import count, mapping, short
 
 SAMPLERS = ("nsga2", "tpe", "random")
 DIRECTIONS = ("max", "min")
 KINDS = ("int", "float", "log", "choice")  # a range of integers, of reals (linear or log-uniform), a list
 SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference", "start")
-# Short names for the cost metrics, as a co-design question says them.
-ALIASES = {"energy_j": "energy_per_inference_j", "time_s": "time_per_inference_s"}
-_CONSTRAINT = re.compile(r"\s*(>=|<=)\s*(\S+)\s*")
+_CONSTRAINT = re.compile(r"\s*(>=|<=)\s*([^\s%]+)\s*(%?)\s*")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Search:
 
 def metric_name(name: str, field: str, known: tuple[str, ...]) -> str:
     """A metric of a point by its name or short alias; a one-line error naming the field otherwise."""
-    metric = ALIASES.get(name, name) if isinstance(name, str) else name
+    metric = resolve(name)
     if metric not in known:
         names = [*known, *ALIASES]
         raise InputError(f"{field}: unknown metric {name!r}; expected one of {', '.join(names)}")
@@ -136,12 +136,27 @@ def _start(raw: Any, params: tuple[Param, ...], budget: int) -> tuple[dict[str, 
 
 
 def _constraint(name: str, text: Any, known: tuple[str, ...]) -> Constraint:
+    """'>= 0.99' or '>= 99 %' (fractions may be written in %, as tables print them), the bound checked
+    against the metric's range (`aocsim.experiments.metrics`): a bound no point can meet is refused here,
+    before any trial runs."""
     metric = metric_name(name, "search.constraints", known)
     match = _CONSTRAINT.fullmatch(text) if isinstance(text, str) else None
     bound = _number(match.group(2)) if match else None
     if bound is None:
-        raise InputError(f"search.constraints.{name} = {short(text)}; expected \">= VALUE\" or \"<= VALUE\"")
-    return Constraint(metric, match.group(1), bound)
+        raise InputError(f"search.constraints.{name} = {short(text)}; expected \">= VALUE\" or \"<= VALUE\" "
+                         "(VALUE % for a fraction)")
+    declared = METRICS[metric]
+    if match.group(3):  # written in %
+        if not declared.share:
+            raise InputError(f"search.constraints.{name} = {short(text)}: {metric} is {declared.describe_range()}, "
+                             "not a fraction; expected a bound without %")
+        bound /= 100.0
+    op = match.group(1)
+    if not declared.low <= bound <= declared.high:
+        example = f'"{op} 0.99" or "{op} 99 %"' if declared.share else f'"{op} VALUE" with VALUE >= {declared.low:g}'
+        raise InputError(f"search.constraints.{name} = {short(text)}: {metric} is {declared.describe_range()}, so no "
+                         f"point can meet it; expected a bound inside that range, such as {example}")
+    return Constraint(metric, op, bound)
 
 
 def _number(text: str) -> float | None:

@@ -42,6 +42,7 @@ import yaml
 
 from aocsim.errors import AocsimError, InputError, ProfileError
 from aocsim.execute.placement import DECLARATIONS
+from aocsim.experiments.metrics import METRICS
 from aocsim.experiments.sweep.axes import Axis, count, drawn, mapping, short, zipped
 from aocsim.experiments.sweep.axes import values as axis_values
 from aocsim.experiments.sweep.search_spec import Search, metric_name, parse_search
@@ -52,27 +53,10 @@ TOP_KEYS = ("model", "device", "data", "axes", "zip", "random", "search", "space
 # Placement settings a sweep can vary: `placement.NAME` for every option declared in
 # aocsim/execute/placement.py (how a model is put on the device, not the device itself).
 PLACEMENT = {f"placement.{name}": d.help for name, d in DECLARATIONS.items()}
-METRICS = {
-    "accuracy": "device accuracy (fraction; per sample, or per token for sequence models)",
-    "exact_accuracy": "accuracy of the exact path (the same at every chip and seed)",
-    "agreement": "fraction of device predictions equal to the exact ones",
-    "iterations": "mean device iterations per sample (per token)",
-    "converged": "fraction of device solves that met the tolerance or settled at the noise floor",
-    "fixed_point_error": "median ||z_device - z_exact|| / ||z_exact||",
-    "residual": "median device residual at the end of each solve (the Dataset's units)",
-    "time_per_inference_s": "mean hardware time per sample (per token), s",
-    "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/physics/energy.py)",
-    "modules": "optical modules of the machine the placement declares (docs/PHYSICS.md section 6)",
-    "weight_loads_per_inference": "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
-    "bits_per_character": "language models: mean -log2 p(target) of the device's next-character outputs, bits",
-    "exact_bits_per_character": "language models: the same on the exact path",
-    "mse": "regressions: the device's mean squared error against the targets",
-    "exact_mse": "regressions: the same on the exact path",
-    "output_rms": "regressions: root mean square of the device's output - the exact path's",
-}
-LANGUAGE_METRICS = ("bits_per_character", "exact_bits_per_character")  # named, never in the default
-REGRESSION_METRICS = ("mse", "exact_mse", "output_rms")  # named, never in the default
-CLASS_METRICS = ("accuracy", "exact_accuracy", "agreement")  # answers that are classes: not a regression's
+# The metrics (aocsim/experiments/metrics.py declares each once); those of one kind of model are named, never defaults.
+LANGUAGE_METRICS = tuple(m for m, d in METRICS.items() if d.task == "language")
+REGRESSION_METRICS = tuple(m for m, d in METRICS.items() if d.task == "regression")
+CLASS_METRICS = tuple(m for m, d in METRICS.items() if d.task == "classes")  # answers that are classes
 DATA_KEYS = {"samples", "sequences", "length_factor"}
 
 
@@ -250,7 +234,7 @@ def _search(raw: dict[str, Any], models: tuple[str, ...], axes: list[Axis]) -> S
 
 def _metrics(value: Any, search: Search | None = None) -> tuple[str, ...]:
     if value is None:
-        return tuple(m for m in METRICS if m not in LANGUAGE_METRICS + REGRESSION_METRICS)
+        return tuple(m for m, d in METRICS.items() if d.default)
     if not isinstance(value, list) or not value:
         raise InputError(f"metrics = {short(value)}; expected a list among {', '.join(METRICS)}")
     metrics = [metric_name(m, "metrics", tuple(METRICS)) for m in value]

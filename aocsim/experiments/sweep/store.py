@@ -24,10 +24,14 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.experiments.sweep.spec import METRICS, PLACEMENT, SweepSpec, noise_seed
+from aocsim.hardware.profiles.schema import BY_KEY
+from aocsim.experiments.metrics import METRICS, units_attribute
+from aocsim.experiments.sweep.spec import PLACEMENT, SweepSpec, noise_seed
 from aocsim.io.outputs import _check_parent, _usable
 
 SPEC_FILE, POINTS, RESULTS, FITS = "spec.json", "points", "results.nc", "fits"
+NOT_RUN = -1  # `trusted` of a point not run yet
+TRUST_FLAGS = {"flag_values": np.array([NOT_RUN, 0, 1], dtype=np.int8), "flag_meanings": "not_run untrusted trusted"}
 POINT_FILE = re.compile(r"[0-9a-f]{16}\.nc")  # points/KEY.nc
 
 
@@ -122,6 +126,8 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
     shape = (*spec.shape, len(spec.chips), len(spec.seeds))
     data = {m: np.full(shape, np.nan) for m in spec.metrics}
     seeds = np.zeros((*spec.shape, len(spec.seeds)), dtype=np.int64)
+    trusted = np.full(spec.shape, NOT_RUN, dtype=np.int8)  # compare's verdict per point (trust.py)
+    warnings = np.full(spec.shape, "", dtype=object)
     attrs: dict[str, dict[str, str]] = {}
     for point in points:
         ds = store.read_point(point.key)
@@ -129,20 +135,36 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
             data[m][point.index] = ds[m].transpose("chip", "seed").values
             attrs.setdefault(m, {k: str(v) for k, v in ds[m].attrs.items()})
         seeds[point.index] = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
+        if "trusted" in ds:  # a point file written before sweeps kept the verdict: not known
+            trusted[point.index], warnings[point.index] = int(ds.trusted), str(ds.warnings.values)
     coords: dict[str, tuple[str, list] | list] = {"model": list(spec.models), "chip": list(spec.chips),
                                                   "seed": list(spec.seeds)}
     for axis in spec.axes:
         for path, values in axis.values.items():
             coords[path] = (axis.dim, list(values))
+        if axis.dim not in axis.values:  # zip, draw, a search's trial: numbered along their dimension
+            coords[axis.dim] = (axis.dim, list(range(len(axis))))
     out = xr.Dataset({m: (dims, v) for m, v in data.items()}, coords=coords)
     out["noise_seed"] = (("model", *(a.dim for a in spec.axes), "seed"), seeds)
-    out["noise_seed"].attrs["description"] = ("the compare seed of each point and seed index: 60 bits of "
-                                              "SHA-256(root_seed, point key, seed index)")
+    out["noise_seed"].attrs.update(units="1", description=("the compare seed of each point and seed index: 60 bits "
+                                                           "of SHA-256(root_seed, point key, seed index)"))
+    point_dims = ("model", *(a.dim for a in spec.axes))
+    out["trusted"] = (point_dims, trusted)
+    out["trusted"].attrs.update(units="1", **TRUST_FLAGS, description=(
+        "compare's verdict on the point (aocsim.experiments.trust): 1 when no check failed; 0 when its result cannot "
+        "be trusted (see warnings); -1 not run (or written before sweeps kept it)"))
+    out["warnings"] = (point_dims, warnings.astype(str))
+    out["warnings"].attrs["description"] = "compare's notes on an untrusted point, one per line ('' when trusted)"
     for m in spec.metrics:
         out[m].attrs.update(attrs.get(m, {}))
-        out[m].attrs["description"] = METRICS[m]
+        out[m].attrs.update(description=METRICS[m].definition, units=units_attribute(METRICS[m]) if m != "residual"
+                            else out[m].attrs.get("units", "1") or "1")
     for path in (p for a in spec.axes for p in a.values):
         out[path].attrs["description"] = PLACEMENT.get(path, "device profile key (devices/SCHEMA.md)")
+        if path in BY_KEY and out[path].dtype.kind in "iuf":
+            out[path].attrs["units"] = BY_KEY[path].unit or "1"
+    for dim in (a.dim for a in spec.axes if a.dim not in a.values):
+        out[dim].attrs["description"] = f"the {dim} index (each {dim} sets the parameters along it)"
     out["chip"].attrs["description"] = "variation.chip_seed: the same simulated chips at every point"
     out["seed"].attrs["description"] = "noise seed index (see noise_seed)"
     out.attrs.update({"spec": spec.text(), "root_seed": spec.root_seed, "device": spec.device, **provenance})

@@ -18,12 +18,12 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
+from aocsim.experiments.metrics import METRICS, Metric, resolve
+from aocsim.units import si
 
 RUN_DIMS = ("chip", "seed")
-SHARES = ("accuracy", "exact_accuracy", "agreement", "converged")  # fractions, printed in %
-SCALES = {"s": (1e6, "us"), "J": (1e6, "uJ")}  # times and energies in micro units
-SHORT = {"exact_accuracy": "exact accuracy", "fixed_point_error": "fixed-point error",
-         "time_per_inference_s": "time", "energy_per_inference_j": "energy"}  # column names
+PREFIXED = ("s", "J")  # units printed with an SI prefix chosen per value (aocsim.units.si)
+TRUST_WORDS = {1: "yes", 0: "NO", -1: "?"}  # the `trusted` column: compare's verdict on the point
 
 
 def open_sweep(path: str | Path) -> xr.Dataset:
@@ -53,7 +53,7 @@ def axis_params(ds: xr.Dataset) -> dict[str, str]:
     dims = [d for d in ds.dims if d not in ("model", *RUN_DIMS)]
     out = {}
     for dim in dims:
-        names = [c for c in ds.coords if ds.coords[c].dims == (dim,)] or [dim]
+        names = [c for c in ds.coords if ds.coords[c].dims == (dim,) and c != dim] or [dim]
         for name in names:
             out[str(name)] = dim
     return out
@@ -63,24 +63,38 @@ def _metrics(ds: xr.Dataset) -> list[str]:
     return [str(v) for v in ds.data_vars if set(RUN_DIMS) <= set(ds[v].dims)]
 
 
-def _unit(ds: xr.Dataset, metric: str) -> tuple[float, str]:
-    """The factor and unit a metric is printed in (fractions in %, s in us, J in uJ)."""
-    if metric in SHARES:
-        return 100.0, "%"
-    units = str(ds[metric].attrs.get("units", ""))
-    return SCALES.get(units, (1.0, units))
+def _declared(metric: str) -> Metric | None:
+    return METRICS.get(metric)
+
+
+def _unit(ds: xr.Dataset, metric: str) -> str:
+    """The unit a metric's cells are in: % for fractions, the Dataset's units otherwise ("1": none)."""
+    declared = _declared(metric)
+    if declared is not None and declared.share:
+        return "%"
+    unit = str(ds[metric].attrs.get("units", declared.unit if declared else ""))
+    return "" if unit == "1" else unit
 
 
 def header(ds: xr.Dataset, metric: str) -> str:
-    """A metric's short column name with the unit it is printed in ("time (us)", "accuracy (%)")."""
-    name = SHORT.get(metric, metric)
-    unit = _unit(ds, metric)[1]
-    return f"{name} ({unit})" if unit and len(unit) <= 3 else name
+    """A metric's short column name with the unit its cells are in ("accuracy (%)", "bits per character
+    (bits)"); times and energies carry their prefixed unit in every cell, so their header has none."""
+    declared = _declared(metric)
+    name = declared.column if declared else metric
+    unit = _unit(ds, metric)
+    return f"{name} ({unit})" if unit and unit not in PREFIXED and len(unit) <= 4 else name
 
 
-def _number(value: float, metric: str) -> str:
+def cell(value: float, ds: xr.Dataset, metric: str) -> str:
+    """One value as a table prints it: fractions in %, times and energies with an SI prefix chosen for the
+    value ('296 ns', '1.09 mJ'), errors in scientific notation, other numbers with two decimals."""
     if not np.isfinite(value):
         return "-"
+    unit = _unit(ds, metric)
+    if unit == "%":
+        return f"{100 * value:.2f}"
+    if unit in PREFIXED:
+        return si(value, unit)
     if metric in ("fixed_point_error", "residual"):
         return f"{value:.2e}"
     return f"{value:.2f}" if abs(value) < 1000 else f"{value:.4g}"
@@ -117,8 +131,10 @@ def rows(ds: xr.Dataset) -> list[dict[str, Any]]:
         if all(not np.isfinite(v) for v in m.values()):
             continue  # not finished yet
         settings = {p: ds.coords[p].values[where[d]] if p in ds.coords else where[d] for p, d in params.items()}
+        trusted = int(ds.trusted.isel(where)) if "trusted" in ds else -1
+        note = str(ds.warnings.isel(where).values) if "warnings" in ds else ""
         out.append({"model": str(ds.model.values[index[0]]), "settings": settings, "mean": m,
-                    "std": {k: float(std[k].isel(where)) for k in metrics}})
+                    "std": {k: float(std[k].isel(where)) for k in metrics}, "trusted": trusted, "warnings": note})
     return out
 
 
@@ -131,7 +147,8 @@ def _render(names: list[str], lines: list[list[str]]) -> list[str]:
 def point_table(ds: xr.Dataset, *, limit: int = 12, few: int = 5) -> str:
     """Every finished point's metrics (mean over chips and seeds); more than `limit` points: the first `few`
     in the spec's order and the best `few` (by accuracy, else agreement, else the first metric), and a line
-    saying how many are left out."""
+    saying how many are left out. The `trusted` column is compare's verdict on each point (NO: its numbers
+    cannot be trusted; `untrusted_lines` says why)."""
     table = rows(ds)
     if not table:
         return "no points finished yet"
@@ -145,12 +162,12 @@ def point_table(ds: xr.Dataset, *, limit: int = 12, few: int = 5) -> str:
         note = (f"... {len(table) - len(shown)} of {len(table)} points left out (shown: the first {few} and the best "
                 f"{few} by {key}); all of them: aocsim sweep show DIR --metric {key}")
     models, units = len(ds.model) > 1, _units(params)
-    names = [*(["model"] if models else []), *params, *(header(ds, m) for m in metrics)]
+    names = [*(["model"] if models else []), *params, *(header(ds, m) for m in metrics), "trusted"]
     lines = []
     for i in shown:
         r = table[i]
         lines.append([*([r["model"]] if models else []), *(_value(r["settings"][p], units[p]) for p in params),
-                      *(_number(_unit(ds, m)[0] * r["mean"][m], m) for m in metrics)])
+                      *(cell(r["mean"][m], ds, m) for m in metrics), TRUST_WORDS[r["trusted"]]])
     title = f"mean over {ds.sizes['chip']} chip(s) x {ds.sizes['seed']} seed(s) per point"
     return "\n".join([title, *_render(names, lines), *([note] if note else [])])
 
@@ -160,6 +177,7 @@ def show(ds: xr.Dataset, metric: str, by: str | None = None, at: Mapping[str, An
     (default the first), the other axes' values listed beside it; `at` fixes some of them (parameter ->
     value). One-line InputErrors name the metric, axis or value that does not exist."""
     metrics, params = _metrics(ds), axis_params(ds)
+    metric = resolve(metric)  # energy_j, time_s: as a search's objectives name them
     if metric not in metrics:
         raise InputError(f"--metric {metric!r} is not in the results; expected one of {', '.join(metrics)}")
     if by is not None and by not in params:
@@ -177,15 +195,15 @@ def show(ds: xr.Dataset, metric: str, by: str | None = None, at: Mapping[str, An
     others = [p for p in params if p != by and p not in (at or {})]
     if by is not None:
         table.sort(key=lambda r: (r["model"], _order(r["settings"][by])))
-    scale, unit = _unit(ds, metric)
     models = len(ds.model) > 1
     names = [*(["model"] if models else []), *([by] if by else []), *others,
-             f"{SHORT.get(metric, metric)} mean +- std" + (f" ({unit})" if unit and len(unit) <= 3 else "")]
+             header(ds, metric).replace(" (", " mean +- std (", 1) if "(" in header(ds, metric)
+             else f"{header(ds, metric)} mean +- std", "trusted"]
     units = _units(list(params))
     lines = [[*([r["model"]] if models else []), *([_value(r["settings"][by], units[by])] if by else []),
               *(_value(r["settings"][p], units[p]) for p in others),
-              f"{_number(scale * r['mean'][metric], metric)} +- {_number(scale * r['std'][metric], metric)}"]
-             for r in table]
+              f"{cell(r['mean'][metric], ds, metric)} +- {cell(r['std'][metric], ds, metric)}",
+              TRUST_WORDS[r["trusted"]]] for r in table]
     fixed = "".join(f", {k} = {v}" for k, v in (at or {}).items())
     title = (f"{metric} on {ds.attrs.get('device', '?')}{fixed}: mean +- std over {ds.sizes['chip']} chip(s) x "
              f"{ds.sizes['seed']} seed(s) ({metric}: {ds[metric].attrs.get('description', '')})")
@@ -209,6 +227,23 @@ def _same(a: Any, b: Any) -> bool:
     return str(a) == str(b)
 
 
+def untrusted_lines(ds: xr.Dataset) -> list[str]:
+    """One WARNING line per finished point compare did not trust, with its settings and the first line of its
+    notes (the likely cause); [] when every point is trusted."""
+    params, table = list(axis_params(ds)), rows(ds)
+    bad = [r for r in table if r["trusted"] == 0]
+    if not bad:
+        return []
+    models, units = len(ds.model) > 1, _units(params)
+    out = [f"WARNING {len(bad)} of {len(table)} points cannot be trusted (trusted = 0 in results.nc, their notes in "
+           "its warnings variable):"]
+    for r in bad:
+        where = ", ".join([*([r["model"]] if models else []),
+                           *(f"{p}={_value(r['settings'][p], units[p])}" for p in params)]) or r["model"]
+        out.append(f"  {where}: {r['warnings'].splitlines()[0] if r['warnings'] else '(no note kept)'}")
+    return out
+
+
 def front_table(ds: xr.Dataset) -> str:
     """A search's result: its Pareto front (the feasible trials nothing beats), ordered by the first
     objective, and the front's hypervolume with its reference point (search.py)."""
@@ -218,8 +253,13 @@ def front_table(ds: xr.Dataset) -> str:
     first = ds[objectives[0]].mean(("model", *RUN_DIMS)).values
     order = front[np.argsort(first[front], kind="stable")]
     goals = ", ".join(f"{m} {d}" for m, d in search["objectives"].items())
-    head = (f"search ({search['sampler']}, seed {search['seed']}): {ds.sizes['trial']} trials, "
-            f"{int(ds.feasible.sum())} feasible, {len(front)} on the Pareto front of {goals}; "
+    repeated = np.flatnonzero(ds.repeat_of.values >= 0) if "repeat_of" in ds else np.array([], dtype=int)
+    distinct = (f" ({ds.sizes['trial'] - len(repeated)} distinct: trial(s) {', '.join(map(str, repeated))} repeat "
+                "earlier settings, see repeat_of)" if len(repeated) else "")
+    untrusted = int((ds.trusted.values == 0).sum()) if "trusted" in ds else 0
+    head = (f"search ({search['sampler']}, seed {search['seed']}): {ds.sizes['trial']} trials{distinct}, "
+            f"{int(ds.feasible.sum())} feasible" + (f" ({untrusted} untrusted, infeasible)" if untrusted else "")
+            + f", {len(front)} on the Pareto front of {goals}; "
             f"hypervolume {float(ds.attrs['hypervolume']):.4g} (reference {ds.attrs['hypervolume_reference']})")
     if not len(order):
         return head + "\nno feasible trial: the constraints hold nowhere the search looked"
