@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import IO, Iterable, Iterator, TypeVar
+from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -60,8 +60,19 @@ def lines_off_terminal(interval_s: float = LINE_INTERVAL_S) -> Iterator[None]:
         yield
 
 
-def bar(iterable: Iterable[T], *, desc: str, total: int | None = None, enabled: bool = True) -> Iterable[T]:
-    """`iterable` wrapped in a tqdm bar (on stderr, as it is at the time of the call)."""
+def bar(iterable: Iterable[T], *, desc: str, total: int | None = None, enabled: bool = True,
+        weight: Callable[[T], int] | None = None) -> Iterable[T]:
+    """`iterable` wrapped in a tqdm bar (on stderr, as it is at the time of the call); `weight`: how many of
+    the `total` units each item stands for (a compare part of several runs), else one."""
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, disable=not enabled, file=sys.stderr)
+    if weight is None:
+        return tqdm(iterable, desc=desc, total=total, disable=not enabled, file=sys.stderr)
+    return _weighted(tqdm(total=total, desc=desc, disable=not enabled, file=sys.stderr), iterable, weight)
+
+
+def _weighted(progress: Any, iterable: Iterable[T], weight: Callable[[T], int]) -> Iterator[T]:
+    with progress:
+        for item in iterable:
+            yield item
+            progress.update(weight(item))

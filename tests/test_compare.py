@@ -218,6 +218,36 @@ def test_cli_writes_one_group_per_model(tmp_path: Path) -> None:
     for name in (MODEL, "digits-copy"):
         assert f'  xr.open_dataset("{out}", group="{name}")' in result.output.splitlines()
     assert 'xr.open_dataset("compare.nc", group="parity-implicit")' in " ".join(_cli("--help").output.split())
+    # all models at once: a DataTree of the file, as the summary says (issue 41, finding 7)
+    tree = xr.open_datatree(out, engine="h5netcdf")
+    assert set(tree.children) == {MODEL, "digits-copy"} and "agreement" in tree[MODEL].dataset
+    assert f'xr.open_datatree("{out}")' in result.output
+    tree.close()
+
+
+def test_the_dataset_follows_cf_conventions(noisy: xr.Dataset) -> None:
+    """Issue 41, finding 7: a coordinate on every dimension, units on every numeric variable, the status as
+    CF flags (flag_values, flag_meanings) that decode the codes."""
+    from aocsim.solve.result import SolveStatus
+
+    assert all(d in noisy.coords for d in noisy.dims)
+    for name in noisy.variables:
+        if noisy[name].dtype.kind in "iufb":
+            assert "units" in noisy[name].attrs, name
+    flags = dict(zip(noisy.status.attrs["flag_values"].tolist(), noisy.status.attrs["flag_meanings"].split()))
+    assert flags == {s.value: s.name.lower() for s in SolveStatus}
+    assert noisy.residual.attrs["units"] == "1" and "model state units" in noisy.residual.attrs["description"]
+    assert noisy.residual_trace.attrs["kind"] == "absolute"
+
+
+def test_the_progress_bar_counts_chip_x_seed_runs(digits, capsys: pytest.CaptureFixture) -> None:
+    """2 chips x 3 seeds are 6 runs, whatever parts they are shared out in (it counted parts: 2)."""
+    from aocsim.experiments.compare import compare_all
+
+    compare_all([dict(model=MODEL, device="aoc48-twin", inputs=digits.x_test[:4], seeds=(0, 1, 2), chips=(0, 1))],
+                progress=True)
+    err = capsys.readouterr().err
+    assert "compare runs (chip x seed)" in err and "6/6" in err and "2/2" not in err
 
 
 def test_residual_traces_start_at_the_injection_and_end_where_each_sample_stopped(noisy: xr.Dataset, digits) -> None:

@@ -44,7 +44,7 @@ def test_on_the_ideal_device_both_paths_give_the_same_bits(lm) -> None:
     assert ds.nll_bits.attrs["units"] == "bits" and bool((exact > 0).all())
     np.testing.assert_allclose(device.values, exact.values, atol=1e-3)  # float32 model, rtol 1e-6 vs 1e-11
     s = summarize(ds)
-    assert s["bits"]["exact"] == pytest.approx(float(exact.mean())) and s["unit"] == "token"
+    assert s["bits"]["exact"] == pytest.approx(float(exact.mean())) and s["unit"] == "character"
 
 
 def test_generation_on_the_ideal_device_is_the_exact_generation(lm) -> None:
@@ -71,3 +71,34 @@ def test_generate_on_a_device_prints_both_texts_and_refuses_bad_requests() -> No
     for args, message in ((["--device", "aoc99"], "unknown device"), (["--length", "0"], "length = 0")):
         bad = CliRunner().invoke(main, ["generate", "charlm-implicit", "--prompt", "a", *args])
         assert bad.exit_code == 1 and message in bad.output and bad.output.count("\n") == 1, bad.output
+
+
+def test_a_language_model_is_summarised_and_drawn_in_bits_per_character(lm, capsys, monkeypatch, tmp_path) -> None:
+    """Issue 41, finding 5: a character model's summary says bits per character (not per token), an
+    explicit model's one pass is shown as one pass (not 'iterations 0.0, converged N'), and the compare
+    figure draws bits per character, its convergence legend naming the residual it plots."""
+    import matplotlib.pyplot as plt
+
+    from aocsim.cli.compare import _print_compare
+    from aocsim.experiments.plots import plot_compare
+
+    model, w = lm
+    x, y = w.inputs[:1, :8], w.targets[:1, :8]
+    implicit = compare(model, "ideal", x, y, calibration=w.calibration)
+    explicit_model = load_model("charlm-explicit1")
+    explicit = compare(explicit_model, "ideal", x, y, calibration=default_workload(explicit_model).calibration)
+    _print_compare(summarize(implicit))
+    _print_compare(summarize(explicit))
+    text = capsys.readouterr().out
+    assert "bits per character" in text and "bits per token" not in text and "x 8 characters" in text
+    first, second = text.split("model charlm-explicit1")
+    assert "iterations         exact" in first and "device status" in first
+    assert "(explicit: one pass per token)" in second and "iterations         none: one pass" in second
+    assert "device status" not in second and "one pass" in summarize(explicit)["terms"]
+    kept: list = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    plot_compare({"charlm-implicit": implicit}, tmp_path / "c.png")
+    score_ax, _, convergence_ax = kept[-1].axes
+    assert score_ax.get_ylabel() == "bits per character"
+    legend = [t.get_text() for t in convergence_ax.get_legend().get_texts()]
+    assert legend and all("(relative)" in t for t in legend) and "relative residual" in convergence_ax.get_ylabel()

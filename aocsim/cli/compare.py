@@ -105,7 +105,7 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
     plot_compare(results, plot)
     click.echo(f"wrote {out} and {plot}")
     if len(results) > 1:
-        click.echo(f"{out} holds one group per model (xr.open_dataset of the file alone lists them); open one with")
+        click.echo(f"{out} holds one group per model; open them all with xr.open_datatree(\"{out}\"), or one with")
         for name in results:
             click.echo(f"  {open_line(out, name)}")
 
@@ -196,15 +196,20 @@ def run_compares(loaded: dict[str, Any], profile: Any, placements: dict[str, Any
 
 
 def _print_compare(s: dict[str, Any]) -> None:
+    from aocsim.units import si
+
     def spread(v: tuple[float, float, float]) -> str:
         return f"{100 * v[0]:7.2f} +- {100 * v[1]:.2f} %  (min {100 * v[2]:.2f} %)"
 
     unit = s.get("unit", "sample")
     mode = f", {s['mode']} mode" if s.get("mode") else ""
-    click.echo(f"model {s['model']} on {s['device']}{mode}: {s['runs']} runs (chips x seeds) x {s['samples']} {unit}s")
-    if s.get("bits") is not None and unit == "token":
+    explicit = " (explicit: one pass per token)" if s.get("explicit") else ""
+    click.echo(f"model {s['model']} on {s['device']}{mode}{explicit}: {s['runs']} runs (chips x seeds) x "
+               f"{s['samples']} {unit}s")
+    if s.get("bits") is not None and unit in ("token", "character"):
         b = s["bits"]
-        click.echo(f"  bits per token     exact {b['exact']:.4f}, device {b['device'][0]:.4f} +- {b['device'][1]:.4f} "
+        words = f"bits per {unit}".ljust(18)
+        click.echo(f"  {words} exact {b['exact']:.4f}, device {b['device'][0]:.4f} +- {b['device'][1]:.4f} "
                    f"(max {b['device'][2]:.4f})")
     if s["accuracy"] is not None:
         click.echo(f"  accuracy exact     {100 * s['accuracy']['exact']:7.2f} %")
@@ -218,15 +223,18 @@ def _print_compare(s: dict[str, Any]) -> None:
         click.echo(f"  output rms         {r[0]:.3g} +- {r[1]:.2g} (max {r[2]:.3g}) device - exact")
     if s["agreement"] is not None:
         click.echo(f"  agreement          {spread(s['agreement'])}")
-    click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
-    click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
+    if s.get("explicit"):
+        click.echo(f"  iterations         none: one pass of the map per {unit} (no fixed point, no solve status)")
+    else:
+        click.echo(f"  iterations         exact {s['iterations']['exact']:.1f}, device {s['iterations']['device']:.1f}")
+        click.echo("  device status      " + ", ".join(f"{k} {v}" for k, v in s["status"].items()))
     if s["hardware_time_s"] == 0 and s["energy_j"] == 0:  # on_tiles 'none': the abstract noise model
         click.echo("  machine            none: every map digital (no hardware time or energy)")
     else:
         click.echo(f"  machine            {s['modules']} optical module{'s' * (s['modules'] > 1)}, "
                    f"{s['weight_loads']:.3g} weight loads per {unit} (mean)")
-        click.echo(f"  hardware time      {1e6 * s['hardware_time_s']:.2f} us per {unit} (mean; {s['timing']})")
-        click.echo(f"  energy             {1e6 * s['energy_j']:.2f} uJ per {unit} (mean; docs/PHYSICS.md section 6)")
+        click.echo(f"  hardware time      {si(s['hardware_time_s'], 's')} per {unit} (mean; {s['timing']})")
+        click.echo(f"  energy             {si(s['energy_j'], 'J')} per {unit} (mean; docs/PHYSICS.md section 6)")
     click.echo("  where")
     for term, meaning in s["terms"].items():
         click.echo(f"    {term:12s} {meaning}")

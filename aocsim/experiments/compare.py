@@ -162,7 +162,9 @@ def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, p
         every.sort(key=lambda e: -plans[e[0]].predictions(e[1]))  # stable: each plan's own order kept
         runs: list[dict[int, list[dict[str, Any]]]] = [{} for _ in plans]
         done = run_parts(chip_runs, [part for _, _, part in every], pool)
-        for i, per_seed in bar(done, desc="compare chip x seed", total=len(every), enabled=progress):
+        runs_of = [plans[j].where[k][1] for j, k, _ in every]  # a part: one chip's seeds s.start..s.stop-1
+        for i, per_seed in bar(done, desc="compare runs (chip x seed)", total=sum(s.stop - s.start for s in runs_of),
+                               enabled=progress, weight=lambda item: runs_of[item[0]].stop - runs_of[item[0]].start):
             j, k, _ = every[i]
             runs[j][k] = per_seed
     return [_dataset(plan, runs[j]) for j, plan in enumerate(plans)]

@@ -95,14 +95,15 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     fig, axes = plt.subplots(1, 3 if traced else 2, figsize=(15 if traced else 10, 3.8))
     acc_ax, fpe_ax = axes[0], axes[1]
     scores = {name: _scores(ds) for name, ds in results.items()}
-    shares = {what for _, _, what in scores.values() if what != "mean squared error"}
+    shares = {what for _, _, what in scores.values() if what not in VALUES}
+    values = sorted({what for _, _, what in scores.values() if what in VALUES})
     mse_ax = None
-    if any(what == "mean squared error" for _, _, what in scores.values()):  # regressions: their own axis
+    if values:  # regressions' errors, language models' bits: an axis of their own
         mse_ax = acc_ax.twinx() if shares else acc_ax
-        mse_ax.set_ylabel("mean squared error")
+        mse_ax.set_ylabel(" / ".join(values))
     for i, (name, ds) in enumerate(results.items()):
         exact, runs, what = scores[name]
-        ax = mse_ax if what == "mean squared error" else acc_ax
+        ax = mse_ax if what in VALUES else acc_ax
         ax.bar(i - 0.2, exact, width=0.4, color="tab:blue", label="exact" if i == 0 else None)
         spread = np.clip([[runs.mean() - runs.min()], [runs.max() - runs.mean()]], 0, None)  # rounding: >= 0
         ax.bar(i + 0.2, runs.mean(), width=0.4, color="tab:orange", label="device" if i == 0 else None,
@@ -137,10 +138,16 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     return path
 
 
+VALUES = ("mean squared error", "bits per character")  # headlines that are not fractions
+
+
 def _scores(ds: Any) -> tuple[float, Any, str]:
-    """(exact, device per run, what) of a compare Dataset's headline: accuracy, agreement without targets,
-    or a regression's mean squared error."""
+    """(exact, device per run, what) of a compare Dataset's headline: a language model's bits per character,
+    accuracy, agreement without targets, or a regression's mean squared error."""
     per_run = [d for d in ("sample", "position") if d in ds.dims]
+    if ds.attrs.get("task") == "language" and "nll_bits" in ds:
+        return (float(ds.nll_bits.sel(path="exact").isel(chip=0, seed=0).mean()),
+                ds.nll_bits.sel(path="device").mean(per_run).values.ravel(), "bits per character")
     for var, what in (("correct", "accuracy"), ("squared_error", "mean squared error")):
         if var in ds:
             return (float(ds[var].sel(path="exact").isel(chip=0, seed=0).mean()),
@@ -153,14 +160,15 @@ def _scores(ds: Any) -> tuple[float, Any, str]:
 
 def _convergence(ax: Any, results: dict[str, Any]) -> None:
     """Residual against iteration per model and path: median line, 10-90 % band. A DEQ's residual is
-    absolute (model units), a sequence model's relative per token (its Dataset's `kind` label)."""
+    absolute (model units or volts), a sequence model's relative per token (the trace's `kind`)."""
     import numpy as np
 
     from aocsim.execute.hybrid import hold_last
 
     for i, (name, ds) in enumerate(results.items()):
         color = f"C{i}"
-        kind = ds.residual_trace.attrs.get("kind", "absolute")
+        kind = ds.residual_trace.attrs.get("kind") or ("relative" if str(ds.residual_trace.attrs.get(
+            "units", "")).startswith("relative") else "absolute")  # a file written before `kind` was kept
         for path, style in (("exact", "--"), ("device", "-")):
             trace = ds.residual_trace.sel(path=path)
             flat = hold_last(trace.stack(run=[d for d in trace.dims if d != "iteration"])
@@ -173,6 +181,9 @@ def _convergence(ax: Any, results: dict[str, Any]) -> None:
                 ax.fill_between(its, low, high, color=color, alpha=0.2, lw=0)
     ax.set_yscale("log")
     ax.set_xlabel("iteration")
-    ax.set_ylabel("residual ||f(z) - z||: absolute, or relative / ||f(z)||")
+    kinds = {ds.residual_trace.attrs.get("kind") for ds in results.values()}
+    ax.set_ylabel({frozenset({"relative"}): "relative residual ||f(z) - z|| / ||f(z)||",
+                   frozenset({"absolute"}): "residual ||f(z) - z||"}.get(
+        frozenset(kinds), "residual ||f(z) - z||: absolute, or relative / ||f(z)||"))
     ax.set_title("convergence: median, 10-90 % band (device)", fontsize=9)
     ax.legend(fontsize=7)

@@ -12,6 +12,7 @@ import xarray as xr
 
 from aocsim._version import __version__
 from aocsim.execute.placement import HYBRID, NATIVE, TWIN
+from aocsim.experiments.metrics import inference_unit, is_explicit
 from aocsim.experiments.trust import trust_attributes, trust_notes
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -91,8 +92,8 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
     coords = {"path": ["exact", "device"], "chip": chips, "seed": seeds,
               **{d: np.arange(n) for d, n in zip(cls.dims, lengths)}}
     ds = xr.Dataset(data, coords=coords)
-    ds["status"].attrs["status_names"] = ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)
-    ds["residual"].attrs["units"] = cls.residual_units
+    ds["status"].attrs.update(STATUS_FLAGS)
+    ds["residual"].attrs.update(residual_attributes(cls.residual_units))
     ds["hardware_time_s"].attrs.update(units="s", description=cls.timing(profile, placed.placement))
     ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
     if regression:
@@ -111,7 +112,7 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "section 6)"))
     if exact.trace is not None and traces:
         ds["residual_trace"] = residual_traces(exact.trace.double().numpy(), traces, len(chips), len(seeds),
-                                               cls.residual_units + " per iteration, NaN after the sample stopped")
+                                               cls.residual_units)
     card = getattr(model, "card", {}) or {}
     extra = cls.attributes(model, placed.placement) if hasattr(cls, "attributes") else {}
     ds.attrs.update({
@@ -120,10 +121,27 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
         "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
         "kind": cls.kind, "placement": cls.describe(model, placed.placement), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
-        **({"task": "regression"} if regression else {"classes": int(exact.outputs.shape[-1])}),
+        **({"task": "regression"} if regression else {"classes": int(exact.outputs.shape[-1]),
+                                                       "task": str(card.get("task", "classification"))}),
+        **({"implicit": int(model.config.implicit)} if hasattr(getattr(model, "config", None), "implicit") else {}),
     })
+    for name in ds.variables:  # CF: every variable has units ("1": a count, a fraction, a class or a flag)
+        if ds[name].dtype.kind in "iufb":
+            ds[name].attrs.setdefault("units", "1")
     ds.attrs.update(trust_attributes(ds))  # `trusted` and `warnings` (aocsim.experiments.trust)
     return ds
+
+
+STATUS_FLAGS = {"flag_values": np.array([s.value for s in SolveStatus], dtype=np.int64),
+                "flag_meanings": " ".join(s.name.lower() for s in SolveStatus),
+                "status_names": ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)}
+
+
+def residual_attributes(description: str) -> dict[str, str]:
+    """A residual's CF units ("1": relative, or the model's own units; V: the loop's volts), what it is,
+    and its kind (relative or absolute), from a placed kind's `residual_units` words."""
+    kind = "relative" if description.startswith("relative") else "absolute"
+    return {"units": "V" if "volts" in description else "1", "description": description, "kind": kind}
 
 
 def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray], chips: int, seeds: int,
@@ -136,8 +154,10 @@ def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray]
     for (ci, si), t in device.items():
         out[1, ci, si, :, :t.shape[1]] = t
     trace = xr.DataArray(out, dims=("path", "chip", "seed", "sample", "iteration"),
-                         coords={"iteration": np.arange(length)})
-    trace.attrs["units"] = units
+                         coords={"path": ["exact", "device"], "sample": np.arange(exact.shape[0]),
+                                 "iteration": np.arange(length)})  # chip and seed: the Dataset's
+    trace.attrs.update(residual_attributes(units))
+    trace.attrs["description"] = f"{units} per iteration, NaN after the sample stopped"
     return trace
 
 
@@ -157,7 +177,8 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
     agree = ds.agreement.mean(per_run) if "agreement" in ds else None
     out: dict[str, Any] = {
         "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs,
-        "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": "token" if "position" in ds.dims else "sample",
+        "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": inference_unit(ds),
+        "explicit": is_explicit(ds),
         "mode": ds.attrs.get("placement.mode"),
         "agreement": None if agree is None else (float(agree.mean()), float(agree.std()), float(agree.min())),
         "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
@@ -189,8 +210,9 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
 
 def terms(ds: xr.Dataset) -> dict[str, str]:
     """One line per term of the summary: agreement and each device status, with the tolerance (the resolved
-    placement's `placement.rtol` / `placement.atol` attributes) and the iteration cap the run used."""
-    unit = "token" if "position" in ds.dims else "sample"
+    placement's `placement.rtol` / `placement.atol` attributes) and the iteration cap the run used; an
+    explicit model's one pass instead of the statuses."""
+    unit = inference_unit(ds)
     rtol, atol = (f"{v:g}" if v is not None else "?" for v in (ds.attrs.get("placement.rtol"),
                                                               ds.attrs.get("placement.atol")))
     if ds.attrs.get("kind") == HYBRID:
@@ -207,6 +229,9 @@ def terms(ds: xr.Dataset) -> dict[str, str]:
               "mse": f"mean squared error against the targets over a run's {unit}s"}
              if ds.attrs.get("task") == "regression" else
              {"agreement": f"share of {unit}s whose device prediction == exact prediction"})
+    if is_explicit(ds):
+        return {**first, "one pass": f"an explicit model evaluates its map once per {unit} from z = 0: no fixed "
+                                     "point, so no iterations, tolerance or solve status"}
     return {
         **first,
         "converged": f"met the tolerance: {rule}",

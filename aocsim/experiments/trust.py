@@ -33,6 +33,7 @@ from typing import Any
 import xarray as xr
 
 from aocsim.execute.placement import NATIVE, TWIN
+from aocsim.experiments.metrics import inference_unit
 from aocsim.solve.result import SolveStatus
 
 PROGRAM_ERROR_LIMIT = 0.5  # a tile program whose matrix error exceeds 50 % did not calibrate
@@ -107,7 +108,7 @@ def trust_notes(ds: xr.Dataset) -> list[str]:
         return placement_notes(ds) + regression_notes(ds)
     if "correct" not in ds:
         return placement_notes(ds)
-    unit = "token" if "position" in ds.dims else "sample"
+    unit = inference_unit(ds)
     device = ds.correct.sel(path="device")
     n = int(device.size)
     accuracy = float(device.mean())
