@@ -140,4 +140,5 @@ def test_the_calibration_check_reads_the_worst_chip_not_the_last(monkeypatch: py
     ds = compare(model, "aoc16", w.inputs[:2], chips=(0, 1, 2), placement={"max_iter": 2})
     assert ds.attrs["kind"] == "tiled DEQ" and ds.attrs["max_program_error"] == 0.9
     assert ds.attrs["trusted"] == 0
-    assert ds.attrs["warnings"].startswith("the tile programs did not calibrate on aoc16: matrix error 90 % (above 50 %)")
+    note = "the tile programs did not calibrate on aoc16: matrix error 90 % (above 50 %)"
+    assert ds.attrs["warnings"].startswith(note)
