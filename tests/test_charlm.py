@@ -235,6 +235,26 @@ def test_generate_cli_notes_unknown_characters_and_repeats_with_a_seed(tiny_dir:
     assert runner.invoke(main, args).stdout == out.stdout
 
 
+def test_generate_cli_temperature_changes_the_text_and_zero_is_greedy(tiny_dir: Path) -> None:
+    """Guards against `aocsim generate` ignoring --temperature (issue 41, finding 9a): the same seed at
+    another temperature draws another text, the same temperature and seed repeat it, and temperature 0
+    takes the most likely character each time, whatever the seed."""
+    runner = CliRunner()
+
+    def text(temperature: str, seed: str) -> str:
+        out = runner.invoke(main, ["--threads", "1", "generate", str(tiny_dir), "--prompt", "the ", "--length", "24",
+                                   "--seed", seed, "--temperature", temperature])
+        assert out.exit_code == 0, out.output
+        return out.stdout
+
+    hot = text("50", "1")
+    assert hot == text("50", "1")
+    assert hot != text("0.05", "1")
+    greedy = text("0", "1")
+    assert greedy == text("0", "2") == text("0", "3")
+    assert hot != greedy and text("50", "2") != text("50", "1")
+
+
 def test_evaluate_and_models_table_show_bits_per_character(tiny_dir: Path) -> None:
     out = run("--threads", "1", "evaluate", str(tiny_dir))
     assert out.exit_code == 0, out.output

@@ -256,6 +256,30 @@ def test_a_resume_after_the_device_profile_was_edited_is_refused(tmp_path: Path)
     assert "\n" not in str(err.value)
 
 
+def test_a_resume_with_changed_placement_is_refused_and_keeps_the_files(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards against a resume accepted after only the spec's placement.* entries changed (issue 41, finding
+    9c): its points would be run again beside the stale point files and spec.json rewritten without a word.
+    The resume is refused in one line before any point runs; spec.json and the point files stay as they were."""
+    from aocsim.experiments.sweep import run as sweep_run
+
+    first = {**SMALL, "data": {"samples": 4}, "seeds": 1, "axes": {"slm.bits": [9], "placement.max_iter": [20]}}
+    out = tmp_path / "run"
+    sweep(parse_spec(first), out, workers=1)
+
+    def files() -> dict[str, bytes]:
+        return {str(p.relative_to(out)): p.read_bytes() for p in [out / "spec.json", *(out / "points").iterdir()]}
+
+    before = files()
+    assert len(before) == 2  # spec.json and the one point
+    monkeypatch.setattr(sweep_run, "run_point", lambda *args, **kwargs: pytest.fail("a point ran"))
+    changed = {**first, "axes": {"slm.bits": [9], "placement.max_iter": [30]}}
+    with pytest.raises(InputError, match="holds a sweep of a different spec") as err:
+        sweep(parse_spec(changed), out, workers=1, resume=True)
+    assert "\n" not in str(err.value)
+    assert files() == before
+
+
 def test_language_models_sweep_their_bits_per_character(tmp_path: Path) -> None:
     # the abstract noise model (no map on tiles): at inf dB the device path is the exact one; noise
     # on the states costs bits; the metric is each path's mean of the compare Dataset's nll_bits

@@ -139,6 +139,22 @@ def test_a_huge_grid_needs_yes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert cli("sweep", str(spec), "--out", str(tmp_path / "big"), "--yes").exit_code == 3 and started
 
 
+@pytest.mark.parametrize("model, task", [("digits-deq48", "digits"), ("parity-implicit", "state_tracking")])
+def test_the_time_estimate_charges_a_setup_per_chip_of_every_point(model: str, task: str) -> None:
+    """Guards against the sweep's time estimate charging the placement (fitting or compiling the tile programs)
+    once per point instead of once per chip (issue 41, finding 9d): 2 chips x 1 seed make as many runs as
+    1 chip x 2 seeds, and take one setup more per point."""
+    from aocsim.experiments.sweep import parse_spec
+    from aocsim.experiments.sweep.estimate import SETUP_S, estimate
+
+    def seconds(chips: int, seeds: int, workers: int = 1) -> float:
+        spec = parse_spec({**TINY, "model": model, "data": {}, "chips": chips, "seeds": seeds})
+        return estimate(spec, 10, workers).seconds
+
+    assert seconds(2, 1) - seconds(1, 2) == pytest.approx(10 * SETUP_S[task])
+    assert seconds(2, 1, workers=2) == pytest.approx(seconds(2, 1) / 2)
+
+
 def test_a_misspelt_subcommand_is_named(tmp_path: Path) -> None:
     out = cli("sweep", "statsu", str(tmp_path))
     assert out.exit_code == 2 and "No such command 'statsu'" in out.output and "status" in out.output

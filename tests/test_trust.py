@@ -121,3 +121,24 @@ def test_tiles_that_did_not_calibrate_are_flagged_by_the_placement_itself() -> N
     assert ds.attrs["trusted"] == 0 and ds.attrs["warnings"] == attrs["warnings"]  # stored as compare returns it
     good = compare(model, "aoc48", w.inputs, calibration=w.calibration, placement={"max_iter": 2})
     assert good.attrs["max_program_error"] < 0.5 and trust_attributes(good)["trusted"] == 1
+
+
+def test_the_calibration_check_reads_the_worst_chip_not_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards against compare keeping the last chip's tile-program error (or the first's) instead of the
+    worst chip's (issue 41, finding 9b): over three chips, only the middle one's programs did not calibrate,
+    and the compare is still flagged. The chips' errors are set through the placement's own `program_error`,
+    where compare reads each chip's."""
+    from aocsim import compare, load_model
+    from aocsim.execute.tiled import TiledDEQ
+    from aocsim.experiments.workloads import default_workload
+
+    errors = {0: 0.2, 1: 0.9, 2: 0.1}  # chip (variation.chip_seed) -> the matrix error of its tile programs
+    monkeypatch.setattr(TiledDEQ, "program_error",
+                        property(lambda self: errors[self.profile.values["variation.chip_seed"]]))
+    model = load_model("digits-deq48")  # on aoc16's 16 channels: on tiles
+    w = default_workload(model)
+    ds = compare(model, "aoc16", w.inputs[:2], chips=(0, 1, 2), placement={"max_iter": 2})
+    assert ds.attrs["kind"] == "tiled DEQ" and ds.attrs["max_program_error"] == 0.9
+    assert ds.attrs["trusted"] == 0
+    note = "the tile programs did not calibrate on aoc16: matrix error 90 % (above 50 %)"
+    assert ds.attrs["warnings"].startswith(note)
