@@ -41,7 +41,7 @@ from typing import Any, Mapping
 import yaml
 
 from aocsim.errors import AocsimError, InputError, ProfileError
-from aocsim.execute.placement import DECLARATIONS
+from aocsim.execute.placement import DECLARATIONS, MODULES
 from aocsim.experiments.sweep.axes import Axis, count, drawn, mapping, short, zipped
 from aocsim.experiments.sweep.axes import values as axis_values
 from aocsim.experiments.sweep.search_spec import Search, metric_name, parse_search
@@ -62,7 +62,8 @@ METRICS = {
     "residual": "median device residual at the end of each solve (the Dataset's units)",
     "time_per_inference_s": "mean hardware time per sample (per token), s",
     "energy_per_inference_j": "mean energy per sample (per token), J (aocsim/hardware/physics/energy.py)",
-    "modules": "optical modules of the machine the placement declares (docs/PHYSICS.md section 6)",
+    "modules": f"{MODULES}: the placement option's value, else one per tile of every map (docs/PHYSICS.md "
+               "section 6)",
     "weight_loads_per_inference": "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
     "bits_per_character": "language models: mean -log2 p(target) of the device's next-character outputs, bits",
     "exact_bits_per_character": "language models: the same on the exact path",
