@@ -11,6 +11,9 @@ import click
 
 from aocsim.errors import AocsimError
 
+# The rule for every output path (--out, --plot) of every command, in its --help: a missing folder on the way
+# is created when the file is written; the path is checked before any work (aocsim/io/outputs.py).
+MISSING_FOLDERS = "missing folders are created"
 
 def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn aocsim's own errors into one-line CLI errors (exit code 1)."""

@@ -125,6 +125,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
     fig.suptitle(f"{metric_label(metric)} on {ds.attrs.get('device', '?')}")
     fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
@@ -198,6 +199,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
                  f"hypervolume up to ({ref}){more}", fontsize=8)
     fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
@@ -267,6 +269,7 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
                  + (f" ({fixed} throughout)" if fixed else ""), fontsize=9)
     fig.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
