@@ -180,6 +180,7 @@ def test_cli_errors_come_before_any_work_and_are_one_line(tmp_path: Path) -> Non
     for args, message in [
         (("--out", "/proc/aocsim/r.nc"), "--out = '/proc/aocsim/r.nc': cannot write in /proc ("),  # a missing
         # folder is created (tests/test_outputs.py); one that cannot be is refused before any work
+        (("--device", "cuda", "--out", str(tmp_path / "r.nc")), "did you mean --torch-device cuda?"),
         (("digits-deq48", "digits-deq48", "--out", str(tmp_path / "r.nc")), "given twice"),
         (("nope", "--out", str(tmp_path / "r.nc")), "unknown model"),
         (("--device", "aoc16", "--no-tiling", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),

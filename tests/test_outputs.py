@@ -118,7 +118,7 @@ def test_plot_creates_the_missing_folders_of_its_figure(tmp_path: Path) -> None:
 
 def test_compare_out_creates_the_missing_folders(tmp_path: Path) -> None:
     out = tmp_path / "missing" / "r.nc"
-    result = CliRunner().invoke(main, [*FAST_COMPARE, "--out", str(out)])
+    result = CliRunner().invoke(main, [*FAST_COMPARE, "--torch-device", "cpu", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert out.is_file() and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"  # the --plot default beside it
 

@@ -12,8 +12,14 @@ from typing import Any, Callable
 
 import click
 
-from aocsim.cli.common import MISSING_FOLDERS, Path_, compute, friendly, parse_overrides
+from aocsim.cli.common import (MISSING_FOLDERS, PROFILE_HELP, Path_, check_torch_device, compute, friendly,
+                               parse_overrides, profile_option, torch_device_option)
 from aocsim.execute.placement import DECLARATIONS
+
+
+# Why compare (and a sweep's points, each a compare) run on the CPU: said in --help and by --torch-device cuda.
+COMPARE_CPU = ("compare's device runs are CPU worker processes of one torch thread each, so that their numbers do "
+               "not depend on the workers")
 
 
 def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,7 +38,9 @@ def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("compare")
 @click.argument("model_names", metavar="[MODEL ...]", nargs=-1)
-@click.option("--device", default="aoc48", show_default=True, help="Device profile (name or YAML file).")
+@profile_option("--device", torch_option=True, default="aoc48", show_default=True,
+                help=f"Device profile: {PROFILE_HELP} (--torch-device).")
+@torch_device_option(COMPARE_CPU)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Dotted-key override of the device profile, YAML value (repeatable), e.g. --set slm.bits=6.")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
@@ -53,9 +61,9 @@ def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
               help="Sequence models: their length, in multiples of the training length [default: 4].")
 @placement_options
 @friendly
-def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str, ...], seeds: int, chips: int,
-                out: Path, overwrite: bool, plot_path: Path | None, sequences: int | None, length_factor: int | None,
-                **options: Any) -> None:
+def compare_cmd(model_names: tuple[str, ...], device: str, torch_device: str, overrides: tuple[str, ...], seeds: int,
+                chips: int, out: Path, overwrite: bool, plot_path: Path | None, sequences: int | None,
+                length_factor: int | None, **options: Any) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
     A DEQ that fits the device runs natively on the test images, a larger one with beta W on optical
@@ -78,6 +86,7 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
     from aocsim.execute.registry import resolve_profile
     from aocsim.io.outputs import check_output_file
 
+    check_torch_device(torch_device, COMPARE_CPU)
     names = model_names or ("digits-deq48", "parity-implicit")
     given = Placement(**{k: v for k, v in options.items() if v is not None})  # values checked here
     out = check_output_file(out, suffixes=None, what="--out")  # its missing folders: made by write_groups

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import click
 
-from aocsim.cli.common import MISSING_FOLDERS, Path_, compute, free_path, friendly
+from aocsim.cli.common import MISSING_FOLDERS, Path_, check_torch_device, compute, free_path, friendly
+from aocsim.cli.common import torch_device_option
 from aocsim.errors import InputError
+
+
+def _device_is_a_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """evaluate --device: refused with one line (in aocsim --device is a device profile; evaluate has none)."""
+    if value is not None:
+        wanted = value if re.fullmatch(r"cpu|cuda(:\d+)?", value) else "cuda"
+        raise click.ClickException("--device names a device profile in aocsim; for the torch device use "
+                                   f"--torch-device {wanted}")
 
 
 @click.command()
@@ -29,8 +39,10 @@ from aocsim.errors import InputError
               "[default: the card's].")
 @click.option("--compare", multiple=True, help="State tracking: also evaluate this model (repeatable) on the same "
               "sequences; the plot then shows each model's sequential-mode accuracy against position (log axis).")
-@click.option("--device", "torch_device", default="cpu", show_default=True,
-              help="Torch device to evaluate on (cpu, cuda, cuda:N).")
+@torch_device_option(help="DEQ models: the torch device to evaluate on (cpu, cuda, cuda:N; not a device profile: "
+                         "evaluate runs the exact path).")
+@click.option("--device", hidden=True, expose_value=False, callback=_device_is_a_profile,
+              help="Not an option of evaluate: --device names a device profile (--torch-device).")
 @friendly
 def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None, plot_path: Path | None,
              overwrite: bool, uniform: bool, factors: str | None, compare: tuple[str, ...], torch_device: str) -> None:
@@ -52,6 +64,7 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     from aocsim.io.model_files import load_model
 
     fs = _parse_factors(factors)
+    check_torch_device(torch_device)
     loaded = load_model(model, device=torch_device)
     name = loaded.card["name"]
     if loaded.card.get("task") == "language":
@@ -59,7 +72,7 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
                                         ("--uniform", uniform or None), ("--factors", factors),
                                         ("--compare", compare or None)) if value is not None]
         if torch.device(torch_device).type != "cpu":
-            given.append(f"--device {torch_device}")
+            given.append(f"--torch-device {torch_device}")
         if given:
             raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to other models; "
                              f"{name} is a language model, evaluated on the CPU on its card's held-out split")
@@ -70,7 +83,7 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
             raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
                              "(evaluated in the dtype of its weights)")
         if torch.device(torch_device).type != "cpu":  # its word problems and targets are built on the CPU
-            raise InputError(f"--device = {torch_device!r} applies to DEQ models; state-tracking models "
+            raise InputError(f"--torch-device = {torch_device!r} applies to DEQ models; state-tracking models "
                              "evaluate on the CPU")
         models = [loaded]
         for other in compare:

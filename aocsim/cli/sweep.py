@@ -7,10 +7,12 @@ from typing import Any
 
 import click
 
-from aocsim.cli.common import MISSING_FOLDERS, Path_, compute, friendly
+from aocsim.cli.common import MISSING_FOLDERS, Path_, check_torch_device, compute, friendly, torch_device_option
+from aocsim.cli.compare import COMPARE_CPU
 from aocsim.execute.placement import DECLARATIONS
 
 LARGE = 1000  # points above which a sweep prints its size and rough duration and waits for --yes
+SWEEP_CPU = f"each point is an aocsim compare; {COMPARE_CPU}"
 
 
 class _SweepGroup(click.Group):
@@ -81,11 +83,12 @@ def sweep_cmd() -> None:
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="Also draw the results (.png/.svg/.pdf) [default: none; aocsim plot DIR/results.nc draws them]; "
                    f"{MISSING_FOLDERS}.")
+@torch_device_option(SWEEP_CPU)
 @click.option("--yes", is_flag=True, help=f"Start a sweep of more than {LARGE} points (it prints its size and a "
                                           "rough duration and waits for this otherwise).")
 @friendly
 def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, slurm_jobs: int | None, resume: bool,
-            overwrite: bool, plot_path: Path | None, yes: bool) -> None:
+            overwrite: bool, plot_path: Path | None, torch_device: str, yes: bool) -> None:
     """Run SPEC's points (each one `aocsim compare`), write --out/results.nc and print a table of the
     metrics per point (mean over chips and seeds)."""
     import time
@@ -97,6 +100,7 @@ def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, s
     other = "--scheduler" if scheduler is not None else "--workers" if workers is not None else None
     if slurm_jobs is not None and other is not None:
         raise click.ClickException(f"--slurm and {other} together; expected one of --slurm, --scheduler and --workers")
+    check_torch_device(torch_device, SWEEP_CPU)
     check_writable_folder(out, what="--out")  # created by the sweep; what it holds: checked by the sweep's store
     loaded = load_spec(spec)
     plot = check_output_file(plot_path, what="--plot") if plot_path is not None else None
