@@ -202,3 +202,72 @@ def test_devices_show_prints_single_values_with_their_units() -> None:
     bad = run("devices", "show", "aoc48", "--key", "noise.power_per_unit")
     assert bad.exit_code == 1 and bad.output.count("\n") == 1
     assert "--key 'noise.power_per_unit' is not a profile key (did you mean 'noise.power_per_unit_w'?)" in bad.output
+
+
+# -- --device is a device profile everywhere, --torch-device the torch device (issue 41, finding 6) ------
+
+def _no_cuda(monkeypatch: pytest.MonkeyPatch, available: bool = False) -> None:
+    """torch.cuda.is_available() answers `available`; compare's and a sweep's work fail if they start."""
+    import torch
+
+    import aocsim.cli.compare
+    import aocsim.experiments.sweep
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the work started before --torch-device was checked")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(aocsim.cli.compare, "_load", started)
+    monkeypatch.setattr(aocsim.experiments.sweep, "sweep", started)
+
+
+def test_a_torch_device_given_as_a_profile_names_the_torch_device_option() -> None:
+    hint = "expected a device profile (a bundled name: aocsim devices list, or a .yaml file)"
+    for args, line in [
+        (["compare", "--device", "cuda"], f"--device = 'cuda' names a torch device; {hint}; did you mean "
+                                          "--torch-device cuda?"),
+        (["compare", "--device", "cpu"], f"--device = 'cpu' names a torch device; {hint}; did you mean "
+                                         "--torch-device cpu?"),
+        (["generate", "charlm-implicit", "--prompt", "a", "--device", "gpu"],
+         f"--device = 'gpu' names a torch device; {hint}"),
+        (["bench", "loop", "--device", "cuda:0"], f"--device = 'cuda:0' names a torch device; {hint}"),
+        (["devices", "show", "cuda"], f"NAME = 'cuda' names a torch device; {hint}"),
+        (["evaluate", "--device", "cuda"], "--device names a device profile in aocsim; for the torch device use "
+                                           "--torch-device cuda"),
+    ]:
+        out = run(*args)
+        assert out.exit_code == 1 and out.output == f"Error: {line}\n", out.output
+    assert "--device" not in run("evaluate", "--help").output  # hidden: only there to say the line above
+
+
+def test_torch_device_cuda_without_cuda_is_one_line_before_any_work(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    _no_cuda(monkeypatch)
+    line = "Error: --torch-device cuda: no CUDA device is available to torch here; expected cpu\n"
+    spec = tmp_path / "s.yaml"
+    spec.write_text("model: digits-deq48\ndevice: aoc48\naxes: {slm.bits: [9]}\n")
+    for args in (["evaluate", "--torch-device", "cuda"], ["compare", "--torch-device", "cuda", "--out",
+                                                          str(tmp_path / "r.nc")],
+                 ["sweep", str(spec), "--out", str(tmp_path / "run"), "--torch-device", "cuda"]):
+        out = run(*args)
+        assert out.exit_code == 1 and out.output == line, out.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+    bad = run("evaluate", "--torch-device", "gpu")
+    assert bad.exit_code == 1 and bad.output == "Error: --torch-device = 'gpu'; expected cpu, cuda or cuda:N\n"
+
+
+def test_compare_and_sweep_say_why_they_run_on_the_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _no_cuda(monkeypatch, available=True)  # a GPU machine: cuda is there, and still not what compare uses
+    out = run("compare", "--torch-device", "cuda", "--out", str(tmp_path / "r.nc"))
+    assert out.exit_code == 1 and out.output == (
+        "Error: --torch-device cuda: compare's device runs are CPU worker processes of one torch thread each, so "
+        "that their numbers do not depend on the workers; expected cpu\n")
+    out = run("sweep", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--torch-device", "cuda")
+    assert out.exit_code == 1 and out.output.startswith("Error: --torch-device cuda: each point is an aocsim compare")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_runs_on_the_torch_device_cpu() -> None:
+    out = run("evaluate", "digits-deq48", "--torch-device", "cpu")
+    assert out.exit_code == 0, out.output
+    assert float(next(x for x in out.output.splitlines() if "accuracy" in x).split()[-1]) >= 0.95

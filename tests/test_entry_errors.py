@@ -84,9 +84,9 @@ def test_odd_calls_give_one_documented_line(case: str, call: Callable[[], Any], 
 def test_cuda_where_torch_has_none_is_one_line() -> None:
     with pytest.raises(InputError, match=r"^device = 'cuda'; this torch \(.*\) sees no CUDA device; expected 'cpu'$"):
         aocsim.load_model("digits-deq48", device="cuda")
-    out = CliRunner().invoke(main, ["evaluate", "digits-deq48", "--device", "cuda"])
-    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1
-    assert out.output.startswith("Error: device = 'cuda'; this torch")
+    out = CliRunner().invoke(main, ["evaluate", "digits-deq48", "--torch-device", "cuda"])
+    assert out.exit_code == 1
+    assert out.output == "Error: --torch-device cuda: no CUDA device is available to torch here; expected cpu\n"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -155,7 +155,7 @@ def test_out_of_range_counts_are_usage_errors(args: list[str], hint: str) -> Non
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_state_tracking_evaluation_stays_on_the_cpu() -> None:  # pragma: no cover - GPU only
-    out = CliRunner().invoke(main, ["evaluate", "parity-implicit", "--device", "cuda"])
+    out = CliRunner().invoke(main, ["evaluate", "parity-implicit", "--torch-device", "cuda"])
     assert out.exit_code == 1
-    assert out.output.strip() == ("Error: --device = 'cuda' applies to DEQ models; state-tracking models "
+    assert out.output.strip() == ("Error: --torch-device = 'cuda' applies to DEQ models; state-tracking models "
                                   "evaluate on the CPU")

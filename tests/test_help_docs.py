@@ -101,3 +101,19 @@ def test_what_the_main_job_writes_is_ignored_by_git() -> None:
     for name in (Path(out).name, Path(out).with_suffix(".png").name):
         check = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT)
         assert check.returncode == 0, f"{name} (written by aocsim compare) is not ignored by .gitignore"
+
+
+def test_modules_has_one_description() -> None:
+    """`modules` (issue 41, finding 6): its declaration's help line is the definition; `aocsim compare --help`,
+    docs/SWEEPS.md's table, docs/PHYSICS.md and the sweep metric use its words."""
+    from aocsim.execute.placement import DECLARATIONS, MODULES
+    from aocsim.experiments.sweep.spec import METRICS
+
+    words = DECLARATIONS["modules"].help
+    assert MODULES in words
+    assert words in " ".join(_help("compare").split())
+    row = next(line for line in (ROOT / "docs" / "SWEEPS.md").read_text().splitlines()
+               if line.startswith("| `placement.modules` |"))
+    assert row.replace("`", "").split(" | ")[1].rstrip(" |") == words
+    assert MODULES in " ".join((ROOT / "docs/PHYSICS.md").read_text().split())
+    assert METRICS["modules"].startswith(MODULES)

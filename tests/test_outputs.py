@@ -100,3 +100,51 @@ def test_cli_paths_with_a_nul_byte_are_usage_errors() -> None:
                  ["models", "table", "\x00"]):
         out = CliRunner().invoke(main, args)
         assert out.exit_code == 2 and "contains a NUL byte; expected a file system path" in out.output, out.output
+
+
+# -- one rule for every --out and --plot: missing folders are created (issue 41, finding 4) --------------
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST_COMPARE = ["--threads", "1", "compare", "parity-implicit", "--device", "ideal", "--on-tiles", "none",
+                "--snr-db", "20", "--chips", "1", "--seeds", "1", "--sequences", "2", "--length-factor", "1"]
+
+
+def test_plot_creates_the_missing_folders_of_its_figure(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "sub" / "x.png"
+    result = CliRunner().invoke(main, ["plot", str(ROOT / "docs" / "sweeps" / "digits-bits.nc"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"wrote {out}" and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_out_creates_the_missing_folders(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "r.nc"
+    result = CliRunner().invoke(main, [*FAST_COMPARE, "--torch-device", "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"  # the --plot default beside it
+
+
+def test_sweep_plot_that_cannot_be_written_is_refused_before_any_point(tmp_path: Path) -> None:
+    import yaml
+
+    spec = tmp_path / "one.yaml"
+    spec.write_text(yaml.safe_dump({"model": "digits-deq48", "device": "aoc48", "data": {"samples": 8},
+                                    "axes": {"slm.bits": [9]}, "seeds": 1, "chips": 1, "metrics": ["accuracy"]}))
+    (tmp_path / "somefile").write_text("mine")
+    plot = tmp_path / "somefile" / "x.png"
+    result = CliRunner().invoke(main, ["--threads", "1", "sweep", str(spec), "--out", str(tmp_path / "run"),
+                                       "--workers", "1", "--plot", str(plot)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"Error: --plot = '{plot}': {tmp_path / 'somefile'} is a file, not a folder; "
+                                     "expected a path in a folder")
+    assert not (tmp_path / "run").exists() and (tmp_path / "somefile").read_text() == "mine"
+
+
+def test_every_output_option_says_the_same_rule_in_its_help() -> None:
+    for command, options in [("compare", ("--out", "--plot")), ("sweep run", ("--out", "--plot")), ("plot", ("--out",)),
+                             ("train", ("--out",)), ("evaluate", ("--plot",))]:
+        cmd: Any = main
+        for word in command.split():
+            cmd = cmd.commands[word]
+        for option in options:
+            param = next(p for p in cmd.params if option in getattr(p, "opts", ()))
+            assert "missing folders are created" in " ".join(param.help.split()), (command, option)

@@ -360,7 +360,8 @@ EVALUATE = joined(st.just(["evaluate"]), MODELS.map(lambda m: [m]), option("--fl
                   option("--task", mostly(st.sampled_from(["Z2", "A5", "parity"]), ODD_TEXT)),
                   option("--batch", mostly(st.integers(1, 8).map(str), ODD_TEXT)),
                   option("--plot", mostly(st.sampled_from(["p.png", "out/p.svg", "p.pdf"]), ODD_TEXT)),
-                  option("--device", mostly(st.just("cpu"), ODD_TEXT)), option("--uniform"),
+                  option("--torch-device", mostly(st.just("cpu"), ODD_TEXT)), option("--device", ODD_TEXT),
+                  option("--overwrite"), option("--uniform"),
                   option("--factors", mostly(st.sampled_from(["1,4", "1,4,16", "2"]), ODD_TEXT)),
                   option("--compare", MODELS))
 TRAIN = joined(st.just(["train"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from aocsim.cli.common import compute, friendly
+from aocsim.cli.common import PROFILE_HELP, compute, friendly, profile_option
 from aocsim.errors import AocsimError
 
 # Points of `aocsim bench sweep`. A spawned worker starts in about 5 s of CPU (torch, then torch._dynamo,
@@ -21,7 +21,7 @@ def bench() -> None:
 
 
 @bench.command("loop")
-@click.option("--device", "profile", default="aoc48", show_default=True, help="Device profile.")
+@profile_option("--device", "profile", default="aoc48", show_default=True, help=f"Device profile: {PROFILE_HELP}.")
 @click.option("--iterations", default=50, show_default=True, type=click.IntRange(min=1),
               help="Loop iterations per timing.")
 @click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1), help="Best of N.")
@@ -69,7 +69,7 @@ def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
 @click.option("--sequences", default=256, show_default=True, type=click.IntRange(min=1), help="Fresh sequences.")
 @click.option("--length-factor", default=4, show_default=True, type=click.IntRange(min=1),
               help="Their length in multiples of the training length.")
-@click.option("--device", default="aoc48", show_default=True, help="Device profile.")
+@profile_option("--device", default="aoc48", show_default=True, help=f"Device profile: {PROFILE_HELP}.")
 @click.option("--compiled/--no-compiled", default=False, show_default=True,
               help="Also time each case with its tile products compiled (placement compile; needs a C++ compiler).")
 @click.option("--seeds", default=1, show_default=True, type=click.IntRange(min=1),

@@ -12,8 +12,14 @@ from typing import Any, Callable
 
 import click
 
-from aocsim.cli.common import Path_, compute, friendly, parse_overrides
+from aocsim.cli.common import (MISSING_FOLDERS, PROFILE_HELP, Path_, check_torch_device, compute, friendly,
+                               parse_overrides, profile_option, torch_device_option)
 from aocsim.execute.placement import DECLARATIONS
+
+
+# Why compare (and a sweep's points, each a compare) run on the CPU: said in --help and by --torch-device cuda.
+COMPARE_CPU = ("compare's device runs are CPU worker processes of one torch thread each, so that their numbers do "
+               "not depend on the workers")
 
 
 def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,28 +38,32 @@ def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("compare")
 @click.argument("model_names", metavar="[MODEL ...]", nargs=-1)
-@click.option("--device", default="aoc48", show_default=True, help="Device profile (name or YAML file).")
+@profile_option("--device", torch_option=True, default="aoc48", show_default=True,
+                help=f"Device profile: {PROFILE_HELP} (--torch-device).")
+@torch_device_option(COMPARE_CPU)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Dotted-key override of the device profile, YAML value (repeatable), e.g. --set slm.bits=6.")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Seeds 0..N-1: each weight load's programming draws and its inferences' noise.")
 @click.option("--chips", default=3, show_default=True, type=click.IntRange(min=1),
               help="Chips 0..N-1 (variation.chip_seed): one placement each.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("compare.nc"),
+@click.option("--out", type=Path_(dir_okay=False, path_type=Path), default=Path("compare.nc"),
               show_default=True,
-              help="NetCDF output (h5netcdf); several models go to one group each (named by the model card).")
+              help="NetCDF output (h5netcdf); several models go to one group each (named by the model card); "
+                   f"{MISSING_FOLDERS}.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file (and --plot file).")
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
-              help="Figure of accuracy and fixed-point error (.png/.svg/.pdf) [default: --out with .png].")
+              help="Figure of accuracy and fixed-point error (.png/.svg/.pdf) [default: --out with .png]; "
+                   f"{MISSING_FOLDERS}.")
 @click.option("--sequences", default=None, type=click.IntRange(1, 4096),
               help="Sequence models: fresh sequences, every element equally likely [default: 32].")
 @click.option("--length-factor", default=None, type=click.IntRange(1, 64),
               help="Sequence models: their length, in multiples of the training length [default: 4].")
 @placement_options
 @friendly
-def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str, ...], seeds: int, chips: int,
-                out: Path, overwrite: bool, plot_path: Path | None, sequences: int | None, length_factor: int | None,
-                **options: Any) -> None:
+def compare_cmd(model_names: tuple[str, ...], device: str, torch_device: str, overrides: tuple[str, ...], seeds: int,
+                chips: int, out: Path, overwrite: bool, plot_path: Path | None, sequences: int | None,
+                length_factor: int | None, **options: Any) -> None:
     """Run each MODEL (default digits-deq48 and parity-implicit) on the device next to its exact path.
 
     A DEQ that fits the device runs natively on the test images, a larger one with beta W on optical
@@ -76,15 +86,14 @@ def compare_cmd(model_names: tuple[str, ...], device: str, overrides: tuple[str,
     from aocsim.execute.registry import resolve_profile
     from aocsim.io.outputs import check_output_file
 
+    check_torch_device(torch_device, COMPARE_CPU)
     names = model_names or ("digits-deq48", "parity-implicit")
     given = Placement(**{k: v for k, v in options.items() if v is not None})  # values checked here
+    out = check_output_file(out, suffixes=None, what="--out")  # its missing folders: made by write_groups
     plot = check_output_file(plot_path or out.with_suffix(".png"), what="--plot")
     for path, option in ((out, "--out"), (plot, "--plot")):
         if path.exists() and not overwrite:
             raise click.ClickException(f"{option} {path} exists; pass --overwrite to replace it")
-    if not out.resolve().parent.is_dir() or not os.access(out.resolve().parent, os.W_OK):
-        raise click.ClickException(f"--out {out}: directory {out.resolve().parent} does not exist or is not "
-                                   "writable; expected a path in a writable directory")
     profile = resolve_profile(device) if not overrides else _with_overrides(device, overrides)
     with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
         from aocsim.experiments.compare import warm_worker
@@ -121,6 +130,7 @@ def write_groups(results: dict[str, Any], out: Path) -> None:
     a temporary name and renamed: a failed write leaves no half file."""
     import xarray as xr
 
+    out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     tmp = out.with_name(f".{out.name}.tmp")
     if len(results) == 1:
         next(iter(results.values())).to_netcdf(tmp, engine="h5netcdf", mode="w")

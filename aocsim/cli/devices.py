@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from aocsim.cli.common import friendly, parse_overrides
+from aocsim.cli.common import friendly, parse_overrides, profile_option
 
 
 EXAMPLE_ITERATIONS = 20  # an early stop's example: the digits DEQ's mean on aoc48 is about 18
@@ -30,7 +30,7 @@ def devices_list() -> None:
 
 
 @devices.command("show")
-@click.argument("name")
+@profile_option("name")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Dotted-key override, YAML value (repeatable), e.g. --set slm.bits=6.")
 @click.option("--key", "keys", multiple=True, metavar="KEY",

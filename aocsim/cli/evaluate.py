@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import click
 
-from aocsim.cli.common import Path_, compute, free_path, friendly
+from aocsim.cli.common import MISSING_FOLDERS, Path_, check_torch_device, compute, free_path, friendly
+from aocsim.cli.common import torch_device_option
 from aocsim.errors import InputError
+
+
+def _device_is_a_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """evaluate --device: refused with one line (in aocsim --device is a device profile; evaluate has none)."""
+    if value is not None:
+        wanted = value if re.fullmatch(r"cpu|cuda(:\d+)?", value) else "cuda"
+        raise click.ClickException("--device names a device profile in aocsim; for the torch device use "
+                                   f"--torch-device {wanted}")
 
 
 @click.command()
@@ -20,18 +30,22 @@ from aocsim.errors import InputError
               help="State tracking: sequences per length [default: 256].")
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="State tracking: accuracy-by-position plot, .png, .svg or .pdf "
-                   "[default: MODEL-accuracy-by-position.png, or MODEL-comparison-by-position.png with --compare]; "
-                   "language models: bits-by-position plot [default: none].")
+                   "[default: MODEL-accuracy-by-position.png, or MODEL-comparison-by-position.png with --compare, "
+                   "a free name: -1, -2, ... if it exists]; language models: bits-by-position plot [default: none]; "
+                   f"{MISSING_FOLDERS}.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 @click.option("--uniform", is_flag=True, help="State tracking: every element equally likely in the sequences.")
 @click.option("--factors", default=None, help="State tracking: lengths in multiples of L, e.g. 1,4,16 "
               "[default: the card's].")
 @click.option("--compare", multiple=True, help="State tracking: also evaluate this model (repeatable) on the same "
               "sequences; the plot then shows each model's sequential-mode accuracy against position (log axis).")
-@click.option("--device", "torch_device", default="cpu", show_default=True,
-              help="Torch device to evaluate on (cpu, cuda, cuda:N).")
+@torch_device_option(help="DEQ models: the torch device to evaluate on (cpu, cuda, cuda:N; not a device profile: "
+                         "evaluate runs the exact path).")
+@click.option("--device", hidden=True, expose_value=False, callback=_device_is_a_profile,
+              help="Not an option of evaluate: --device names a device profile (--torch-device).")
 @friendly
 def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None, plot_path: Path | None,
-             uniform: bool, factors: str | None, compare: tuple[str, ...], torch_device: str) -> None:
+             overwrite: bool, uniform: bool, factors: str | None, compare: tuple[str, ...], torch_device: str) -> None:
     """Evaluate MODEL (a bundled name or a model directory) on its task.
 
     DEQ classifiers: test-set accuracy and convergence on the exact path.
@@ -48,9 +62,9 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
 
     from aocsim.experiments.evaluate import compare_state_tracking, evaluate_model
     from aocsim.io.model_files import load_model
-    from aocsim.io.outputs import check_output_file
 
     fs = _parse_factors(factors)
+    check_torch_device(torch_device)
     loaded = load_model(model, device=torch_device)
     name = loaded.card["name"]
     if loaded.card.get("task") == "language":
@@ -58,18 +72,18 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
                                         ("--uniform", uniform or None), ("--factors", factors),
                                         ("--compare", compare or None)) if value is not None]
         if torch.device(torch_device).type != "cpu":
-            given.append(f"--device {torch_device}")
+            given.append(f"--torch-device {torch_device}")
         if given:
             raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to other models; "
                              f"{name} is a language model, evaluated on the CPU on its card's held-out split")
-        _evaluate_language(loaded, plot_path)
+        _evaluate_language(loaded, plot_path, overwrite)
         return
     if loaded.card.get("task") == "state_tracking":
         if use_float32:
             raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
                              "(evaluated in the dtype of its weights)")
         if torch.device(torch_device).type != "cpu":  # its word problems and targets are built on the CPU
-            raise InputError(f"--device = {torch_device!r} applies to DEQ models; state-tracking models "
+            raise InputError(f"--torch-device = {torch_device!r} applies to DEQ models; state-tracking models "
                              "evaluate on the CPU")
         models = [loaded]
         for other in compare:
@@ -80,7 +94,7 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
             models.append(m)
         # The plot is written after minutes of evaluation: check its path and format first.
         default = f"{name}-{'comparison' if compare else 'accuracy'}-by-position.png"
-        plot = check_output_file(plot_path or free_path(Path(default)), what="--plot")
+        plot = _check_plot(plot_path or free_path(Path(default)), overwrite)
         with compute() as threads:  # one process per thread: the solves are many small operations
             results = compare_state_tracking(models, task=task, factors=fs, batch=batch or 256, uniform=uniform,
                                              progress=True, workers=threads)
@@ -182,12 +196,22 @@ def _print_state_tracking(models: list[Any], results: list[dict[str, Any]], path
 
 
 
-def _evaluate_language(model: Any, plot_path: Path | None) -> None:
-    """Held-out bits per character of a language model: a table by mode, a summary by position, a plot."""
-    from aocsim.experiments.language import bucket_means, evaluate_language, plot_bits_by_position, position_buckets
+def _check_plot(path: Path, overwrite: bool) -> Path:
+    """--plot checked before any work: its format, a place it can be written (missing folders are created
+    when it is drawn), and an existing file only replaced with --overwrite."""
     from aocsim.io.outputs import check_output_file
 
-    plot = check_output_file(plot_path, what="--plot") if plot_path is not None else None
+    plot = check_output_file(path, what="--plot")
+    if plot.exists() and not overwrite:
+        raise click.ClickException(f"--plot {plot} exists; pass --overwrite to replace it")
+    return plot
+
+
+def _evaluate_language(model: Any, plot_path: Path | None, overwrite: bool) -> None:
+    """Held-out bits per character of a language model: a table by mode, a summary by position, a plot."""
+    from aocsim.experiments.language import bucket_means, evaluate_language, plot_bits_by_position, position_buckets
+
+    plot = _check_plot(plot_path, overwrite) if plot_path is not None else None
     with compute() as threads:
         result = evaluate_language(model, progress=True, workers=threads)
     h, name, implicit = result["heldout"], model.card["name"], result["implicit"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aocsim.cli.common import compute, friendly
+from aocsim.cli.common import PROFILE_HELP, compute, friendly, profile_option
 
 
 @click.command("generate")
@@ -14,9 +14,10 @@ from aocsim.cli.common import compute, friendly
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling generator (>= 0).")
 @click.option("--temperature", type=float, default=1.0, show_default=True,
               help="Softmax temperature (>= 0; 0: the most likely character each time).")
-@click.option("--device", default=None,
-              help="Also generate on this device profile (a hybrid placement, one chip and one weight load, "
-                   "as in aocsim compare) from the same sampling seed, printed beside the exact path's text.")
+@profile_option("--device", default=None,
+                help="Also generate on this device profile (a hybrid placement, one chip and one weight load, "
+                     "as in aocsim compare) from the same sampling seed, printed beside the exact path's text: "
+                     f"{PROFILE_HELP}.")
 @click.option("--chip", type=click.IntRange(min=0), default=0, show_default=True, help="--device: the chip.")
 @friendly
 def generate_cmd(model: str, prompt: str, length: int, seed: int, temperature: float, device: str | None,

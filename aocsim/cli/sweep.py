@@ -7,11 +7,13 @@ from typing import Any
 
 import click
 
-from aocsim.cli.common import Path_, compute, friendly
+from aocsim.cli.common import MISSING_FOLDERS, Path_, check_torch_device, compute, friendly, torch_device_option
+from aocsim.cli.compare import COMPARE_CPU
 from aocsim.execute.placement import DECLARATIONS
 from aocsim.experiments.metrics import METRICS
 
 LARGE = 1000  # points above which a sweep prints its size and rough duration and waits for --yes
+SWEEP_CPU = f"each point is an aocsim compare; {COMPARE_CPU}"
 
 
 class _SweepGroup(click.Group):
@@ -76,7 +78,8 @@ def sweep_cmd() -> None:
 @sweep_cmd.command("run")
 @click.argument("spec", type=Path_(dir_okay=False, path_type=Path))
 @click.option("--out", type=Path_(file_okay=False, path_type=Path), required=True,
-              help="The sweep's folder: points/ (one file per finished point) and results.nc.")
+              help=f"The sweep's folder: points/ (one file per finished point) and results.nc; "
+                   f"{MISSING_FOLDERS}.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Local processes, one torch thread each [default: the CPU cores other work leaves free, "
                    "or --threads].")
@@ -88,23 +91,27 @@ def sweep_cmd() -> None:
 @click.option("--overwrite", is_flag=True,
               help="Start the sweep in --out again (removes only its own files); replaces an existing --plot.")
 @click.option("--plot", "plot_path", type=Path_(dir_okay=False, path_type=Path), default=None,
-              help="Also draw the results (.png/.svg/.pdf) [default: none; aocsim plot DIR/results.nc draws them].")
+              help="Also draw the results (.png/.svg/.pdf) [default: none; aocsim plot DIR/results.nc draws them]; "
+                   f"{MISSING_FOLDERS}.")
+@torch_device_option(SWEEP_CPU)
 @click.option("--yes", is_flag=True, help=f"Start a sweep of more than {LARGE} points (it prints its size and a "
                                           "rough duration and waits for this otherwise).")
 @friendly
 def run_cmd(spec: Path, out: Path, workers: int | None, scheduler: str | None, slurm_jobs: int | None, resume: bool,
-            overwrite: bool, plot_path: Path | None, yes: bool) -> None:
+            overwrite: bool, plot_path: Path | None, torch_device: str, yes: bool) -> None:
     """Run SPEC's points (each one `aocsim compare`), write --out/results.nc and print a table of the
     metrics per point (mean over chips and seeds)."""
     import time
 
     from aocsim.experiments.sweep import load_spec, sweep
     from aocsim.experiments.sweep.table import front_table, point_table, untrusted_lines
-    from aocsim.io.outputs import check_output_file
+    from aocsim.io.outputs import check_output_file, check_writable_folder
 
     other = "--scheduler" if scheduler is not None else "--workers" if workers is not None else None
     if slurm_jobs is not None and other is not None:
         raise click.ClickException(f"--slurm and {other} together; expected one of --slurm, --scheduler and --workers")
+    check_torch_device(torch_device, SWEEP_CPU)
+    check_writable_folder(out, what="--out")  # created by the sweep; what it holds: checked by the sweep's store
     loaded = load_spec(spec)
     plot = check_output_file(plot_path, what="--plot") if plot_path is not None else None
     if plot is not None and plot.exists() and not overwrite:
@@ -224,7 +231,7 @@ def _pairs(items: tuple[str, ...]) -> dict[str, Any]:
                    "its front, both hypervolumes up to one reference point.")
 @click.option("--out", "out_path", type=Path_(dir_okay=False, path_type=Path), default=None,
               help="The figure (.png/.svg/.pdf) [default: next to RESULTS, named by what it draws: "
-                   "results-accuracy.png, results-pareto-energy.png, results-front.png].")
+                   f"results-accuracy.png, results-pareto-energy.png, results-front.png]; {MISSING_FOLDERS}.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing figure.")
 @friendly
 def plot_cmd(results: Path, metric: str | None, pareto: str | None, other_path: Path | None, out_path: Path | None,

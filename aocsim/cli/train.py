@@ -7,14 +7,14 @@ from typing import Any
 
 import click
 
-from aocsim.cli.common import Path_, compute, friendly
+from aocsim.cli.common import MISSING_FOLDERS, Path_, compute, friendly
 from aocsim.errors import UnknownNameError
 
 
 @click.command()
 @click.argument("recipe")
 @click.option("--out", type=Path_(path_type=Path), default=None,
-              help="Output model directory [default: models/RECIPE].")
+              help=f"Output model directory [default: models/RECIPE]; {MISSING_FOLDERS}.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the recipe's].")
 @click.option("--epochs", type=click.IntRange(min=1), default=None,
               help="Override the epochs (digits and twin recipes).")

@@ -50,6 +50,15 @@ class Declaration:
         return tuple(self.defaults)
 
 
+# What `modules` means, said once: its help line here (aocsim compare --help, the sweep's placement.modules);
+# docs/SWEEPS.md and docs/PHYSICS.md section 6 use these words, and the sweep metric `modules` counts them.
+MODULES = "the machine's optical modules, shared by all of the model's maps"
+MODULES_HELP = (f"models on tiles: {MODULES} [default: one per tile of every map, weight-stationary: all tiles at "
+                "once, every module's static power paid]; fewer than the model's tiles time-multiplexes them: each "
+                "product writes every tile onto its module again (slm.reload_time_s per weight load), then runs "
+                "them in waves of that many (docs/PHYSICS.md section 6).")
+
+
 def option(defaults: Mapping[str, Any], read: Callable[[str, Any], Any], help: str, flag: str = "value") -> Any:
     """A `Placement` field: default None (the kind's own default), declared by `Declaration`."""
     return field(default=None, metadata={"declaration": Declaration(dict(defaults), read, help, flag)})
@@ -208,10 +217,7 @@ class Placement:
         "models on tiles: run the tile products compiled (AOTInductor; the same numbers to float rounding; "
         "needs a C++ compiler; seconds per graph, once per computer and code: the kernel store), and a "
         "sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, compiled placements).", "switch")
-    modules: int | None = option(
-        {TILED: None, HYBRID: None}, count,
-        "models on tiles: optical modules per mapped matrix [default: one per tile, weight-stationary]; fewer "
-        "than its tiles time-multiplexes them, each product writing every tile again (slm.reload_time_s).")
+    modules: int | None = option({TILED: None, HYBRID: None}, count, MODULES_HELP)
     probes: int | None = option(
         {TWIN: 0}, count_or_zero,
         "twin DEQs: after each weight load, solve this many probe inputs (evenly spread over the calibration "

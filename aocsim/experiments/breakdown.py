@@ -227,6 +227,7 @@ def plot_breakdown(ds: xr.Dataset, path: str | Path) -> Path:
         row[0].legend(fontsize=8)
     fig.tight_layout()
     out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from aocsim.execute.placement import MODULES
+
 if TYPE_CHECKING:  # numpy, xarray and torch are imported where a metric is computed: `--help` stays fast
     import xarray as xr
 
@@ -103,7 +105,8 @@ _DECLARED = (
            "time", "s", lambda ds, r: _device(ds).hardware_time_s.mean(r), better="min"),
     Metric("energy_per_inference_j", "mean energy per sample (per token), J (docs/PHYSICS.md section 6)",
            "energy per inference", "energy", "J", lambda ds, r: ds.energy_j.mean(r), better="min"),
-    Metric("modules", "optical modules of the machine the placement declares (docs/PHYSICS.md section 6)",
+    Metric("modules", f"{MODULES}: the placement option's value, else one per tile of every map (docs/PHYSICS.md "
+                      "section 6)",
            "optical modules", "modules", "", _modules, low=1.0, better="min"),
     Metric("weight_loads_per_inference",
            "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",

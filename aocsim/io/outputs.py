@@ -3,6 +3,11 @@
 Training for minutes and then failing to write the result is the worst way to
 learn that a path is wrong; these checks probe the file system up front (a
 temporary file or folder, removed at once) and raise one-line `InputError`s.
+
+The rule for every output path (each command's --out and --plot, and the library's writers): a
+missing folder on the way is created, by the writer at write time (figures, NetCDF files, model
+folders); these checks run before any work and make sure that it can be: the nearest existing
+folder above the path is a folder and writable. They create nothing themselves.
 """
 
 from __future__ import annotations
@@ -63,10 +68,12 @@ def check_output_dir(path: str | Path, *, overwrite: bool, what: str = "out_dir"
     return path
 
 
-def check_output_file(path: str | Path, *, suffixes: tuple[str, ...] = PLOT_SUFFIXES, what: str = "path") -> Path:
-    """`path` as a file that can be written, with one of `suffixes` (its format)."""
+def check_output_file(path: str | Path, *, suffixes: tuple[str, ...] | None = PLOT_SUFFIXES,
+                      what: str = "path") -> Path:
+    """`path` as a file that can be written, with one of `suffixes` (its format; None: any name); its
+    missing folders can be created (the writer creates them)."""
     path = _usable(path, what)
-    if path.suffix.lower() not in suffixes:
+    if suffixes is not None and path.suffix.lower() not in suffixes:
         raise InputError(f"{what} = {str(path)!r}: unknown format {path.suffix or '(no suffix)'!r}; expected a "
                          f"file name ending in {', '.join(suffixes)}")
     if path.is_dir():
@@ -78,7 +85,8 @@ def check_output_file(path: str | Path, *, suffixes: tuple[str, ...] = PLOT_SUFF
 
 
 def check_writable_folder(path: str | Path, *, what: str = "folder") -> Path:
-    """`path` as a folder files can be added to (existing or creatable); nothing is replaced."""
+    """`path` as a folder files can be added to (existing, or creatable with its missing parents); nothing
+    is replaced."""
     path = _usable(path, what)
     if path.exists():
         if not path.is_dir():

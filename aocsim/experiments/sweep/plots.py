@@ -157,6 +157,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
     if len(axes) < 2:
         declutter(fig, ax.xaxis, ax.yaxis)
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
@@ -236,6 +237,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
     fig.tight_layout()
     declutter(fig, ax.xaxis, ax.yaxis)
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
@@ -312,6 +314,7 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
     fig.tight_layout()
     declutter(fig, ax.xaxis, ax.yaxis)
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a missing folder is created (aocsim/io/outputs.py)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
