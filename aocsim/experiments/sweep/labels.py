@@ -90,6 +90,22 @@ def _overlap(boxes: list[Any]) -> bool:
                for a, b in zip(boxes, boxes[1:]))
 
 
+def untrusted(ds: Any, model: object, dims: list[str]) -> np.ndarray:
+    """Per point of `model` along `dims` (in that order): compare did not trust it (trusted == 0); all False
+    for results without the verdict."""
+    shape = [ds.sizes[d] for d in dims]
+    if "trusted" not in ds:
+        return np.zeros(shape, dtype=bool)
+    bad = ds.trusted.sel(model=model) == 0
+    bad = bad.any([d for d in bad.dims if d not in dims])  # any untrusted point among the ones averaged
+    return np.broadcast_to(bad.transpose(*[d for d in dims if d in bad.dims]).values, shape).copy()
+
+
+def flat_untrusted(ds: Any, n: int) -> np.ndarray:
+    """A search's trials (or a grid's points, flattened) that compare did not trust."""
+    return ds.trusted.values.ravel() == 0 if "trusted" in ds else np.zeros(n, dtype=bool)
+
+
 def value_ticks(axis: Any, values: np.ndarray, unit: str, log: bool) -> None:
     """Ticks for the swept values: a labelled tick at each (up to 10 of them; SI prefixes with a unit), else
     on a log axis ticks at 1, 2 and 5 times the powers of ten, labelled."""

@@ -10,8 +10,9 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.experiments.sweep.front import pareto_mask
-from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, declutter, log_cost_ticks,
-                                             metric_label, percent_axis, settings_text, value_ticks)
+from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, declutter, flat_untrusted,
+                                             log_cost_ticks, metric_label, percent_axis, settings_text, untrusted,
+                                             value_ticks)
 
 RUN_DIMS = ("chip", "seed")
 COSTS = {"energy": ("energy_per_inference_j", "J"), "time": ("time_per_inference_s", "s")}  # variable, unit
@@ -50,22 +51,6 @@ def _unit(path: str) -> str:
     return BY_KEY[path].unit if path in BY_KEY else ""
 
 
-def _untrusted(ds: xr.Dataset, model: object, dims: list[str]) -> np.ndarray:
-    """Per point of `model` along `dims` (in that order): compare did not trust it (trusted == 0); all False
-    for results without the verdict."""
-    shape = [ds.sizes[d] for d in dims]
-    if "trusted" not in ds:
-        return np.zeros(shape, dtype=bool)
-    bad = ds.trusted.sel(model=model) == 0
-    bad = bad.any([d for d in bad.dims if d not in dims])  # any untrusted point among the ones averaged
-    return np.broadcast_to(bad.transpose(*[d for d in dims if d in bad.dims]).values, shape).copy()
-
-
-def _flat_untrusted(ds: xr.Dataset, n: int) -> np.ndarray:
-    """A search's trials (or a grid's points, flattened) that compare did not trust."""
-    return ds.trusted.values.ravel() == 0 if "trusted" in ds else np.zeros(n, dtype=bool)
-
-
 def _tick_text(values: np.ndarray, unit: str) -> list[str]:
     from matplotlib.ticker import EngFormatter
 
@@ -99,7 +84,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
             (xname, xs), (yname, ys) = _coordinate(ds, axes[1]), _coordinate(ds, axes[0])
             image = ax.imshow(mean.values, origin="lower", aspect="auto", cmap="viridis",
                               **({"vmin": 0.0, "vmax": 1.0} if metric in SHARES else {}))
-            bad = _untrusted(ds, model, [axes[0], axes[1]])
+            bad = untrusted(ds, model, [axes[0], axes[1]])
             for yi, xi in zip(*np.nonzero(bad)):
                 ax.text(xi, yi, "x", color="red", ha="center", va="center", fontsize=11, fontweight="bold")
             if bad.any():
@@ -134,7 +119,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
                 low, high = (m - s, m + s) if metric not in SHARES else (np.clip(m - s, 0, 1), np.clip(m + s, 0, 1))
                 ax.plot(xs, m, marker="o", label=str(model), clip_on=metric not in SHARES)
                 ax.fill_between(xs, low, high, alpha=0.25)
-                bad = _untrusted(ds, model, [axes[0]])[order]
+                bad = untrusted(ds, model, [axes[0]])[order]
                 if bad.any():
                     ax.plot(xs[bad], m[bad], "x", color="red", ms=10, mew=2, ls="none", clip_on=False,
                             label=f"{model}: untrusted (compare's WARNING)")
@@ -203,7 +188,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
         ax.scatter(x[feasible], y[feasible], s=18, alpha=0.45, color=color, marker=marker,
                    label=f"{label}: {len(values)} points ({int(feasible.sum())} feasible)")
         ax.scatter(x[~feasible], y[~feasible], s=20, marker="x", color=color, alpha=0.45)
-        bad = _flat_untrusted(search_ds if k == 0 else other, len(values))
+        bad = flat_untrusted(search_ds if k == 0 else other, len(values))
         if bad.any():
             ax.scatter(x[bad], y[bad], s=70, facecolors="none", edgecolors="red", linewidths=1.2,
                        label=f"{label}: untrusted (compare's WARNING; infeasible)")
@@ -284,7 +269,7 @@ def plot_pareto(ds: xr.Dataset, path: str | Path, *, cost: str = "energy") -> Pa
         c = cost_mean.values.ravel()
         a = ds.accuracy.sel(model=model).mean(RUN_DIMS).values.ravel()
         labels = _settings(ds, cost_mean)
-        bad = _untrusted(ds, model, list(cost_mean.dims)).ravel()
+        bad = untrusted(ds, model, list(cost_mean.dims)).ravel()
         keep = np.flatnonzero(np.isfinite(c) & np.isfinite(a))
         c, a, bad, labels = c[keep], a[keep], bad[keep], [labels[i] for i in keep]
         color = f"C{mi}"
