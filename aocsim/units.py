@@ -19,11 +19,18 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     5.54e-05 J -> '55.4 uJ', 2.506e-01 s -> '251 ms', 3.853e+13 OPS/W -> '38.5 TOPS/W', 9.997e-07 s -> '1 us'.
     Zero as '0 J'; NaN and infinities as 'nan J', 'inf J'."""
     value = float(value)
+    if not prefixable(unit):  # a rate such as 1/s: a prefix would read as "k1/s"
+        return f"{float(f'{value:.{digits}g}'):g} /{unit[2:]}" if unit.startswith("1/") else f"{value:.{digits}g} {unit}"
     if value == 0 or not math.isfinite(value):
         return f"{value:g} {unit}"
     rounded = float(f"{value:.{digits - 1}e}")  # rounded first: 999.7 n becomes 1.00 u, not 1000 n
     exponent = min(max(3 * math.floor(math.log10(abs(rounded)) / 3), PREFIXES[-1][0]), PREFIXES[0][0])
     return f"{rounded / 10.0 ** exponent:.{digits}g} {dict(PREFIXES)[exponent]}{unit}"
+
+
+def prefixable(unit: str) -> bool:
+    """Whether an SI prefix can stand before `unit` (W, J, s, OPS/W; not 1/s or a unit-less value)."""
+    return bool(unit) and unit[0].isalpha()
 
 
 def ops_per_watt(tops: float) -> str:

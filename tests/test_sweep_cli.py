@@ -206,3 +206,19 @@ def test_the_worked_example_of_the_docs_runs_on_small_specs(tmp_path: Path) -> N
     assert [r[:2] for r in power] == [["1", "uW"], ["1", "mW"]] and float(power[1][2]) == 100.0
     bits = _table(outputs[5], "slm.bits")
     assert [r[0] for r in bits] == ["2", "9"] and all(r[1] == "readout" for r in bits)
+
+
+def test_sweep_help_documents_the_search_block_and_every_metric() -> None:
+    """Issue 41, finding 3: `sweep --help` never mentioned `search:`."""
+    from aocsim.experiments.metrics import METRICS
+
+    text = " ".join(cli("sweep", "--help").output.split())
+    assert "search:" in text and "space:" in text and ">= 99 %" in text and "refused before any trial" in text
+    assert all(m in text for m in METRICS)
+
+
+def test_a_rate_setting_is_printed_without_a_prefix_on_its_unit() -> None:
+    """A hold droop of 1000 per second reads '1000 /s', not '1 k1/s'."""
+    from aocsim.experiments.sweep.table import _value
+
+    assert _value(1000.0, "1/s") == "1000 /s" and _value(3e-5, "W") == "30 uW"

@@ -120,8 +120,11 @@ def plot_compare(results: dict[str, Any], path: Path) -> Path:
     if mse_ax is not None:
         mse_ax.set_ylim(bottom=0)
     if shares:
-        acc_ax.set_ylim(0, 1.05)
-        acc_ax.set_ylabel(" / ".join(sorted(shares)))
+        from matplotlib.ticker import PercentFormatter
+
+        acc_ax.set_ylim(0, 1.0)  # accuracy within 0-100 %
+        acc_ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        acc_ax.set_ylabel(" / ".join(sorted(shares)) + " (%)")
     acc_ax.legend(fontsize=7, loc="lower right")
     device = next(iter(results.values())).attrs.get("device", "")
     acc_ax.set_title(f"exact path vs {device} (device: mean, range over chips x seeds)", fontsize=9)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from aocsim.experiments.metrics import METRICS
+from aocsim.units import prefixable
 
 # Placement settings in words (their declarations' help lines are sentences, too long for an axis).
 PLACEMENT_WORDS = {
@@ -106,12 +107,21 @@ def flat_untrusted(ds: Any, n: int) -> np.ndarray:
     return ds.trusted.values.ravel() == 0 if "trusted" in ds else np.zeros(n, dtype=bool)
 
 
+def cost_axis(axis: Any, unit: str) -> None:
+    """A time or energy axis in SI prefixes (5 uJ, 300 ns), as the tables print them."""
+    from matplotlib.ticker import EngFormatter
+
+    if unit in ("s", "J"):
+        axis.set_major_formatter(EngFormatter(unit=unit, sep=" "))
+
+
 def value_ticks(axis: Any, values: np.ndarray, unit: str, log: bool) -> None:
     """Ticks for the swept values: a labelled tick at each (up to 10 of them; SI prefixes with a unit), else
     on a log axis ticks at 1, 2 and 5 times the powers of ten, labelled."""
     from matplotlib.ticker import EngFormatter, FixedLocator, LogLocator, NullLocator, ScalarFormatter
 
-    fmt = EngFormatter(unit=unit, sep=" ") if unit else ScalarFormatter()
+    fmt = EngFormatter(unit=unit, sep=" ") if prefixable(unit) else ScalarFormatter()
+    unit = unit if prefixable(unit) else ""  # a rate (1/s): plain numbers, its unit in the axis label
     distinct = np.unique(values)
     if len(distinct) <= 10:
         axis.set_major_locator(FixedLocator(distinct))

@@ -10,9 +10,10 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.experiments.sweep.front import pareto_mask
-from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, declutter, flat_untrusted,
+from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, cost_axis, declutter, flat_untrusted,
                                              log_cost_ticks, metric_label, percent_axis, settings_text, untrusted,
                                              value_ticks)
+from aocsim.units import prefixable
 
 RUN_DIMS = ("chip", "seed")
 COSTS = {"energy": ("energy_per_inference_j", "J"), "time": ("time_per_inference_s", "s")}  # variable, unit
@@ -55,7 +56,7 @@ def _tick_text(values: np.ndarray, unit: str) -> list[str]:
     from matplotlib.ticker import EngFormatter
 
     fmt = EngFormatter(unit=unit, sep=" ")
-    return [fmt(float(v)) if unit and isinstance(v, (float, np.floating, int, np.integer)) and not isinstance(
+    return [fmt(float(v)) if prefixable(unit) and isinstance(v, (float, np.floating, int, np.integer)) and not isinstance(
         v, (bool, np.bool_)) else (f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v)) for v in values]
 
 
@@ -99,6 +100,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
             bar = fig.colorbar(image, ax=ax, label=label)
             if metric in SHARES:
                 percent_axis(bar.ax.yaxis)
+            cost_axis(bar.ax.yaxis, da.attrs.get("units", ""))
             declutter(fig, ax.xaxis, ax.yaxis)
     else:
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -135,6 +137,7 @@ def plot_sweep(ds: xr.Dataset, path: str | Path, *, metric: str | None = None) -
         if metric in SHARES:
             percent_axis(ax.yaxis)
             clamp_share(ax)
+        cost_axis(ax.yaxis, da.attrs.get("units", ""))
         ax.grid(alpha=0.3)
         ax.legend(title="mean +- std over chips x seeds", fontsize=8, title_fontsize=8)
     fig.suptitle(f"{metric_label(metric)} on {ds.attrs.get('device', '?')}")

@@ -106,9 +106,7 @@ def _value(v: Any, unit: str = "") -> str:
     if isinstance(v, np.generic):
         v = v.item()
     if unit and isinstance(v, (int, float)) and not isinstance(v, bool):
-        from matplotlib.ticker import EngFormatter
-
-        return EngFormatter(unit=unit, places=None, sep=" ")(float(v)).replace("\u00b5", "u").replace("\u03bc", "u")
+        return si(float(v), unit)
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
