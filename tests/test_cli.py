@@ -210,14 +210,14 @@ def _no_cuda(monkeypatch: pytest.MonkeyPatch, available: bool = False) -> None:
     """torch.cuda.is_available() answers `available`; compare's and a sweep's work fail if they start."""
     import torch
 
-    import aocsim.cli.compare
+    import aocsim.experiments.compare_models
     import aocsim.experiments.sweep
 
     def started(*args: object, **kwargs: object) -> None:
         raise AssertionError("the work started before --torch-device was checked")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
-    monkeypatch.setattr(aocsim.cli.compare, "_load", started)
+    monkeypatch.setattr(aocsim.experiments.compare_models, "compare_models", started)
     monkeypatch.setattr(aocsim.experiments.sweep, "sweep", started)
 
 

@@ -15,6 +15,7 @@ import click
 from aocsim.cli.common import (MISSING_FOLDERS, PROFILE_HELP, Path_, check_torch_device, compute, friendly,
                                parse_overrides, profile_option, torch_device_option)
 from aocsim.execute.placement import DECLARATIONS
+from aocsim.experiments.workloads import LENGTH_FACTOR, SEQUENCES
 
 
 # Why compare (and a sweep's points, each a compare) run on the CPU: said in --help and by --torch-device cuda.
@@ -56,9 +57,9 @@ def placement_options(command: Callable[..., Any]) -> Callable[..., Any]:
               help="Figure of accuracy and fixed-point error (.png/.svg/.pdf) [default: --out with .png]; "
                    f"{MISSING_FOLDERS}.")
 @click.option("--sequences", default=None, type=click.IntRange(1, 4096),
-              help="Sequence models: fresh sequences, every element equally likely [default: 32].")
+              help=f"Sequence models: fresh sequences, every element equally likely [default: {SEQUENCES}].")
 @click.option("--length-factor", default=None, type=click.IntRange(1, 64),
-              help="Sequence models: their length, in multiples of the training length [default: 4].")
+              help=f"Sequence models: their length, in multiples of the training length [default: {LENGTH_FACTOR}].")
 @placement_options
 @friendly
 def compare_cmd(model_names: tuple[str, ...], device: str, torch_device: str, overrides: tuple[str, ...], seeds: int,
@@ -97,13 +98,13 @@ def compare_cmd(model_names: tuple[str, ...], device: str, torch_device: str, ov
     profile = resolve_profile(device) if not overrides else _with_overrides(device, overrides)
     with compute() as threads:  # cores for this machine's load; progress as lines off a terminal
         from aocsim.experiments.compare import warm_worker
+        from aocsim.experiments.compare_models import compare_models
         from aocsim.parallel import Workers
 
         with Workers(threads, warm=warm_worker) as pool:  # started first: its start-up overlaps the loading
-            loaded = _load(names)
-            placements = _placements(loaded, profile, given, sequences is not None or length_factor is not None)
-            results = run_compares(loaded, profile, placements, seeds, chips, sequences or 32, length_factor or 4,
-                                   pool)
+            results = compare_models(names, profile, given, seeds=seeds, chips=chips, sequences=sequences,
+                                     length_factor=length_factor, workers=pool,
+                                     note=lambda line: click.echo(f"note: {line}", err=True))
     write_groups(results, out)
     from aocsim.experiments.results import summarize
 
@@ -147,62 +148,6 @@ def _with_overrides(device: str, overrides: tuple[str, ...]) -> Any:
     from aocsim.hardware.profiles.profile import load_device
 
     return load_device(device, parse_overrides(overrides))
-
-
-def _load(names: tuple[str, ...]) -> dict[str, Any]:
-    """Every model loaded and checked before any work."""
-    from aocsim.io.model_files import load_model
-
-    loaded: dict[str, Any] = {}
-    for name in names:
-        model = load_model(name)
-        if model.card.get("task") not in ("digits", "regression", "state_tracking", "language"):
-            raise click.ClickException(f"model {name!r} has task {model.card.get('task')!r}; compare runs digits "
-                                       "DEQs, twin regressions, state-tracking implicit SSMs and language models")
-        if model.card["name"] in loaded:
-            raise click.ClickException(f"model {name!r}: name {model.card['name']!r} given twice; "
-                                       "expected distinct models (one NetCDF group each)")
-        loaded[model.card["name"]] = model
-    return loaded
-
-
-def _placements(loaded: dict[str, Any], profile: Any, given: Any, workload_options: bool) -> dict[str, Any]:
-    """Each model's placement: the options given that apply to its kind. An option that applies to no
-    model is a one-line error; one that applies to some is noted (stderr) for the others."""
-    from aocsim.execute.placement import DECLARATIONS, Placement
-    from aocsim.execute.registry import placement_class
-
-    kinds = {name: placement_class(model, profile, given).kind for name, model in loaded.items()}
-    for option, value in given.given().items():
-        takers = [n for n, k in kinds.items() if k in DECLARATIONS[option].kinds]
-        flag = "--" + option.replace("_", "-")
-        if not takers:
-            raise click.ClickException(f"{flag} applies to {' and '.join(k + 's' for k in DECLARATIONS[option].kinds)}; "
-                                       + "; ".join(f"{n} runs as a {k} on {profile.name}" for n, k in kinds.items()))
-        others = [n for n in kinds if n not in takers]
-        if others:
-            click.echo(f"note: {flag} does not apply to {', '.join(others)} ({', '.join(kinds[n] for n in others)})",
-                       err=True)
-    if workload_options and not any(m.card["task"] in ("state_tracking", "language") for m in loaded.values()):
-        raise click.ClickException("--sequences and --length-factor apply to sequence models; "
-                                   f"{', '.join(loaded)} {'is a DEQ' if len(loaded) == 1 else 'are DEQs'}")
-    return {name: Placement(**{k: v for k, v in given.given().items() if kinds[name] in DECLARATIONS[k].kinds})
-            for name in loaded}
-
-
-def run_compares(loaded: dict[str, Any], profile: Any, placements: dict[str, Any], seeds: int, chips: int,
-                 sequences: int, length_factor: int, workers: Any) -> dict[str, Any]:
-    """Every model's compare on its default workload, their runs on the same `workers` (`compare_all`)."""
-    from aocsim.experiments.compare import compare_all
-    from aocsim.experiments.workloads import default_workload
-
-    jobs = []
-    for name, model in loaded.items():
-        w = default_workload(model, sequences=sequences, length_factor=length_factor)
-        jobs.append(dict(model=model, device=profile, inputs=w.inputs, targets=w.targets, placement=placements[name],
-                         seeds=tuple(range(seeds)), chips=tuple(range(chips)), calibration=w.calibration))
-    # one process per core (the solves are many small operations), the models' runs on them at once
-    return dict(zip(loaded, compare_all(jobs, workers=workers, progress=True)))
 
 
 def _print_compare(s: dict[str, Any]) -> None:

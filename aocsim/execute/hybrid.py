@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from aocsim.errors import InputError
+from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_token_inputs
-from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.placement import HYBRID, Placement, ssm_cap, ssm_cap_words
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.snr import parts_for, readout
 from aocsim.execute.snr_mapping import device_multiplier
@@ -91,13 +92,21 @@ def _check_explicit(model: ImplicitSSM, placement: Placement) -> None:
                          "expected another map (inject, out_proj) or 'none'")
 
 
-class HybridSSM:
+class HybridSSM(PlacedModel):
     """An implicit SSM on one chip of a device (module docstring)."""
 
     kind = HYBRID
     residual = "rel_residual"
     residual_units = "relative, ||f(z) - z|| / ||f(z)|| per token"
     dims = ("sample", "position")
+
+    @classmethod
+    def convergence_rule(cls, rtol: str, atol: str) -> str:
+        return f"relative residual ||f(z) - z|| / ||f(z)|| <= rtol {rtol} per token"
+
+    @staticmethod
+    def iteration_cap(mode: str | None) -> str:
+        return ssm_cap_words(mode)
 
     @staticmethod
     def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:
@@ -151,7 +160,8 @@ class HybridSSM:
     def attributes(model: ImplicitSSM, placement: Placement) -> dict[str, Any]:
         """Dataset attributes beyond the placement's: the exact path's tolerance, the maps on tiles."""
         maps = ", ".join(on_tiles(model, placement))
-        return {"exact_tol": EXACT_TOL.get(model.head.weight.dtype, 1e-5), "maps_on_tiles": maps}
+        return {"exact_tol": EXACT_TOL.get(model.head.weight.dtype, 1e-5), "maps_on_tiles": maps,
+                "implicit": int(model.config.implicit)}
 
     def __init__(self, model: ImplicitSSM, profile: DeviceProfile, placement: Placement,
                  prepared: dict[str, torch.Tensor]) -> None:
@@ -182,7 +192,7 @@ class HybridSSM:
 
     def _options(self, inputs: torch.Tensor) -> dict[str, Any]:
         s = self.placement
-        cap = s.max_iter or (30 if s.mode == "sequential" else 3 * inputs.shape[1] + 20)
+        cap = s.max_iter or ssm_cap(s.mode, inputs.shape[1])
         return {"mode": s.mode, "tau": s.damping, "tol": s.rtol, "max_iter": cap, "trace": True}
 
     def _result(self, out: Any, placed: PlacedSSM) -> Run:

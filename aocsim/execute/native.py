@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from aocsim.execute.deq_compile import Compiled, compile_deq
+from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.placement import NATIVE, Placement
 from aocsim.execute.run import Run, seed_key
@@ -33,13 +34,19 @@ def exact_deq(model: DEQ, x: torch.Tensor, trace: bool = False) -> Any:
         return model(x, solver="anderson", atol=EXACT_TOLERANCE, rtol=0.0, max_iter=500, trace=trace)
 
 
-class NativeDEQ:
+class NativeDEQ(PlacedModel):
     """`model` compiled for the chip `profile` describes (module docstring)."""
 
     kind = NATIVE
     residual = "abs_residual"
     residual_units = "model state units (||f(z) - z||_2)"
     dims = ("sample",)
+    state_words = "the loop's state, device volts"
+
+    @staticmethod
+    def untrusted_cause(device: str) -> str:
+        return ("the compiled loop computes another map than the model's on this device (the compilation fit or "
+                "too few bits; docs/DEVICE_RUNS.md section 1); --set noise.multiplier=0 tells static errors from noise")
 
     @staticmethod
     def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:

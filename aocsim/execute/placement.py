@@ -18,22 +18,30 @@ defined by the calibrated pipeline with its own weights (`TWIN`).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from aocsim.errors import InputError
+from aocsim.execute.option_readers import (MAP_KINDS, choice, count, count_or_zero, damping, decibels, ema, fraction,
+                                           map_names, nonnegative, short, switch)
 
 NATIVE, TILED, HYBRID, TWIN = "native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ"
 KINDS = (NATIVE, TILED, HYBRID, TWIN)
-MAP_KINDS = ("inject", "in_proj", "out_proj")  # an implicit SSM's linear maps that can go onto tiles
 ON_TILES = (TILED, HYBRID)  # kinds that run products on tiles
+# An implicit SSM's device iteration cap where max_iter is not given: per token sequentially; a L + b for a
+# sequence of L tokens simultaneously (declared once: the hybrid runs it, the help and the summary say it).
+SSM_CAP_SEQUENTIAL, SSM_CAP_SIMULTANEOUS = 30, (3, 20)
 
 
-def short(value: Any, limit: int = 60) -> str:
-    """repr(value) cut to one short line (this module does not import torch: the CLI reads it at start)."""
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+def ssm_cap(mode: str, length: int) -> int:
+    """The implicit SSM's device iteration cap in `mode` for sequences of `length` tokens."""
+    a, b = SSM_CAP_SIMULTANEOUS
+    return SSM_CAP_SEQUENTIAL if mode == "sequential" else a * length + b
+
+
+def ssm_cap_words(mode: str | None) -> str:
+    a, b = SSM_CAP_SIMULTANEOUS
+    return f"{SSM_CAP_SEQUENTIAL} per token" if mode == "sequential" else f"{a} L + {b} iterations"
 
 
 @dataclass(frozen=True)
@@ -62,113 +70,6 @@ MODULES_HELP = (f"models on tiles: {MODULES} [default: one per tile of every map
 def option(defaults: Mapping[str, Any], read: Callable[[str, Any], Any], help: str, flag: str = "value") -> Any:
     """A `Placement` field: default None (the kind's own default), declared by `Declaration`."""
     return field(default=None, metadata={"declaration": Declaration(dict(defaults), read, help, flag)})
-
-
-# -- readers: Python values, YAML values or command-line text -------------------------------------------
-
-def choice(*allowed: str) -> Callable[[str, Any], str]:
-    def read(name: str, value: Any) -> str:
-        if value not in allowed:
-            raise InputError(f"{name} = {short(value)}; expected one of {list(allowed)}")
-        return value
-    return read
-
-
-def count(name: str, value: Any) -> int:
-    """An integer >= 1 (command-line text allowed)."""
-    return _integer(name, value, 1)
-
-
-def count_or_zero(name: str, value: Any) -> int:
-    """An integer >= 0 (command-line text allowed)."""
-    return _integer(name, value, 0)
-
-
-def _integer(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{name} = {short(value)}; expected an integer >= {minimum}")
-    return value
-
-
-def switch(name: str, value: Any) -> bool:
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        value = value.lower() == "true"
-    if not isinstance(value, bool):
-        raise InputError(f"{name} = {short(value)}; expected true or false")
-    return value
-
-
-def fraction(name: str, value: Any) -> float:
-    """A relative tolerance in [0, 1)."""
-    value = _number(name, value)
-    if not 0.0 <= value < 1.0:
-        raise InputError(f"{name} = {short(value)}; expected a relative residual in [0, 1)")
-    return value
-
-
-def damping(name: str, value: Any) -> float:
-    """A damping factor tau in (0, 1] of z <- (1 - tau) z + tau f(z)."""
-    value = _number(name, value)
-    if not 0.0 < value <= 1.0:
-        raise InputError(f"{name} = {short(value)}; expected a damping in (0, 1]")
-    return value
-
-
-def nonnegative(name: str, value: Any) -> float:
-    value = _number(name, value)
-    if value < 0.0:
-        raise InputError(f"{name} = {short(value)}; expected a finite number >= 0")
-    return value
-
-
-def decibels(name: str, value: Any) -> float:
-    """An SNR in dB: any real number, +inf (no noise) included."""
-    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf"):
-        value = math.inf
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == math.inf:
-        return math.inf
-    try:
-        return _number(name, value)
-    except InputError:
-        raise InputError(f"{name} = {short(value)}; expected an SNR in dB (a number, or inf for no noise)") from None
-
-
-def ema(name: str, value: Any) -> float:
-    """The weight alpha in (0, 1] of z_read <- alpha z_k + (1 - alpha) z_read."""
-    value = _number(name, value)
-    if not 0.0 < value <= 1.0:
-        raise InputError(f"{name} = {short(value)}; expected an EMA weight alpha in (0, 1] (1: the last iterate)")
-    return value
-
-
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"{name} = {short(value)}; expected a finite number")
-    return float(value)
-
-
-def map_names(name: str, value: Any) -> tuple[str, ...]:
-    """A subset of MAP_KINDS, in their order: a sequence of names or 'in_proj,out_proj'; 'none' (every
-    map digital: the model with only the noise the snr_* options draw) is the empty set."""
-    if isinstance(value, str) and value.strip() == "none":
-        return ()
-    names = tuple(n.strip() for n in value.split(",")) if isinstance(value, str) else value
-    try:
-        chosen = tuple(names)
-    except TypeError:
-        chosen = ("?",)
-    unknown = [n for n in chosen if n not in MAP_KINDS]
-    if unknown or len(set(chosen)) != len(chosen):  # empty: 'none' read again
-        raise InputError(f"{name} = {short(value)}: {'unknown map ' + repr(unknown[0]) if unknown else 'not a set'}; "
-                         f"expected 'none' or a non-empty subset of {list(MAP_KINDS)} (e.g. 'in_proj,out_proj')")
-    return tuple(k for k in MAP_KINDS if k in chosen)
 
 
 @dataclass(frozen=True)
@@ -225,8 +126,8 @@ class Placement:
         "(no labels) [0: the readout as trained].")
     max_iter: int | None = option(
         {NATIVE: 2000, TILED: 100, HYBRID: None, TWIN: 2000}, count,
-        "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: 30 per token sequentially, "
-        "3 L + 20 simultaneously].")
+        "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: "
+        f"{ssm_cap_words('sequential')} sequentially, {ssm_cap_words('simultaneous')} simultaneously].")
     rtol: float | None = option(
         {NATIVE: 1e-5, TILED: 1e-3, HYBRID: 0.1, TWIN: 1e-5}, fraction,
         "relative residual ||f(z) - z|| / ||f(z)|| at which a device solve stops (per sample; per token for "

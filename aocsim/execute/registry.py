@@ -1,65 +1,28 @@
-"""Placed models: one protocol for every kind, looked up in one explicit registry.
+"""Placed models: one base class for every kind, looked up in one registry.
 
 Placing a model on a device for one chip (`place`) gives a placed model whose `run(inputs, seed)`
 returns a `Run`: its outputs, the fixed points, a `SolveResult` and the `Activity` the machine
 recorded (docs/ARCHITECTURE.md). What a placement does once per chip (compiling, fitting programs)
 happens when it is built; what it does per seed (a weight load and its calibration, then the
-inferences' noise) in `run`. The exact path of every kind is the same protocol's `exact`.
+inferences' noise) in `run`. The exact path of every kind is the same class's `exact`.
 
-Adding a model kind is one placement class (the `PlacedModel` protocol) and one entry in
-`PLACEMENTS`; its options are declared in aocsim/execute/placement.py.
+Every kind is a subclass of `aocsim.execute.placed.PlacedModel`, registered when it is defined
+(`KINDS`); its options are declared in aocsim/execute/placement.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
-
-import torch
+from typing import Any
 
 from aocsim.errors import InputError
-from aocsim.execute.hybrid import HybridSSM
-from aocsim.execute.native import NativeDEQ
+from aocsim.execute import hybrid, native, tiled, twin  # noqa: F401 - defining the kinds registers them
+from aocsim.execute.placed import KINDS, PlacedModel
 from aocsim.execute.placement import Placement, as_placement
-from aocsim.execute.run import Run
-from aocsim.execute.tiled import TiledDEQ
-from aocsim.execute.twin import TwinPlaced
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 
 
-class PlacedModel(Protocol):
-    """A model on one chip of a device (a placement class's instance)."""
-
-    kind: ClassVar[str]  # aocsim.execute.placement.KINDS
-    residual: ClassVar[str]  # which residual the Dataset reports: "abs_residual" or "rel_residual"
-    residual_units: ClassVar[str]
-    dims: ClassVar[tuple[str, ...]]  # the Dataset dimensions of one input: ("sample",) or ("sample", "position")
-
-    def __init__(self, model: Any, profile: DeviceProfile, placement: Placement, prepared: Any) -> None: ...
-
-    @staticmethod
-    def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool: ...
-
-    @staticmethod
-    def check_inputs(model: Any, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]: ...
-
-    @staticmethod
-    def prepare(model: Any, calibration: Any, placement: Placement) -> Any: ...
-
-    @staticmethod
-    def exact(model: Any, inputs: torch.Tensor, placement: Placement) -> Run: ...
-
-    @staticmethod
-    def describe(model: Any, placement: Placement) -> str: ...
-
-    def run(self, inputs: torch.Tensor, seed: int) -> Run: ...
-
-    # Optional: `stacks(placement) -> bool` and `run_seeds(inputs, seeds) -> list[Run]`, a chip's seeds run
-    # as one batch (`HybridSSM`); `compare` then keeps each chip's seeds in one part.
-
-
-# The placement classes, asked in order whether they take a model on a profile (`fits`).
-PLACEMENTS: tuple[type, ...] = (NativeDEQ, TiledDEQ, HybridSSM, TwinPlaced)
+PLACEMENTS = KINDS  # the registry itself: a kind defined later (a plug-in, a test's) joins it
 
 
 def resolve_profile(device: DeviceProfile | str, chip: int | None = None) -> DeviceProfile:
@@ -74,15 +37,19 @@ def resolve_profile(device: DeviceProfile | str, chip: int | None = None) -> Dev
     return profile.with_overrides({"variation.chip_seed": chip})
 
 
-def placement_class(model: Any, profile: DeviceProfile, placement: Placement | None = None) -> type:
-    """The placement class that runs `model` on `profile` (the first in `PLACEMENTS` that fits it),
-    or a one-line InputError (a placement's own when it refuses: a DEQ too large with tiling off)."""
+def placement_class(model: Any, profile: DeviceProfile, placement: Placement | None = None) -> type[PlacedModel]:
+    """The kind that runs `model` on `profile`: the one registered kind whose `fits` takes it (kinds take
+    disjoint models), or a one-line InputError (a placement's own when it refuses: a DEQ too large with
+    tiling off)."""
     placement = as_placement(placement)
-    for cls in PLACEMENTS:
-        if cls.fits(model, profile, placement):
-            return cls
+    takers = [cls for cls in KINDS if cls.fits(model, profile, placement)]
+    if len(takers) > 1:
+        raise InputError(f"model is a {type(model).__name__} that several placed kinds take "
+                         f"({', '.join(c.__name__ for c in takers)}); expected exactly one (their fits overlap)")
+    if takers:
+        return takers[0]
     raise InputError(f"model is a {type(model).__name__}; expected a DEQ, a twin DEQ or an implicit SSM (the kinds "
-                     "with a placement: aocsim.execute.registry.PLACEMENTS)")
+                     "with a placement: aocsim.execute.placed.KINDS)")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import torch
 from aocsim.errors import InputError
 from aocsim.execute.device_linear import DeviceLinear, compile_option, fit_key, fit_maps
 from aocsim.execute.token_keys import TokenKeys
+from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement
@@ -57,7 +58,7 @@ class _Iteration:
         return self.model.config.alpha * z + self.feedback(torch.tanh(z)) + self.u
 
 
-class TiledDEQ:
+class TiledDEQ(PlacedModel):
     """A DEQ on one chip of a device whose channels it outgrows (module docstring)."""
 
     kind = TILED

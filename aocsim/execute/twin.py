@@ -20,6 +20,7 @@ import torch
 
 from aocsim._numerics import least_squares
 from aocsim.errors import InputError
+from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.placement import TWIN, Placement
 from aocsim.execute.run import Run, seed_key
@@ -29,13 +30,19 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.twin_deq import TwinDEQ
 
 
-class TwinPlaced:
+class TwinPlaced(PlacedModel):
     """A `TwinDEQ` on one chip of a device (module docstring)."""
 
     kind = TWIN
     residual = "abs_residual"
     residual_units = "device volts (||f(z) - z||_2)"
     dims = ("sample",)
+    state_words = "the loop's state, device volts"
+
+    @staticmethod
+    def untrusted_cause(device: str) -> str:
+        return ("the chip's static errors move the fixed points away from the nominal pipeline's (--probes N refits "
+                "the readout per weight load); --set noise.multiplier=0 tells static errors from noise")
 
     @staticmethod
     def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:

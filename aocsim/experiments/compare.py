@@ -128,7 +128,7 @@ def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets
     placed = resolve(m, base, placement)
     x, y = placed.cls.check_inputs(m, inputs, targets)
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
-    stacked = bool(getattr(placed.cls, "stacks", lambda _: False)(placed.placement))  # a chip's seeds as one batch
+    stacked = placed.cls.stacks(placed.placement)  # a chip's seeds as one batch
     return _Plan(placed, m, base, x, y, seed_ids, chip_ids,
                  _parts(len(chip_ids), len(seed_ids), workers, split=split and not stacked), calibration)
 
@@ -189,14 +189,8 @@ def _dataset(plan: _Plan, runs: dict[int, list[dict[str, Any]]]) -> xr.Dataset:
     lit, modules = int(device.pop("channels").max()), int(device.pop("modules").max())
     activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None, modules=modules)
     device["energy_j"] = np.asarray(energy_j(plan.base, activity)["total"])
-    ds = comparison_dataset(placed, plan.model, plan.base, plan.exact, device, activity, traces, plan.targets,
-                            plan.seeds, plan.chips)
-    if hasattr(placed.cls, "program_error"):
-        from aocsim.experiments.trust import trust_attributes
-
-        ds.attrs["max_program_error"] = program_error
-        ds.attrs.update(trust_attributes(ds))  # with the placement's own check
-    return ds
+    return comparison_dataset(placed, plan.model, plan.base, plan.exact, device, activity, traces, plan.targets,
+                              plan.seeds, plan.chips, program_error=program_error)
 
 
 def warm_worker() -> None:
@@ -224,9 +218,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
     numpy arrays (a module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
     placed = cls(model, profile, placement, prepared)
     out = []
-    stacked = placed.run_seeds(x, seeds) if hasattr(placed, "run_seeds") else None  # the seeds as one batch
-    for i, seed in enumerate(seeds):
-        run = placed.run(x, seed) if stacked is None else stacked[i]
+    for run in placed.run_seeds(x, seeds):  # one by one, or as one batch where the kind stacks them
         solve, act = run.solve, run.activity
         one: dict[str, Any] = {
             "prediction": predictions(run.outputs), "iterations": solve.iterations.numpy(),
@@ -239,7 +231,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
             one[name] = np.broadcast_to(np.asarray(getattr(act, name), dtype=np.float64), one["iterations"].shape)
         one["channels"] = np.full(one["iterations"].shape, act.channels or 0, dtype=np.int64)
         one["modules"] = np.full(one["iterations"].shape, act.modules or 1, dtype=np.int64)
-        one["program_error"] = float(getattr(placed, "program_error", 0.0))
+        one["program_error"] = float(placed.program_error)
         out.append(one)
     return out
 

@@ -11,7 +11,7 @@ import torch
 import xarray as xr
 
 from aocsim._version import __version__
-from aocsim.execute.placement import HYBRID, NATIVE, TWIN
+from aocsim.execute.placed import PlacedModel, kind_class
 from aocsim.experiments.metrics import inference_unit, is_explicit
 from aocsim.experiments.trust import trust_attributes, trust_notes
 from aocsim.hardware.physics.energy import Activity
@@ -59,9 +59,11 @@ def predictions(outputs: torch.Tensor) -> np.ndarray:
 
 def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfile, exact: Any,
                        device: dict[str, np.ndarray], activity: Activity, traces: dict[tuple[int, int], np.ndarray],
-                       targets: torch.Tensor | None, seeds: list[int], chips: list[int]) -> xr.Dataset:
+                       targets: torch.Tensor | None, seeds: list[int], chips: list[int], *,
+                       program_error: float = 0.0) -> xr.Dataset:
     """The Dataset of one compare: the exact `Run`, the device's per-run arrays [chip, seed, ...] (incl.
-    energy_j), its activity, residual traces per (chip, seed), with units and provenance."""
+    energy_j), its activity, residual traces per (chip, seed), the worst chip's tile-program error, with
+    units, provenance and the verdict of aocsim.experiments.trust."""
     cls = placed.cls
     dims = ("path", "chip", "seed", *cls.dims)
     lengths = device["prediction"].shape[2:]
@@ -114,16 +116,15 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         ds["residual_trace"] = residual_traces(exact.trace.double().numpy(), traces, len(chips), len(seeds),
                                                cls.residual_units)
     card = getattr(model, "card", {}) or {}
-    extra = cls.attributes(model, placed.placement) if hasattr(cls, "attributes") else {}
+    extra = cls.attributes(model, placed.placement)
     ds.attrs.update({
         "aocsim_version": __version__, "model": str(card.get("name", f"<in-memory {type(model).__name__}>")),
         "model_sha256": model_checksum(model), "device": profile.name,
         "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
         "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
-        "kind": cls.kind, "placement": cls.describe(model, placed.placement), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
+        "kind": cls.kind, "max_program_error": float(program_error), "placement": cls.describe(model, placed.placement), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
         **({"task": "regression"} if regression else {"classes": int(exact.outputs.shape[-1]),
                                                        "task": str(card.get("task", "classification"))}),
-        **({"implicit": int(model.config.implicit)} if hasattr(getattr(model, "config", None), "implicit") else {}),
     })
     for name in ds.variables:  # CF: every variable has units ("1": a count, a fraction, a class or a flag)
         if ds[name].dtype.kind in "iufb":
@@ -215,16 +216,10 @@ def terms(ds: xr.Dataset) -> dict[str, str]:
     unit = inference_unit(ds)
     rtol, atol = (f"{v:g}" if v is not None else "?" for v in (ds.attrs.get("placement.rtol"),
                                                               ds.attrs.get("placement.atol")))
-    if ds.attrs.get("kind") == HYBRID:
-        rule = f"relative residual ||f(z) - z|| / ||f(z)|| <= rtol {rtol} per token"
-    else:
-        state = "the loop's state, device volts" if ds.attrs.get("kind") in (NATIVE, TWIN) else "model units"
-        rule = f"||f(z) - z|| <= atol {atol} + rtol {rtol} ||f(z)|| ({state})"
+    kind = kind_class(str(ds.attrs.get("kind"))) or PlacedModel  # the kind's own words (a file of an unknown kind: defaults)
+    rule = kind.convergence_rule(rtol, atol)
     cap = ds.attrs.get("placement.max_iter")
-    if cap is not None:
-        cap_text = f"{int(cap)} iterations"
-    else:  # the hybrid's cap depends on its mode (aocsim/execute/placement.py, max_iter)
-        cap_text = "30 per token" if ds.attrs.get("placement.mode") == "sequential" else "3 L + 20 iterations"
+    cap_text = f"{int(cap)} iterations" if cap is not None else kind.iteration_cap(ds.attrs.get("placement.mode"))
     first = ({"output rms": f"root mean square of device output - exact output over a run's {unit}s",
               "mse": f"mean squared error against the targets over a run's {unit}s"}
              if ds.attrs.get("task") == "regression" else

@@ -32,7 +32,7 @@ from typing import Any
 
 import xarray as xr
 
-from aocsim.execute.placement import NATIVE, TWIN
+from aocsim.execute.placed import PlacedModel, kind_class
 from aocsim.experiments.metrics import inference_unit
 from aocsim.solve.result import SolveStatus
 
@@ -66,14 +66,8 @@ def _cause(ds: xr.Dataset, shares: dict[SolveStatus, float]) -> str:
     if shares[SolveStatus.NOISE_FLOOR] > shares[SolveStatus.CONVERGED]:
         return ("noise swamps the state (most solves stopped at the predicted noise floor); lower "
                 "noise.multiplier or raise noise.power_per_unit_w (--set KEY=VALUE)")
-    if ds.attrs.get("kind") == TWIN:
-        return ("the chip's static errors move the fixed points away from the nominal pipeline's (--probes N refits "
-                "the readout per weight load); --set noise.multiplier=0 tells static errors from noise")
-    if ds.attrs.get("kind") == NATIVE:
-        return ("the compiled loop computes another map than the model's on this device (the compilation fit or "
-                "too few bits; docs/DEVICE_RUNS.md section 1); --set noise.multiplier=0 tells static errors from noise")
-    return (f"tile programs that did not calibrate on {ds.attrs.get('device', 'this device')} (tiles work on aoc48 "
-            "only today: docs/DEVICE_RUNS.md section 1b); try --device aoc48")
+    kind = kind_class(str(ds.attrs.get("kind"))) or PlacedModel  # the kind's own words (aocsim/execute/placed.py)
+    return kind.untrusted_cause(str(ds.attrs.get("device", "this device")))
 
 
 def placement_notes(ds: xr.Dataset) -> list[str]:

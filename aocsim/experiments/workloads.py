@@ -19,13 +19,16 @@ One function (`default_workload`) builds it from the model card's task:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from aocsim.errors import InputError
 
+if TYPE_CHECKING:  # imported where a workload is built: the CLI reads the defaults below at start
+    import torch
+
 SEQUENCE_GENERATOR = 2024  # the sequences a sequence model is compared on
+# A sequence model's workload where none is asked for: `compare`, the sweeps and the CLI read these.
+SEQUENCES, LENGTH_FACTOR = 32, 4
 CALIBRATION_GENERATOR = 99  # the sequences its tiles are calibrated on
 CALIBRATION_SEQUENCES = 16
 
@@ -80,12 +83,14 @@ def _regression_split(model: Any) -> Any:
     return load_split(data["function"], n_train=data["n_train"], n_test=data["n_test"], dtype=model.weight.dtype)
 
 
-def default_workload(model: Any, *, samples: int | None = None, sequences: int = 32,
-                     length_factor: int = 4) -> Workload:
+def default_workload(model: Any, *, samples: int | None = None, sequences: int | None = None,
+                     length_factor: int | None = None) -> Workload:
     """A bundled model's workload (module docstring): `samples` test images for a digits DEQ, or
     `sequences` fresh sequences of `length_factor` x the training length for a sequence model."""
     task = _task(model)
     name = (getattr(model, "card", None) or {}).get("name", type(model).__name__)
+    sequences = SEQUENCES if sequences is None else sequences
+    length_factor = LENGTH_FACTOR if length_factor is None else length_factor
     if task == "digits":
         from aocsim.tasks.digits import load_split
 
@@ -101,6 +106,8 @@ def default_workload(model: Any, *, samples: int | None = None, sequences: int =
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= split.x_test.shape[0]:
             raise InputError(f"samples = {samples!r}: model {name!r} has {split.x_test.shape[0]} test points; "
                              f"expected an integer in [1, {split.x_test.shape[0]}]")
+        import torch
+
         spread = torch.linspace(0, split.x_test.shape[0] - 1, n, dtype=torch.float64).round().long()  # x is sorted
         return Workload(split.x_test[spread], split.y_test[spread, 0], split.x_train)
     if task == "state_tracking":

@@ -43,10 +43,12 @@ class Estimate:
 
 def inferences(card: dict[str, Any], data: dict[str, int]) -> int:
     """The inferences one run of a point makes: test images of a digits model (default 450), tokens of a
-    sequence model (sequences x length_factor x its training length; defaults 16 and 4)."""
+    sequence model (sequences x length_factor x its training length; the workloads' defaults, 32 and 4)."""
     if card.get("task") == "state_tracking":
-        length = data.get("length_factor", 4) * int(card["data"]["train_length"])
-        return data.get("sequences", 16) * length
+        from aocsim.experiments.workloads import LENGTH_FACTOR, SEQUENCES
+
+        length = data.get("length_factor", LENGTH_FACTOR) * int(card["data"]["train_length"])
+        return data.get("sequences", SEQUENCES) * length
     return data.get("samples", 450)
 
 

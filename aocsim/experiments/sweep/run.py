@@ -39,7 +39,7 @@ def _model(name: str) -> Any:
 def point_workload(model: Any, data: dict[str, int]) -> Any:
     """The workload of a point (`aocsim.experiments.workloads.default_workload`): the first `samples`
     test images of a digits model (default all 450); for a sequence model `sequences` fresh ones
-    (default 16) of `length_factor` (default 4) times its training length."""
+    of `length_factor` times its training length (the workloads' defaults: 32 and 4)."""
     from aocsim.experiments.workloads import default_workload
 
     task = model.card.get("task")
@@ -50,7 +50,7 @@ def point_workload(model: Any, data: dict[str, int]) -> Any:
                          "{sequences: N, length_factor: F}")
     if task == "digits":
         return default_workload(model, samples=data.get("samples"))
-    return default_workload(model, sequences=data.get("sequences", 16), length_factor=data.get("length_factor", 4))
+    return default_workload(model, sequences=data.get("sequences"), length_factor=data.get("length_factor"))
 
 
 def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None) -> xr.Dataset:

@@ -1,0 +1,132 @@
+"""`PlacedModel`: the base class of every placed kind, and the registry its subclasses join.
+
+A placed model is a model on one chip of a device (aocsim/execute/registry.py `place`). A kind is a
+subclass: it declares its name and its Dataset's shape (`kind`, `residual`, `residual_units`, `dims`)
+and implements what only it can say (`fits`, `check_inputs`, `prepare`, `exact`, `describe`, `timing`,
+`run`); everything else has a default here that a kind overrides where it has more to say (a chip's
+seeds as one batch, tile programs and their error, Dataset attributes, the convergence rule its
+summary states, the likely cause of an untrusted result). A subclass missing a required member is
+refused when it is defined, not when a run first needs it; defining one registers it (`KINDS`), in
+the order the classes are defined, which is the order `placement_class` asks them whether they take a
+model. Adding a kind is its module and the import that defines it (docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from aocsim.execute.placement import Placement
+from aocsim.execute.run import Run
+from aocsim.hardware.profiles.profile import DeviceProfile
+
+REQUIRED = ("kind", "residual", "residual_units", "dims")
+ABSTRACT = ("fits", "check_inputs", "prepare", "exact", "describe", "timing", "run")
+
+
+class PlacedModel:
+    """A model on one chip of a device (module docstring)."""
+
+    kind: ClassVar[str]  # aocsim.execute.placement.KINDS
+    residual: ClassVar[str]  # which residual the Dataset reports: "abs_residual" or "rel_residual"
+    residual_units: ClassVar[str]  # the residual in words ("relative, ...", "device volts (...)")
+    dims: ClassVar[tuple[str, ...]]  # the Dataset dimensions of one input: ("sample",) or ("sample", "position")
+    state_words: ClassVar[str] = "model units"  # the iterated state, as the convergence rule names it
+
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in REQUIRED if not hasattr(cls, name)]
+        missing += [name for name in ABSTRACT if getattr(cls, name) is getattr(PlacedModel, name)]
+        if missing:
+            raise TypeError(f"placed kind {cls.__name__} lacks {', '.join(missing)}; expected every member of "
+                            "aocsim.execute.placed.PlacedModel that has no default")
+        if register:
+            if any(k.kind == cls.kind for k in KINDS):
+                raise TypeError(f"placed kind {cls.__name__}: kind {cls.kind!r} is taken by another class")
+            KINDS.append(cls)
+
+    def __init__(self, model: Any, profile: DeviceProfile, placement: Placement, prepared: Any) -> None:
+        self.model, self.profile, self.placement = model, profile, placement
+
+    # -- what every kind must say ------------------------------------------------------------------------
+
+    @staticmethod
+    def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:
+        """Whether this kind runs `model` on `profile`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def check_inputs(model: Any, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The inputs (and targets) as tensors, or a one-line InputError."""
+        raise NotImplementedError
+
+    @staticmethod
+    def prepare(model: Any, calibration: Any, placement: Placement) -> Any:
+        """What the placement needs of the model's calibration inputs, once for every chip."""
+        raise NotImplementedError
+
+    @staticmethod
+    def exact(model: Any, inputs: torch.Tensor, placement: Placement) -> Run:
+        """The exact path's run."""
+        raise NotImplementedError
+
+    @staticmethod
+    def describe(model: Any, placement: Placement) -> str:
+        """How the model is placed, in words (the Dataset's `placement` attribute)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def timing(profile: DeviceProfile, placement: Placement) -> str:
+        """What the hardware time counts, in words."""
+        raise NotImplementedError
+
+    def run(self, inputs: torch.Tensor, seed: int) -> Run:
+        """One weight load with `seed`, then the inputs through it."""
+        raise NotImplementedError
+
+    # -- defaults a kind may override -------------------------------------------------------------------
+
+    @staticmethod
+    def stacks(placement: Placement) -> bool:
+        """Whether `run_seeds` runs a chip's seeds as one batch (then `compare` keeps them in one part)."""
+        return False
+
+    def run_seeds(self, inputs: torch.Tensor, seeds: list[int]) -> list[Run]:
+        """`run` for every seed."""
+        return [self.run(inputs, seed) for seed in seeds]
+
+    @property
+    def program_error(self) -> float:
+        """The largest matrix error of this chip's tile programs; 0 for a kind without tiles."""
+        return 0.0
+
+    @staticmethod
+    def attributes(model: Any, placement: Placement) -> dict[str, Any]:
+        """Dataset attributes beyond the placement's."""
+        return {}
+
+    @classmethod
+    def convergence_rule(cls, rtol: str, atol: str) -> str:
+        """The tolerance a device solve meets, in words (the summary's `converged` term)."""
+        return f"||f(z) - z|| <= atol {atol} + rtol {rtol} ||f(z)|| ({cls.state_words})"
+
+    @staticmethod
+    def iteration_cap(mode: str | None) -> str:
+        """The iteration cap in words when the placement leaves it to the kind."""
+        return "the kind's default"
+
+    @staticmethod
+    def untrusted_cause(device: str) -> str:
+        """The likely cause of an untrusted result on `device` once noise and divergence are ruled out
+        (aocsim/experiments/trust.py): by default, tile programs that did not calibrate."""
+        return (f"tile programs that did not calibrate on {device} (tiles work on aoc48 only today: "
+                "docs/DEVICE_RUNS.md section 1b); try --device aoc48")
+
+
+KINDS: list[type[PlacedModel]] = []  # every defined kind, in the order they were defined
+
+
+def kind_class(kind: str) -> type[PlacedModel] | None:
+    """The registered class of a kind name (a Dataset's `kind` attribute), or None."""
+    return next((k for k in KINDS if k.kind == kind), None)
