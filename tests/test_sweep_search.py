@@ -339,3 +339,9 @@ def test_a_search_result_follows_xarray_conventions(reference: xr.Dataset) -> No
     assert list(reference.trusted.attrs["flag_values"]) == [-1, 0, 1]
     assert reference.trusted.attrs["flag_meanings"] == "not_run untrusted trusted"
     assert (reference.trusted.values == 1).all() and (reference.warnings.values == "").all()
+
+
+def test_objectives_named_in_a_list_take_their_direction_from_the_metric_registry() -> None:
+    """Issue 40, deliver 4: a metric's direction is declared once (aocsim/experiments/metrics.py)."""
+    spec = parse_spec({**SEARCH, "search": {**SEARCH["search"], "objectives": ["agreement", "energy_j"]}}, check=False)
+    assert spec.search.objectives == {"agreement": "max", "energy_per_inference_j": "min"}

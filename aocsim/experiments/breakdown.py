@@ -21,6 +21,7 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
+from aocsim.experiments.metrics import point_metrics
 from aocsim.progress import bar
 
 MULTIPLIERS = (1.0, 2.0, 4.0, 16.0, 64.0)  # scale of every per-iteration noise source (noise.multiplier)
@@ -28,6 +29,9 @@ SLM_BITS = (2, 3, 4, 5, 6, 7, 8, 9)  # the SLM's weight resolution (slm.bits)
 BREAK_POINTS = 2.0  # percentage points below the exact accuracy that count as broken
 BREAK_FACTOR = 2.0  # a regression: device mean squared error above this multiple of the exact one
 AXES = {"multiplier": "noise.multiplier", "bits": "slm.bits"}
+# The metrics kept per run (aocsim/experiments/metrics.py reduces each), with the variable a Dataset needs for it.
+REDUCED = {"accuracy": "correct", "exact_accuracy": "correct", "agreement": "agreement", "iterations": "iterations",
+           "mse": "squared_error", "exact_mse": "squared_error"}
 
 
 @dataclass(frozen=True)
@@ -109,20 +113,16 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
     for i, w, axis, v in bar(work, desc="where it breaks", total=len(work), enabled=progress):
         profile = load_device(device, overrides={AXES[axis]: v})
         ds = compare(w.model, profile, w.inputs, w.targets, placement=w.placement, seeds=seeds, chips=chips)
-        per_run = [d for d in ("sample", "position") if d in ds.dims]
         k = axes[axis].index(v)
-        if "agreement" in ds:
-            data[f"{axis}_agreement"][i, k] = ds.agreement.mean(per_run).transpose("chip", "seed").values
-        if "squared_error" in ds:
-            data[f"{axis}_mse"][i, k] = ds.squared_error.sel(path="device").mean(per_run).transpose(
-                "chip", "seed").values
-            exact_mse[i] = float(ds.squared_error.sel(path="exact").isel(chip=0, seed=0).mean())
-        data[f"{axis}_iterations"][i, k] = ds.iterations.sel(path="device").mean(per_run).transpose(
-            "chip", "seed").values
-        if "correct" in ds:
-            data[f"{axis}_accuracy"][i, k] = ds.correct.sel(path="device").mean(per_run).transpose(
-                "chip", "seed").values
-            exact[i] = float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean())
+        m = point_metrics(ds, tuple(name for name, need in REDUCED.items() if need in ds))  # the registry's
+        for what, name in (("accuracy", "accuracy"), ("agreement", "agreement"), ("iterations", "iterations"),
+                           ("mse", "mse")):
+            if name in m:
+                data[f"{axis}_{what}"][i, k] = m[name].values
+        if "exact_accuracy" in m:
+            exact[i] = float(m.exact_accuracy.isel(chip=0, seed=0))
+        if "exact_mse" in m:
+            exact_mse[i] = float(m.exact_mse.isel(chip=0, seed=0))
     dims = {"multiplier": ("model", "multiplier", "chip", "seed"), "bits": ("model", "bits", "chip", "seed")}
     out = xr.Dataset(
         {name: (dims[name.split("_")[0]], values) for name, values in data.items()}

@@ -12,7 +12,7 @@ import xarray as xr
 
 from aocsim._version import __version__
 from aocsim.execute.placed import PlacedModel, kind_class
-from aocsim.experiments.metrics import inference_unit, is_explicit
+from aocsim.experiments.metrics import METRICS, inference_unit, is_explicit
 from aocsim.experiments.trust import trust_attributes, trust_notes
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -175,37 +175,41 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
     """
     runs = ds.sizes["chip"] * ds.sizes["seed"]
     per_run = [d for d in ("sample", "position") if d in ds.dims]
-    agree = ds.agreement.mean(per_run) if "agreement" in ds else None
+
+    def value(name: str) -> xr.DataArray:  # one value per chip and seed, as the metric registry reduces it
+        return METRICS[name].reduce(ds, per_run)
+
+    def spread(name: str) -> tuple[float, float, float]:  # mean, std and the worst run (its direction's)
+        v = value(name)
+        return float(v.mean()), float(v.std()), float(v.min() if METRICS[name].better == "max" else v.max())
+
+    def exact(name: str) -> float:  # the exact path: the same at every chip and seed
+        return float(value(name).isel(chip=0, seed=0))
+
     out: dict[str, Any] = {
         "model": ds.attrs["model"], "device": ds.attrs["device"], "runs": runs,
         "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": inference_unit(ds),
         "explicit": is_explicit(ds),
         "mode": ds.attrs.get("placement.mode"),
-        "agreement": None if agree is None else (float(agree.mean()), float(agree.std()), float(agree.min())),
-        "iterations": {p: float(ds.iterations.sel(path=p).mean()) for p in ("exact", "device")},
-        "hardware_time_s": float(ds.hardware_time_s.sel(path="device").mean()),
+        "agreement": spread("agreement") if "agreement" in ds else None,
+        "iterations": {"exact": float(ds.iterations.sel(path="exact").mean()),
+                       "device": float(value("iterations").mean())},
+        "hardware_time_s": float(value("time_per_inference_s").mean()),
         "timing": ds.hardware_time_s.attrs.get("description", ""),
-        "energy_j": float(ds.energy_j.mean()),
+        "energy_j": float(value("energy_per_inference_j").mean()),
         "modules": int(ds.attrs.get("modules", 1)),  # a Dataset from before the machine model: one module
-        "weight_loads": float(ds.weight_loads.mean()) if "weight_loads" in ds else 0.0,
+        "weight_loads": float(value("weight_loads_per_inference").mean()) if "weight_loads" in ds else 0.0,
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None, "terms": terms(ds), "warnings": trust_notes(ds),
     }
     if "nll_bits" in ds:
-        bits = ds.nll_bits.sel(path="device").mean(per_run)
-        out["bits"] = {"exact": float(ds.nll_bits.sel(path="exact").isel(chip=0, seed=0).mean()),
-                       "device": (float(bits.mean()), float(bits.std()), float(bits.max()))}
+        out["bits"] = {"exact": exact("exact_bits_per_character"), "device": spread("bits_per_character")}
     if "output_error" in ds:
-        rms = np.sqrt((ds.output_error ** 2).mean(per_run))
-        out["output_rms"] = (float(rms.mean()), float(rms.std()), float(rms.max()))
+        out["output_rms"] = spread("output_rms")
     if "squared_error" in ds:
-        mse = ds.squared_error.sel(path="device").mean(per_run)
-        out["mse"] = {"exact": float(ds.squared_error.sel(path="exact").isel(chip=0, seed=0).mean()),
-                      "device": (float(mse.mean()), float(mse.std()), float(mse.max()))}
+        out["mse"] = {"exact": exact("exact_mse"), "device": spread("mse")}
     if "correct" in ds:
-        device = ds.correct.sel(path="device").mean(per_run)
-        out["accuracy"] = {"exact": float(ds.correct.sel(path="exact").isel(chip=0, seed=0).mean()),
-                           "device": (float(device.mean()), float(device.std()), float(device.min()))}
+        out["accuracy"] = {"exact": exact("exact_accuracy"), "device": spread("accuracy")}
     return out
 
 

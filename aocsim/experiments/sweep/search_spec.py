@@ -1,7 +1,8 @@
 """The `search` and `space` blocks of a sweep spec: a co-design search instead of a grid.
 
     search:
-      objectives: {agreement: max, energy_j: min}   # metrics of a point (mean over chips x seeds)
+      objectives: {agreement: max, energy_j: min}   # metrics of a point (mean over chips x seeds); a list
+                                                     #   [agreement, energy_j] pushes each the way it is better
       constraints: {agreement: ">= 0.99"}           # optional: a point outside them is infeasible (a fraction
                                                      #   also as ">= 99 %"; a bound outside the metric's range is refused)
       budget: 10                                     # points evaluated
@@ -90,9 +91,13 @@ def parse_search(raw: Any, space: Any, known: tuple[str, ...]) -> Search:
     unknown = [k for k in raw if k not in SEARCH_KEYS]
     if unknown:
         raise InputError(f"search.{unknown[0]} is not a search setting; expected {', '.join(SEARCH_KEYS)}")
-    objectives = mapping("search.objectives", raw.get("objectives"))
+    objectives = raw.get("objectives")
+    if isinstance(objectives, list):  # metric names: each pushed the way its declaration says is better
+        objectives = {name: METRICS[metric_name(name, "search.objectives", known)].better for name in objectives}
+    objectives = mapping("search.objectives", objectives)
     if not objectives:
-        raise InputError("search.objectives is empty; expected {metric: max or min} for at least one metric")
+        raise InputError("search.objectives is empty; expected {metric: max or min} for at least one metric, or a "
+                         "list of metrics (each pushed the way the metric is better)")
     goals: dict[str, str] = {}
     for name, direction in objectives.items():
         metric = metric_name(name, "search.objectives", known)
