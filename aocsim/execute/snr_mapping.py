@@ -68,7 +68,7 @@ def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[
     """The SNR in dB of the noise at `site` for `model` placed on `profile` as the resolved `placement`
     says (module docstring), on `tokens` [B, L] (the first SEQUENCES), with weight load `seed`: the
     profile's own noise, and the noise the placement's snr_* options draw where set (on the abstract
-    model, the measurement reads the dB set: tests/test_snr_noise.py)."""
+    model, the measurement reads the dB set: tests/execute/test_snr_noise.py)."""
     tokens = model.check_tokens(tokens)[:SEQUENCES]
     b, length = tokens.shape
     tau = placement.damping

@@ -18,7 +18,7 @@ from aocsim.nn.ssm_blocks import TokenCache
 # A pass of fewer rows than this is padded with stopped rows (at their last iterate, their results
 # discarded): CPU BLAS multiplies fewer than 4 rows with other kernels, whose different rounding a
 # device's ADC can turn into a different code. From 4 rows on, a row's product is the same bits in
-# any batch (tests/test_row_solve.py).
+# any batch (tests/solve/test_row_solve.py).
 MIN_ROWS = 4
 
 

@@ -77,7 +77,7 @@ class TiledProduct:
 # rows in blocks of 4 (this machine's MKL), a call's last rows mod 4 with other kernels, of other rounding
 # (float64; float32 only below 4 rows), so that only the whole product's own last rows are in such a
 # block (pieces of 195 rows gave other bits than one piece, of 192 the same; a BLAS with larger blocks
-# needs a larger multiple: tests/test_load_stack.py checks the bits; aocsim/nn/ssm_token.py MIN_ROWS).
+# needs a larger multiple: tests/hardware/test_load_stack.py checks the bits; aocsim/nn/ssm_token.py MIN_ROWS).
 CHUNK_BYTES, BLAS_ROWS = 1 << 20, 4
 
 

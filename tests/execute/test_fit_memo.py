@@ -1,0 +1,155 @@
+"""The tile programs' memo (`aocsim.execute.device_linear.fit_maps`): a model is fitted once per chip and
+process, whatever sweep points follow, and only where nothing the fit reads has changed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import xarray as xr
+
+from aocsim import compare, load_model
+from aocsim.execute import device_linear, tile_program
+from aocsim.execute.ssm_device import calibration_inputs, fit_programs
+from aocsim.execute.registry import resolve, resolve_profile
+from aocsim.hardware.profiles.profile import load_device
+from aocsim.tasks.groups import group, word_problems
+
+TOKENS, TARGETS = word_problems(group("parity"), 2, 16, identity_prob=0.5, generator=8)
+
+
+@pytest.fixture
+def fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fits actually run (memo misses), with an empty memo."""
+    calls: list[int] = []
+    real = device_linear._fit_maps
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(device_linear, "_fit_maps", counted)
+    monkeypatch.setattr(device_linear, "_FITS", type(device_linear._FITS)())
+    monkeypatch.setattr(tile_program, "PROBES", 128)  # quality plays no part here
+    return calls
+
+
+@pytest.mark.slow
+def test_points_that_a_fit_does_not_read_reuse_it_and_give_the_same_results(fits: list[int]) -> None:
+    first = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
+    assert len(fits) == 1
+    compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), placement={"averaging": 2,
+                                                                                             "rtol": 0.05})
+    assert len(fits) == 1  # averaging and the stop rule: what a fit does not read
+    again = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
+    xr.testing.assert_identical(first.drop_attrs(), again.drop_attrs())
+
+
+@pytest.mark.slow
+def test_anything_a_fit_reads_fits_again(fits: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    model = load_model("parity-implicit")
+    profile = load_device("aoc48")
+    calibration = calibration_inputs(model, TOKENS)
+    placement = resolve(model, profile).placement
+    base = fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 1
+    assert fit_programs(model, profile, calibration, placement).keys() == base.keys() and len(fits) == 1
+    fit_programs(model, profile.with_overrides({"noise.multiplier": 2.0}), calibration, placement)
+    assert len(fits) == 2  # another profile value
+    fit_programs(model, profile, {k: v * 1.01 for k, v in calibration.items()}, placement)
+    assert len(fits) == 3  # other calibration inputs
+    monkeypatch.setattr(tile_program, "PROBES", 64)
+    fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 4  # the fit's own constants
+
+
+def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> None:
+    """A hit, after a run has used the programs (a caller that changed them would show here), equals a
+    fresh fit; and it shows `keys.recording()` the keys the fit drew."""
+    from aocsim.hardware.engine import keys
+
+    model = load_model("parity-implicit")
+    profile = resolve_profile("aoc48", 0)  # chip 0, as compare places it
+    calibration = calibration_inputs(model, TOKENS)
+    placement = resolve(model, profile).placement
+    with keys.recording() as drawn_by_fit:
+        fit_programs(model, profile, calibration, placement)
+    compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+    with keys.recording() as drawn_by_hit:
+        remembered = fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 1 and [k.value for k in drawn_by_hit] == [k.value for k in drawn_by_fit] != []
+    device_linear._FITS.clear()
+    fresh = fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 2
+    for name in fresh:
+        assert torch.equal(remembered[name].weight, fresh[name].weight)
+        assert remembered[name].sigma == fresh[name].sigma and remembered[name].error == fresh[name].error
+
+
+def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list[int], tmp_path) -> None:
+    """With `disk_memo.use(folder)` (a sweep's fits/), a fit is written once and read back, bit for bit,
+    where the memory has forgotten it (another worker, a resumed sweep); a folder leaves results as
+    they were, and an entry of other inputs is not read."""
+    from aocsim import disk_memo
+
+    model = load_model("parity-implicit")
+    profile = resolve_profile("aoc48", 0)
+    calibration = calibration_inputs(model, TOKENS)
+    placement = resolve(model, profile).placement
+    plain = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+    device_linear._FITS.clear()
+    with disk_memo.use(tmp_path):
+        fitted = fit_programs(model, profile, calibration, placement)
+        assert len(fits) == 2 and len(list(tmp_path.glob("fits-*.h5"))) == 1
+        device_linear._FITS.clear()
+        read = fit_programs(model, profile, calibration, placement)
+        assert len(fits) == 2  # read from the folder, not fitted
+        for name in fitted:
+            a, b = fitted[name], read[name]
+            assert torch.equal(a.weight, b.weight) and torch.equal(a.columns, b.columns)
+            assert (a.sigma, a.error, a.dead, a.tile_size, a.input_range, a.mount) == (
+                b.sigma, b.error, b.dead, b.tile_size, b.input_range, b.mount)
+        device_linear._FITS.clear()
+        stored = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+        assert len(fits) == 2
+        fit_programs(model, profile.with_overrides({"noise.multiplier": 2.0}), calibration, placement)
+        assert len(fits) == 3 and len(list(tmp_path.glob("fits-*.h5"))) == 2
+    xr.testing.assert_identical(plain.drop_attrs(), stored.drop_attrs())
+
+
+def test_emitter_measurements_in_a_folder_are_read_back(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim import disk_memo
+    from aocsim.hardware.engine import emitter_calibration as E
+
+    monkeypatch.setattr(E, "_MEMO", type(E._MEMO)())
+    monkeypatch.setattr(E, "REPEATS", 4)  # speed; part of the entry's key
+    profile = load_device("aoc48")
+    measure = E._fitted_shape
+    with disk_memo.use(tmp_path):
+        measured = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+        E._MEMO.clear()
+        monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
+        read = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+        assert all(torch.equal(a, b) for a, b in zip(measured, read))
+        (entry,) = tmp_path.glob("emitters-*.h5")
+        entry.write_bytes(b"not an HDF5 file")  # an unreadable entry is measured again and written over
+        E._MEMO.clear()
+        monkeypatch.setattr(E, "_fitted_shape", measure)
+        again = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+        assert all(torch.equal(a, b) for a, b in zip(measured, again)) and entry.read_bytes()[:4] == b"\x89HDF"
+        monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
+        monkeypatch.setattr(E, "REPEATS", 8)
+        E._MEMO.clear()
+        with pytest.raises(pytest.fail.Exception, match="measured again"):
+            E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
+
+
+def test_a_compiled_fit_is_remembered_apart(fits: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A placement with `compile` fits with compiled probe products (the same numbers to float rounding,
+    not the same bits): its programs are its own, so that a compiled run gives the same bits whether or
+    not an eager one fitted the chip before it in the process (and the other way round)."""
+    seen: list[object] = []
+    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **options: seen.append(options["compile"]) or [])
+    profile = load_device("aoc48")
+    for compile in (False, True, False, True):
+        device_linear.fit_maps(profile, [], modules=None, partial_sums="analog", compile=compile)
+    assert seen == [False, True]  # one fit each, then memo hits

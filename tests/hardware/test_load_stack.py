@@ -1,0 +1,144 @@
+"""Weight loads of one program run as one product (aocsim/hardware/engine/tile_product.py, `LoadStack`):
+each row gets what its own load gives it alone, whatever the other loads and rows of the stack."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aocsim.errors import InputError
+from aocsim.hardware.engine import keys, tile_pass
+from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.tile_product import LoadStack
+from aocsim.hardware.engine.tiles import TiledMatrix
+from aocsim.hardware.profiles.profile import load_device
+
+F64 = torch.float64
+
+
+def _rand(seed: int, *shape: int, dtype: torch.dtype = F64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("options", [
+    {},  # a 2 x 3 grid with the hold's kT/C on its analog partial sums
+    {"passes": 3, "predistort": True},
+    {"partial_sums": "digital", "mount": Mount(count=2, multiplexed=True)},  # reloaded per call and load
+])
+@pytest.mark.slow
+def test_a_stack_of_loads_gives_each_row_its_own_loads_product(options: dict, dtype: torch.dtype) -> None:
+    options = dict(options)
+    passes, partial_sums = options.pop("passes", 1), options.pop("partial_sums", "analog")
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 70, 130, dtype=dtype)
+    loads = [TiledMatrix(device, weight, generator=keys.as_key(seed), **options) for seed in (11, 12, 13)]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)]
+    t = _rand(1, 3 * 5, 130, dtype=dtype)
+    ids = torch.tensor([4, 0, 9, 2, 7, 0, 9, 2, 7, 4, 9, 2, 7, 4, 0])  # each group's sample ids, in its own order
+    stacked = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=6, passes=passes)
+    for s, (load, key) in enumerate(zip(loads, run_keys)):
+        rows = slice(5 * s, 5 * (s + 1))
+        alone = load(t[rows], generator=key, samples=ids[rows], call=6, passes=passes, partial_sums=partial_sums)
+        assert torch.equal(stacked.input_scale[rows], alone.input_scale)
+        assert torch.equal(stacked.y[rows], alone.y)  # the same draws, constants and codes
+    assert stacked.batch == 15 and stacked.adc_conversions == 15 * alone.adc_conversions_per_sample
+    other = [TiledMatrix(device, weight, generator=keys.as_key(seed), **options) for seed in (11, 99, 13)]
+    changed = LoadStack(other)(t, run_keys, ids, partial_sums=partial_sums, call=6, passes=passes)
+    alone = other[1](t[5:10], generator=run_keys[1], samples=ids[5:10], call=6, passes=passes,
+                     partial_sums=partial_sums)
+    assert torch.equal(changed.y[:5], stacked.y[:5]) and torch.equal(changed.y[5:10], alone.y)
+
+
+def test_loads_of_other_programs_do_not_stack() -> None:
+    device = load_device("aoc48")
+    a = TiledMatrix(device, _rand(0, 10, 20), generator=1)
+    with pytest.raises(InputError, match=r"loads\[1\] is not a load of loads\[0\]'s program"):
+        LoadStack([a, TiledMatrix(device, _rand(0, 10, 20), generator=2, predistort=True)])
+    with pytest.raises(InputError, match="expected at least one weight load"):
+        LoadStack([])
+
+
+def test_passes_of_one_load_multiply_as_matmul_does() -> None:
+    """`step.affine` runs the K passes of a load as one product of their rows: matmul's numbers, and
+    matmul's broadcasting where the matrices have more leading dims than the inputs."""
+    from aocsim.hardware.engine.step import affine
+
+    bias = _rand(2, 6)
+    for x_shape, w_shape in (((3, 4, 5, 8), (3, 1, 8, 6)), ((1, 3, 5, 8), (2, 1, 8, 6))):
+        x, w = _rand(0, *x_shape), _rand(1, *w_shape)
+        expected = torch.matmul(x, w) + bias
+        got = affine(bias, x, w)
+        assert got.shape == expected.shape and torch.allclose(got, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("options", [
+    {},  # a 2 x 3 grid with the hold's kT/C on its analog partial sums
+    {"passes": 3, "predistort": True},
+    {"partial_sums": "digital"},
+])
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_call_per_row_draws_what_each_row_draws_in_its_own_call(options: dict, dtype: torch.dtype,
+                                                                  count: int) -> None:
+    """Rows on their own iterations (aocsim/nn/ssm_rows.py) share a product: row r draws from call[r]'s
+    streams, bit for bit what its call alone gives it, through one load or a stack of loads."""
+    options = dict(options)
+    passes, partial_sums = options.pop("passes", 1), options.pop("partial_sums", "analog")
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 70, 130, dtype=dtype)
+    loads = [TiledMatrix(device, weight, generator=keys.as_key(seed), **options) for seed in (11, 12, 13)[:count]]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)[:count]]
+    t = _rand(1, count * 6, 130, dtype=dtype)
+    ids = torch.arange(count * 6) % 5
+    calls = torch.tensor([3, 0, 7, 3, 1, 0, 0, 7, 2, 3, 3, 1, 7, 7, 0, 2, 1, 3])[:count * 6]
+    every = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=calls, passes=passes)
+    for call in calls.unique().tolist():
+        alone = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=call, passes=passes)
+        mine = calls == call
+        assert torch.equal(every.y[mine], alone.y[mine]) and torch.equal(every.input_scale, alone.input_scale)
+    assert not torch.equal(every.y, LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=3,
+                                                     passes=passes).y)
+
+
+def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 70, 130)
+    tiles = TiledMatrix(device, weight, generator=1, mount=Mount(count=2, multiplexed=True))
+    t = _rand(1, 4, 130)
+    with pytest.raises(InputError, match="a call per row"):
+        tiles(t, call=torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(InputError, match=r"call = .*expected an integer >= 0 or an integer tensor \[4\]"):
+        TiledMatrix(device, weight, generator=1)(t, call=torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("count,dtype", [(1, torch.float32), (3, torch.float32), (1, torch.float64),
+                                         (3, torch.float64)])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, dtype: torch.dtype, per_row: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large product runs in pieces of rows (`tile_product.CHUNK_BYTES`, each of at least BLAS_ROWS):
+    every row's output, input scale and partials, and the clipped count, are those of one piece (float32, a
+    device run's; float64, a tile program's probes)."""
+    from aocsim.hardware.engine import tile_product
+
+    device = load_device("aoc48", overrides={"readout.range_v": [-0.3, 0.3]})  # some nodes beyond it
+    weight = 5 * _rand(0, 70, 130, dtype=dtype)
+    loads = [TiledMatrix(device, weight, generator=keys.as_key(seed)) for seed in (11, 12, 13)[:count]]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)[:count]]
+    t = _rand(1, count * 23, 130, dtype=dtype)
+    ids = torch.arange(count * 23) % 17
+    call = torch.arange(count * 23) % 5 if per_row else 4
+    options = dict(partial_sums="analog", call=call, passes=3, keep_partials=True)
+    whole = LoadStack(loads)(t, run_keys, ids, **options)
+    size = t.element_size()
+    monkeypatch.setattr(tile_product, "CHUNK_BYTES", size * count * 10 * 2 * 3 * 3 * 48)  # pieces of 8 rows (10
+    # rounded down to BLAS's blocks of 4; the last 7)
+    chunked = []  # the pieces' rows, seen by the product's body
+    monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: chunked.append(x["t"].shape[0]) or
+                        tile_pass.run(plan, x, compile))
+    pieces = LoadStack(loads)(t, run_keys, ids, **options)
+    assert torch.equal(pieces.y, whole.y) and torch.equal(pieces.input_scale, whole.input_scale)
+    assert torch.equal(pieces.partials, whole.partials) and pieces.adc_clipped == whole.adc_clipped > 0
+    assert chunked == [8 * count] * 2 + [7 * count]
