@@ -173,12 +173,16 @@ class HybridSSM(PlacedModel):
             raise InputError("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise "
                              "cannot be scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
-        self.run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
+        self._run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
         if placement.snr_kind == "device" and placement.snr_db is not None:
             self.device_snr = device_multiplier(model, profile, prepared, placement, prepared["tokens"],
                                                 programs=self.programs)  # once per chip (docs/LANGUAGE.md)
-            self.run_profile = profile.with_overrides({"noise.multiplier": self.device_snr[0]})
+            self._run_profile = profile.with_overrides({"noise.multiplier": self.device_snr[0]})
         self.parts: list[Any] = []  # the last run's noise and readout (their tallies: the SNR drawn)
+
+    @property
+    def run_profile(self) -> DeviceProfile:
+        return self._run_profile
 
     @property
     def program_error(self) -> float:

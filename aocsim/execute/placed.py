@@ -97,6 +97,21 @@ class PlacedModel:
         return [self.run(inputs, seed) for seed in seeds]
 
     @property
+    def run_profile(self) -> DeviceProfile:
+        """The profile this chip's runs use: the one it was placed on, unless the kind derives another (a
+        hybrid whose noise is set in dB scales the profile's noise.multiplier per chip)."""
+        return self.profile
+
+    def run_overrides(self) -> dict[str, Any]:
+        """The profile keys whose values this chip's runs use differently from the profile it was placed on
+        (what a Dataset records beside that profile, so that it names the machine the runs saw)."""
+        import numpy as np
+
+        placed, run = self.profile.values, self.run_profile.values
+        return {k: v for k, v in run.items() if not np.array_equal(np.asarray(placed.get(k), dtype=object),
+                                                                   np.asarray(v, dtype=object))}
+
+    @property
     def program_error(self) -> float:
         """The largest matrix error of this chip's tile programs; 0 for a kind without tiles."""
         return 0.0

@@ -11,6 +11,8 @@ seed. Each run's `Activity` is what the machine did; it is priced here, once (ao
 
 from __future__ import annotations
 
+import json
+
 import inspect
 import math
 from contextlib import nullcontext
@@ -177,10 +179,12 @@ def _dataset(plan: _Plan, runs: dict[int, list[dict[str, Any]]]) -> xr.Dataset:
     device: dict[str, np.ndarray] = {}
     traces: dict[tuple[int, int], np.ndarray] = {}
     program_error = 0.0  # the worst chip's tile programs (models on tiles)
+    overrides = ["{}"] * len(plan.chips)  # what each chip's runs used beside the base profile
     for i, per_seed in runs.items():  # each run is keyed by its chip and seed alone
         ci, s = plan.where[i]
         for si, run in zip(range(s.start, s.stop), per_seed):
             program_error = max(program_error, run.pop("program_error"))
+            overrides[ci] = run.pop("run_overrides")
             trace = run.pop("trace")
             if trace is not None:
                 traces[ci, si] = trace
@@ -190,7 +194,7 @@ def _dataset(plan: _Plan, runs: dict[int, list[dict[str, Any]]]) -> xr.Dataset:
     activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None, modules=modules)
     device["energy_j"] = np.asarray(energy_j(plan.base, activity)["total"])
     return comparison_dataset(placed, plan.model, plan.base, plan.exact, device, activity, traces, plan.targets,
-                              plan.seeds, plan.chips, program_error=program_error)
+                              plan.seeds, plan.chips, program_error=program_error, run_overrides=overrides)
 
 
 def warm_worker() -> None:
@@ -232,6 +236,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
         one["channels"] = np.full(one["iterations"].shape, act.channels or 0, dtype=np.int64)
         one["modules"] = np.full(one["iterations"].shape, act.modules or 1, dtype=np.int64)
         one["program_error"] = float(placed.program_error)
+        one["run_overrides"] = json.dumps(placed.run_overrides(), sort_keys=True, default=str)
         out.append(one)
     return out
 

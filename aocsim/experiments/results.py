@@ -60,7 +60,7 @@ def predictions(outputs: torch.Tensor) -> np.ndarray:
 def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfile, exact: Any,
                        device: dict[str, np.ndarray], activity: Activity, traces: dict[tuple[int, int], np.ndarray],
                        targets: torch.Tensor | None, seeds: list[int], chips: list[int], *,
-                       program_error: float = 0.0) -> xr.Dataset:
+                       program_error: float = 0.0, run_overrides: list[str] | None = None) -> xr.Dataset:
     """The Dataset of one compare: the exact `Run`, the device's per-run arrays [chip, seed, ...] (incl.
     energy_j), its activity, residual traces per (chip, seed), the worst chip's tile-program error, with
     units, provenance and the verdict of aocsim.experiments.trust."""
@@ -126,6 +126,10 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         **({"task": "regression"} if regression else {"classes": int(exact.outputs.shape[-1]),
                                                        "task": str(card.get("task", "classification"))}),
     })
+    ds["run_overrides"] = ("chip", list(run_overrides or ["{}"] * len(chips)))
+    ds["run_overrides"].attrs["description"] = (
+        "the profile keys each chip's runs used with other values than device_json's (JSON; {} where none): a "
+        "hybrid whose noise is set in dB (snr_kind device) runs with its chip's scaled noise.multiplier")
     for name in ds.variables:  # CF: every variable has units ("1": a count, a fraction, a class or a flag)
         if ds[name].dtype.kind in "iufb":
             ds[name].attrs.setdefault("units", "1")

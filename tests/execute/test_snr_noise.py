@@ -171,3 +171,24 @@ def test_the_abstract_model_runs_on_a_profile_of_any_size_at_no_cost(tmp_path) -
                                     "--out", str(tmp_path / "r.nc")])
     assert out.exit_code == 0, out.output
     assert "machine            none: every map digital" in out.output
+
+
+@pytest.mark.slow
+def test_the_dataset_records_the_profile_each_chips_runs_used(model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40, deliver 3: noise set in dB on the device's own noise runs each chip on a scaled
+    noise.multiplier; the Dataset records it per chip beside the base profile (it recorded only the base)."""
+    import json
+
+    from aocsim import compare
+    from aocsim.execute import snr_mapping, tile_program
+
+    monkeypatch.setattr(tile_program, "PROBES", 64)
+    monkeypatch.setattr(snr_mapping, "SEQUENCES", 2)
+    x = CALIBRATION[:2, :8]
+    ds = compare(model, "aoc48", x, placement={"snr_db": 20.0, "snr_kind": "device", "max_iter": 4},
+                 chips=(0, 1), calibration=CALIBRATION)
+    base = json.loads(ds.attrs["device_json"])["noise"]["multiplier"]
+    used = [json.loads(str(v))["noise.multiplier"] for v in ds.run_overrides.values]
+    assert len(set(used)) == 2 and all(u > base for u in used)  # each chip its own measured multiplier
+    plain = compare(model, "aoc48", x, placement={"max_iter": 4}, calibration=CALIBRATION)
+    assert plain.run_overrides.values.tolist() == ["{}"]
