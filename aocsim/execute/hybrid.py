@@ -168,10 +168,6 @@ class HybridSSM(PlacedModel):
         if placement.tile_size is None and profile.channels is None:
             placement = Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
         self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
-        parts_for(placement)  # its one-line errors before any work
-        if placement.snr_kind == "device" and placement.snr_db is not None and not placement.on_tiles:
-            raise InputError("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise "
-                             "cannot be scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
         self._run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
         if placement.snr_kind == "device" and placement.snr_db is not None:

@@ -183,7 +183,12 @@ class Placement:
         self.check_for(kind, what)
         filled = {name: d.defaults[kind] for name, d in DECLARATIONS.items()
                   if kind in d.defaults and getattr(self, name) is None}
-        return dataclasses.replace(self, **filled) if filled else self
+        resolved = dataclasses.replace(self, **filled) if filled else self
+        for rule in RULES:  # the rules between options, on the values the kind will use
+            message = rule(resolved)
+            if message:
+                raise InputError(message)
+        return resolved
 
     def attributes(self) -> dict[str, Any]:
         """The options set, as Dataset attributes (`placement.NAME`; tuples joined, booleans 0/1)."""
@@ -192,6 +197,25 @@ class Placement:
             out[f"placement.{name}"] = (",".join(value) if isinstance(value, tuple) else
                                         int(value) if isinstance(value, bool) else value)
         return out
+
+
+def _states_need_sequential(s: Placement) -> str | None:
+    if s.snr_db is not None and s.snr_kind != "device" and s.snr_site == "states" and s.mode != "sequential":
+        return (f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token in sequential "
+                "mode only; expected mode 'sequential' or snr_site 'inputs'")
+    return None
+
+
+def _device_noise_needs_tiles(s: Placement) -> str | None:
+    if s.snr_kind == "device" and s.snr_db is not None and s.on_tiles == ():
+        return ("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise cannot be "
+                "scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
+    return None
+
+
+# The rules between options, declared beside them and checked in one place (`Placement.resolved`): each
+# returns a one-line message when a resolved placement breaks it.
+RULES: tuple[Callable[["Placement"], str | None], ...] = (_states_need_sequential, _device_noise_needs_tiles)
 
 
 def declaration(name: str) -> Declaration:

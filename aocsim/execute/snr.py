@@ -175,10 +175,7 @@ def parts_for(placement: Placement) -> list[Any]:
     """The noise and readout a resolved placement asks for (none when its options are off)."""
     s = placement
     parts: list[Any] = []
-    if s.snr_db is not None and s.snr_kind != "device":
-        if s.snr_site == "states" and s.mode != "sequential":
-            raise InputError(f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token "
-                             "in sequential mode only; expected mode 'sequential' or snr_site 'inputs'")
+    if s.snr_db is not None and s.snr_kind != "device":  # its rules: aocsim/execute/placement.py, RULES
         parts.append(SiteNoise(s.snr_site, s.snr_db, s.snr_kind))
     if s.ema_alpha is not None:
         parts.append(EmaReadout(s.ema_alpha))

@@ -93,3 +93,16 @@ def test_each_kind_is_placed_and_run_through_the_registry(kind: str) -> None:
 
 def test_compare_takes_at_most_ten_parameters() -> None:
     assert len(inspect.signature(compare).parameters) <= 10
+
+
+def test_the_rules_between_options_are_checked_when_a_placement_is_resolved() -> None:
+    """Issue 40, deliver 2 (in part): rules between options sit beside their declarations
+    (placement.RULES) and are checked in one place, before any model is placed."""
+    from aocsim.execute.placement import HYBRID, RULES
+
+    assert len(RULES) >= 2
+    with pytest.raises(InputError, match="snr_site = 'states' with mode = 'simultaneous'"):
+        Placement(snr_db=10.0, snr_site="states", mode="simultaneous").resolved(HYBRID)
+    with pytest.raises(InputError, match="snr_kind = 'device' with on_tiles = 'none'"):
+        Placement(snr_db=10.0, snr_kind="device", on_tiles="none").resolved(HYBRID)
+    assert Placement(snr_db=10.0, snr_site="states").resolved(HYBRID).mode == "sequential"  # the default holds
