@@ -20,7 +20,8 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     Zero as '0 J'; NaN and infinities as 'nan J', 'inf J'."""
     value = float(value)
     if not prefixable(unit):  # a rate such as 1/s: a prefix would read as "k1/s"
-        return f"{float(f'{value:.{digits}g}'):g} /{unit[2:]}" if unit.startswith("1/") else f"{value:.{digits}g} {unit}"
+        return f"{float(f'{value:.{digits}g}'):g} /{unit[2:]}" if unit.startswith("1/") else \
+            f"{value:.{digits}g} {unit}".rstrip()
     if value == 0 or not math.isfinite(value):
         return f"{value:g} {unit}"
     rounded = float(f"{value:.{digits - 1}e}")  # rounded first: 999.7 n becomes 1.00 u, not 1000 n

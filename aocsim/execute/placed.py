@@ -31,6 +31,7 @@ class PlacedModel:
     kind: ClassVar[str]  # aocsim.execute.placement.KINDS
     residual: ClassVar[str]  # which residual the Dataset reports: "abs_residual" or "rel_residual"
     residual_units: ClassVar[str]  # the residual in words ("relative, ...", "device volts (...)")
+    residual_cf_units: ClassVar[str] = "1"  # its CF units: "1" (relative, or the model's own units), "V" (volts)
     dims: ClassVar[tuple[str, ...]]  # the Dataset dimensions of one input: ("sample",) or ("sample", "position")
     state_words: ClassVar[str] = "model units"  # the iterated state, as the convergence rule names it
 
@@ -95,6 +96,12 @@ class PlacedModel:
     def run_seeds(self, inputs: torch.Tensor, seeds: list[int]) -> list[Run]:
         """`run` for every seed."""
         return [self.run(inputs, seed) for seed in seeds]
+
+    @classmethod
+    def residual_attributes(cls) -> dict[str, str]:
+        """The Dataset attributes of the residual and its trace: CF units, the words, and its kind."""
+        return {"units": cls.residual_cf_units, "description": cls.residual_units,
+                "kind": "relative" if cls.residual == "rel_residual" else "absolute"}
 
     @property
     def run_profile(self) -> DeviceProfile:

@@ -36,6 +36,7 @@ class TwinPlaced(PlacedModel):
     kind = TWIN
     residual = "abs_residual"
     residual_units = "device volts (||f(z) - z||_2)"
+    residual_cf_units = "V"
     dims = ("sample",)
     state_words = "the loop's state, device volts"
 

@@ -11,9 +11,8 @@ seed. Each run's `Activity` is what the machine did; it is priced here, once (ao
 
 from __future__ import annotations
 
-import json
-
 import inspect
+import json
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -221,6 +220,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
     """One chip: the model placed once, then run with every seed; what `compare` records per run, as
     numpy arrays (a module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
     placed = cls(model, profile, placement, prepared)
+    overrides = json.dumps(placed.run_overrides(), sort_keys=True, default=str)  # the chip's, for every seed
     out = []
     for run in placed.run_seeds(x, seeds):  # one by one, or as one batch where the kind stacks them
         solve, act = run.solve, run.activity
@@ -236,7 +236,7 @@ def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, pre
         one["channels"] = np.full(one["iterations"].shape, act.channels or 0, dtype=np.int64)
         one["modules"] = np.full(one["iterations"].shape, act.modules or 1, dtype=np.int64)
         one["program_error"] = float(placed.program_error)
-        one["run_overrides"] = json.dumps(placed.run_overrides(), sort_keys=True, default=str)
+        one["run_overrides"] = overrides
         out.append(one)
     return out
 

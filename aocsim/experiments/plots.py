@@ -147,14 +147,14 @@ VALUES = ("mean squared error", "bits per character")  # headlines that are not 
 def _scores(ds: Any) -> tuple[float, Any, str]:
     """(exact, device per run, what) of a compare Dataset's headline: a language model's bits per character,
     accuracy, agreement without targets, or a regression's mean squared error."""
+    from aocsim.experiments.metrics import METRICS
+
     per_run = [d for d in ("sample", "position") if d in ds.dims]
-    if ds.attrs.get("task") == "language" and "nll_bits" in ds:
-        return (float(ds.nll_bits.sel(path="exact").isel(chip=0, seed=0).mean()),
-                ds.nll_bits.sel(path="device").mean(per_run).values.ravel(), "bits per character")
-    for var, what in (("correct", "accuracy"), ("squared_error", "mean squared error")):
-        if var in ds:
-            return (float(ds[var].sel(path="exact").isel(chip=0, seed=0).mean()),
-                    ds[var].sel(path="device").mean(per_run).values.ravel(), what)
+    for needed, device, what in (("nll_bits", "bits_per_character", "bits per character"),
+                                 ("correct", "accuracy", "accuracy"), ("squared_error", "mse", "mean squared error")):
+        if needed in ds and (device != "bits_per_character" or ds.attrs.get("task") == "language"):
+            exact = METRICS[f"exact_{device}"].reduce(ds, per_run).isel(chip=0, seed=0)
+            return float(exact), METRICS[device].reduce(ds, per_run).values.ravel(), what
     if "agreement" in ds:
         return 1.0, ds.agreement.mean(per_run).values.ravel(), "agreement"
     rms = ((ds.output_error ** 2).mean(per_run) ** 0.5).values.ravel()  # a regression without targets

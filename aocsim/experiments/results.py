@@ -95,7 +95,7 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
               **{d: np.arange(n) for d, n in zip(cls.dims, lengths)}}
     ds = xr.Dataset(data, coords=coords)
     ds["status"].attrs.update(STATUS_FLAGS)
-    ds["residual"].attrs.update(residual_attributes(cls.residual_units))
+    ds["residual"].attrs.update(cls.residual_attributes())
     ds["hardware_time_s"].attrs.update(units="s", description=cls.timing(profile, placed.placement))
     ds["fixed_point_error"].attrs["description"] = "||z_device - z_exact||_2 / ||z_exact||_2"
     if regression:
@@ -114,7 +114,7 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "section 6)"))
     if exact.trace is not None and traces:
         ds["residual_trace"] = residual_traces(exact.trace.double().numpy(), traces, len(chips), len(seeds),
-                                               cls.residual_units)
+                                               cls.residual_attributes())
     card = getattr(model, "card", {}) or {}
     extra = cls.attributes(model, placed.placement)
     ds.attrs.update({
@@ -142,15 +142,9 @@ STATUS_FLAGS = {"flag_values": np.array([s.value for s in SolveStatus], dtype=np
                 "status_names": ", ".join(f"{s.value}: {s.name.lower()}" for s in SolveStatus)}
 
 
-def residual_attributes(description: str) -> dict[str, str]:
-    """A residual's CF units ("1": relative, or the model's own units; V: the loop's volts), what it is,
-    and its kind (relative or absolute), from a placed kind's `residual_units` words."""
-    kind = "relative" if description.startswith("relative") else "absolute"
-    return {"units": "V" if "volts" in description else "1", "description": description, "kind": kind}
-
 
 def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray], chips: int, seeds: int,
-                    units: str) -> xr.DataArray:
+                    attributes: dict[str, str]) -> xr.DataArray:
     """Residual per iteration [path, chip, seed, sample, iteration] from the exact path's [sample, I]
     and each (chip, seed) run's [sample, I'], NaN-padded to the longest."""
     length = max(exact.shape[1], *(t.shape[1] for t in device.values()))
@@ -161,8 +155,8 @@ def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray]
     trace = xr.DataArray(out, dims=("path", "chip", "seed", "sample", "iteration"),
                          coords={"path": ["exact", "device"], "sample": np.arange(exact.shape[0]),
                                  "iteration": np.arange(length)})  # chip and seed: the Dataset's
-    trace.attrs.update(residual_attributes(units))
-    trace.attrs["description"] = f"{units} per iteration, NaN after the sample stopped"
+    trace.attrs.update(attributes)  # the residual's (PlacedModel.residual_attributes), per iteration
+    trace.attrs["description"] = f"{attributes['description']} per iteration, NaN after the sample stopped"
     return trace
 
 

@@ -25,6 +25,9 @@ def test_on_its_own_nominal_pipeline_the_device_is_the_exact_path(twin) -> None:
                  placement={"atol": 0.0, "rtol": 1e-10, "max_iter": 5000})
     assert bool(ds.agreement.all()) and float(ds.fixed_point_error.max()) < 1e-8
     assert ds.attrs["kind"] == "twin DEQ" and ds.attrs["placement"].startswith("twin-native")
+    # the residual in the loop's volts, as the kind declares it (CF units; issue 41, finding 7)
+    assert ds.residual.attrs["units"] == "V" and ds.residual_trace.attrs["units"] == "V"
+    assert ds.residual_trace.attrs["kind"] == "absolute" and "device volts" in ds.residual.attrs["description"]
 
 
 def test_on_noisy_aoc48_it_agrees_and_keeps_its_accuracy(twin) -> None:

@@ -66,8 +66,7 @@ def clamp_share(ax: Any, which: str = "y") -> None:
 
 def declutter(fig: Any, *axes: Any) -> None:
     """Tick labels that would overlap are thinned: every k-th label kept (the smallest k that leaves no two
-    overlapping), the others blank; a categorical axis's labels are turned first. Call it last, after
-    tight_layout: it measures the labels as drawn."""
+    overlapping), the others blank. Call it last, after tight_layout: it measures the labels as drawn."""
     from matplotlib.ticker import FuncFormatter
 
     for axis in axes:
@@ -100,11 +99,6 @@ def untrusted(ds: Any, model: object, dims: list[str]) -> np.ndarray:
     bad = ds.trusted.sel(model=model) == 0
     bad = bad.any([d for d in bad.dims if d not in dims])  # any untrusted point among the ones averaged
     return np.broadcast_to(bad.transpose(*[d for d in dims if d in bad.dims]).values, shape).copy()
-
-
-def flat_untrusted(ds: Any, n: int) -> np.ndarray:
-    """A search's trials (or a grid's points, flattened) that compare did not trust."""
-    return ds.trusted.values.ravel() == 0 if "trusted" in ds else np.zeros(n, dtype=bool)
 
 
 def cost_axis(axis: Any, unit: str) -> None:

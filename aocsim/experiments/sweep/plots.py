@@ -10,7 +10,8 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.experiments.sweep.front import pareto_mask
-from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, cost_axis, declutter, flat_untrusted,
+from aocsim.experiments.sweep.store import untrusted_points
+from aocsim.experiments.sweep.labels import (SHARES, axis_label, clamp_share, cost_axis, declutter,
                                              log_cost_ticks, metric_label, percent_axis, settings_text, untrusted,
                                              value_ticks)
 from aocsim.units import prefixable
@@ -191,7 +192,7 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
         ax.scatter(x[feasible], y[feasible], s=18, alpha=0.45, color=color, marker=marker,
                    label=f"{label}: {len(values)} points ({int(feasible.sum())} feasible)")
         ax.scatter(x[~feasible], y[~feasible], s=20, marker="x", color=color, alpha=0.45)
-        bad = flat_untrusted(search_ds if k == 0 else other, len(values))
+        bad = untrusted_points(search_ds if k == 0 else other, len(values))
         if bad.any():
             ax.scatter(x[bad], y[bad], s=70, facecolors="none", edgecolors="red", linewidths=1.2,
                        label=f"{label}: untrusted (compare's WARNING; infeasible)")

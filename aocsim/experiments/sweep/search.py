@@ -27,7 +27,7 @@ from aocsim.experiments.sweep.axes import Axis
 from aocsim.experiments.sweep.front import default_reference, hypervolume, pareto_mask
 from aocsim.experiments.sweep.search_spec import Search
 from aocsim.experiments.sweep.spec import Point, SweepSpec, point_key
-from aocsim.experiments.sweep.store import SweepStore, assemble
+from aocsim.experiments.sweep.store import SweepStore, assemble, untrusted_points
 
 STUDY_FILE = "search.journal"
 STUDY_NAME = "aocsim-search"
@@ -209,9 +209,8 @@ def scores(ds: xr.Dataset, search: Search, *, violations: bool = False) -> tuple
     [points, constraints + 1] (Optuna's convention: <= 0 met; an untrusted point violates by 1)."""
     mean = {m: ds[m].mean(("chip", "seed")).values.ravel() for m in search.metrics}
     values = np.stack([mean[m] for m in search.objectives], axis=1)
-    trusted = ds["trusted"].values.ravel() != 0 if "trusted" in ds else np.ones(len(values), dtype=bool)
     violation = np.stack([*(c.violation(mean[c.metric]) for c in search.constraints),
-                          np.where(trusted, -1.0, 1.0)], axis=1)
+                          np.where(untrusted_points(ds, len(values)), 1.0, -1.0)], axis=1)
     return values, violation if violations else np.all(violation <= 0, axis=1)
 
 

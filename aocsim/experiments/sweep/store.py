@@ -32,6 +32,12 @@ from aocsim.io.outputs import _check_parent, _usable
 SPEC_FILE, POINTS, RESULTS, FITS = "spec.json", "points", "results.nc", "fits"
 NOT_RUN = -1  # `trusted` of a point not run yet
 TRUST_FLAGS = {"flag_values": np.array([NOT_RUN, 0, 1], dtype=np.int8), "flag_meanings": "not_run untrusted trusted"}
+def untrusted_points(ds: xr.Dataset, n: int) -> np.ndarray:
+    """The `n` points of a results Dataset or point file (flattened) that compare did not trust (`trusted`
+    == 0); none for results written before sweeps kept the verdict."""
+    return ds["trusted"].values.ravel() == 0 if "trusted" in ds else np.zeros(n, dtype=bool)
+
+
 POINT_FILE = re.compile(r"[0-9a-f]{16}\.nc")  # points/KEY.nc
 
 
@@ -157,8 +163,8 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
     out["warnings"].attrs["description"] = "compare's notes on an untrusted point, one per line ('' when trusted)"
     for m in spec.metrics:
         out[m].attrs.update(attrs.get(m, {}))
-        out[m].attrs.update(description=METRICS[m].definition, units=units_attribute(METRICS[m]) if m != "residual"
-                            else out[m].attrs.get("units", "1") or "1")
+        out[m].attrs.update(description=METRICS[m].definition)
+        out[m].attrs.setdefault("units", units_attribute(METRICS[m]))  # the point files' own (a residual's)
     for path in (p for a in spec.axes for p in a.values):
         out[path].attrs["description"] = PLACEMENT.get(path, "device profile key (devices/SCHEMA.md)")
         if path in BY_KEY and out[path].dtype.kind in "iuf":

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.experiments.metrics import METRICS, Metric, resolve
+from aocsim.experiments.metrics import METRICS, resolve
 from aocsim.units import si
 
 RUN_DIMS = ("chip", "seed")
@@ -63,13 +63,9 @@ def _metrics(ds: xr.Dataset) -> list[str]:
     return [str(v) for v in ds.data_vars if set(RUN_DIMS) <= set(ds[v].dims)]
 
 
-def _declared(metric: str) -> Metric | None:
-    return METRICS.get(metric)
-
-
 def _unit(ds: xr.Dataset, metric: str) -> str:
     """The unit a metric's cells are in: % for fractions, the Dataset's units otherwise ("1": none)."""
-    declared = _declared(metric)
+    declared = METRICS.get(metric)
     if declared is not None and declared.share:
         return "%"
     unit = str(ds[metric].attrs.get("units", declared.unit if declared else ""))
@@ -79,7 +75,7 @@ def _unit(ds: xr.Dataset, metric: str) -> str:
 def header(ds: xr.Dataset, metric: str) -> str:
     """A metric's short column name with the unit its cells are in ("accuracy (%)", "bits per character
     (bits)"); times and energies carry their prefixed unit in every cell, so their header has none."""
-    declared = _declared(metric)
+    declared = METRICS.get(metric)
     name = declared.column if declared else metric
     unit = _unit(ds, metric)
     return f"{name} ({unit})" if unit and unit not in PREFIXED and len(unit) <= 4 else name
