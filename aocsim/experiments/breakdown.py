@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
-from aocsim.experiments.metrics import point_metrics
+from aocsim.experiments.metrics import METRICS, point_metrics
 from aocsim.progress import bar
 
 MULTIPLIERS = (1.0, 2.0, 4.0, 16.0, 64.0)  # scale of every per-iteration noise source (noise.multiplier)
@@ -29,9 +29,8 @@ SLM_BITS = (2, 3, 4, 5, 6, 7, 8, 9)  # the SLM's weight resolution (slm.bits)
 BREAK_POINTS = 2.0  # percentage points below the exact accuracy that count as broken
 BREAK_FACTOR = 2.0  # a regression: device mean squared error above this multiple of the exact one
 AXES = {"multiplier": "noise.multiplier", "bits": "slm.bits"}
-# The metrics kept per run (aocsim/experiments/metrics.py reduces each), with the variable a Dataset needs for it.
-REDUCED = {"accuracy": "correct", "exact_accuracy": "correct", "agreement": "agreement", "iterations": "iterations",
-           "mse": "squared_error", "exact_mse": "squared_error"}
+# The metrics kept per run (aocsim/experiments/metrics.py reduces each, where a Dataset has what it reads).
+REDUCED = ("accuracy", "exact_accuracy", "agreement", "iterations", "mse", "exact_mse")
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
         profile = load_device(device, overrides={AXES[axis]: v})
         ds = compare(w.model, profile, w.inputs, w.targets, placement=w.placement, seeds=seeds, chips=chips)
         k = axes[axis].index(v)
-        m = point_metrics(ds, tuple(name for name, need in REDUCED.items() if need in ds))  # the registry's
+        m = point_metrics(ds, tuple(name for name in REDUCED if METRICS[name].available(ds)))  # the registry's
         for what, name in (("accuracy", "accuracy"), ("agreement", "agreement"), ("iterations", "iterations"),
                            ("mse", "mse")):
             if name in m:

@@ -38,6 +38,11 @@ class Metric:
     better: str | None = None  # "max" or "min": which way a search should push it
     task: str = "any"  # "any", "classes" (answers are classes), "language", "regression"
     default: bool = True  # in a sweep's metrics when the spec names none
+    needs: str = ""  # the compare Dataset variable `reduce` reads ("" : one every Dataset has)
+
+    def available(self, ds: xr.Dataset) -> bool:
+        """Whether a compare Dataset has what this metric reads (a regression has no `correct`)."""
+        return not self.needs or self.needs in ds
 
     def describe_range(self) -> str:
         """'a fraction in [0, 1] (tables print it in %)', 'a value >= 0 (J)'."""
@@ -87,12 +92,13 @@ def _modules(ds: xr.Dataset, per_run: list) -> xr.DataArray:
 _DECLARED = (
     Metric("accuracy", "device accuracy (fraction; per sample, or per token for sequence models)",
            "device accuracy", "accuracy", "", lambda ds, r: _device(ds).correct.mean(r), share=True, high=1.0,
-           better="max", task="classes"),
+           better="max", task="classes", needs="correct"),
     Metric("exact_accuracy", "accuracy of the exact path (the same at every chip and seed)", "exact-path accuracy",
            "exact accuracy", "", lambda ds, r: _exact(ds).correct.mean(r), share=True, high=1.0, better="max",
-           task="classes"),
+           task="classes", needs="correct"),
     Metric("agreement", "fraction of device predictions equal to the exact ones", "agreement with the exact path",
-           "agreement", "", lambda ds, r: ds.agreement.mean(r), share=True, high=1.0, better="max", task="classes"),
+           "agreement", "", lambda ds, r: ds.agreement.mean(r), share=True, high=1.0, better="max", task="classes",
+           needs="agreement"),
     Metric("iterations", "mean device iterations per sample (per token)", "device iterations per inference",
            "iterations", "", lambda ds, r: _device(ds).iterations.mean(r), better="min"),
     Metric("converged", "fraction of device solves that met the tolerance or settled at the noise floor",
@@ -110,21 +116,23 @@ _DECLARED = (
            "optical modules", "modules", "", _modules, low=1.0, better="min"),
     Metric("weight_loads_per_inference",
            "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
-           "weight loads per inference", "weight loads", "", lambda ds, r: ds.weight_loads.mean(r), better="min"),
+           "weight loads per inference", "weight loads", "", lambda ds, r: ds.weight_loads.mean(r), better="min",
+           needs="weight_loads"),
     Metric("bits_per_character", "language models: mean -log2 p(target) of the device's next-character outputs, bits",
            "device bits per character", "bits per character", "bits", lambda ds, r: _device(ds).nll_bits.mean(r),
-           better="min", task="language", default=False),
+           better="min", task="language", default=False, needs="nll_bits"),
     Metric("exact_bits_per_character", "language models: the same on the exact path", "exact bits per character",
            "exact bits per character", "bits", lambda ds, r: _exact(ds).nll_bits.mean(r), better="min",
-           task="language", default=False),
+           task="language", default=False, needs="nll_bits"),
     Metric("mse", "regressions: the device's mean squared error against the targets", "device mean squared error",
            "mse", "", lambda ds, r: _device(ds).squared_error.mean(r), better="min", task="regression",
-           default=False),
+           default=False, needs="squared_error"),
     Metric("exact_mse", "regressions: the same on the exact path", "exact-path mean squared error", "exact mse", "",
-           lambda ds, r: _exact(ds).squared_error.mean(r), better="min", task="regression", default=False),
+           lambda ds, r: _exact(ds).squared_error.mean(r), better="min", task="regression", default=False,
+           needs="squared_error"),
     Metric("output_rms", "regressions: root mean square of the device's output - the exact path's",
            "device output error (rms)", "output rms", "", lambda ds, r: ((ds.output_error ** 2).mean(r)) ** 0.5,
-           better="min", task="regression", default=False),
+           better="min", task="regression", default=False, needs="output_error"),
 )
 METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED}
 # Short names for the cost metrics, as a co-design question says them (a spec, `sweep show --metric`).

@@ -150,9 +150,9 @@ def _scores(ds: Any) -> tuple[float, Any, str]:
     from aocsim.experiments.metrics import METRICS
 
     per_run = [d for d in ("sample", "position") if d in ds.dims]
-    for needed, device, what in (("nll_bits", "bits_per_character", "bits per character"),
-                                 ("correct", "accuracy", "accuracy"), ("squared_error", "mse", "mean squared error")):
-        if needed in ds and (device != "bits_per_character" or ds.attrs.get("task") == "language"):
+    for device, what in (("bits_per_character", "bits per character"), ("accuracy", "accuracy"),
+                         ("mse", "mean squared error")):
+        if METRICS[device].available(ds) and (device != "bits_per_character" or ds.attrs.get("task") == "language"):
             exact = METRICS[f"exact_{device}"].reduce(ds, per_run).isel(chip=0, seed=0)
             return float(exact), METRICS[device].reduce(ds, per_run).values.ravel(), what
     if "agreement" in ds:

@@ -189,24 +189,25 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "samples": int(np.prod([ds.sizes[d] for d in per_run])), "unit": inference_unit(ds),
         "explicit": is_explicit(ds),
         "mode": ds.attrs.get("placement.mode"),
-        "agreement": spread("agreement") if "agreement" in ds else None,
+        "agreement": spread("agreement") if METRICS["agreement"].available(ds) else None,
         "iterations": {"exact": float(ds.iterations.sel(path="exact").mean()),
                        "device": float(value("iterations").mean())},
         "hardware_time_s": float(value("time_per_inference_s").mean()),
         "timing": ds.hardware_time_s.attrs.get("description", ""),
         "energy_j": float(value("energy_per_inference_j").mean()),
         "modules": int(ds.attrs.get("modules", 1)),  # a Dataset from before the machine model: one module
-        "weight_loads": float(value("weight_loads_per_inference").mean()) if "weight_loads" in ds else 0.0,
+        "weight_loads": (float(value("weight_loads_per_inference").mean())
+                         if METRICS["weight_loads_per_inference"].available(ds) else 0.0),
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None, "terms": terms(ds), "warnings": trust_notes(ds),
     }
-    if "nll_bits" in ds:
+    if METRICS["bits_per_character"].available(ds):
         out["bits"] = {"exact": exact("exact_bits_per_character"), "device": spread("bits_per_character")}
-    if "output_error" in ds:
+    if METRICS["output_rms"].available(ds):
         out["output_rms"] = spread("output_rms")
-    if "squared_error" in ds:
+    if METRICS["mse"].available(ds):
         out["mse"] = {"exact": exact("exact_mse"), "device": spread("mse")}
-    if "correct" in ds:
+    if METRICS["accuracy"].available(ds):
         out["accuracy"] = {"exact": exact("exact_accuracy"), "device": spread("accuracy")}
     return out
 
