@@ -34,7 +34,7 @@ from torch import nn
 from aocsim import disk_memo
 from aocsim.errors import InputError
 from aocsim.execute.fit import affine_fit
-from aocsim.execute.placement import count, switch
+from aocsim.execute.option_groups import ON_TILES, TileOptions
 from aocsim.execute import tile_program
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
@@ -92,22 +92,22 @@ def fit_key(device: DeviceProfile, map_index: int = 0) -> keys.Key:
 
 
 def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
-            tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
-            rounds: int = ROUNDS, predistort: bool = False, mount: Mount | None = None,
-            compile: bool = False) -> MapProgram:
+            tile: TileOptions = TileOptions(), input_range: float | None = None, rounds: int = ROUNDS,
+            mount: Mount | None = None) -> MapProgram:
     """The program of W [M, K] on the chip `device` describes (module docstring: dead positions, gains,
     closed-loop rounds on probe loads keyed by `key`, then the scale), fitted on the calibration
-    inputs [R, K]: done once per chip and map, whatever the loads that follow (its probe products
-    compiled with `compile`)."""
+    inputs [R, K] for the tile options `tile`: done once per chip and map, whatever the loads that follow
+    (its probe products compiled with `tile.compile`)."""
+    tile = on_tiles(tile)
     r = default_input_range(device, input_range)
-    size = resolve_tile_size(device, tile_size)
+    size = resolve_tile_size(device, tile.tile_size)
     low, high = (float(v) for v in device.values["readout.range_v"])
     half = min(-low, high)
     # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
     sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0
     program = fit_tile_program(device, weight / sigma, tile_size=size, input_range=r, key=key,
-                               partial_sums=partial_sums, rounds=rounds, predistort=predistort, mount=mount,
-                               compile=compile)
+                               partial_sums=tile.partial_sums, rounds=rounds, predistort=tile.predistort, mount=mount,
+                               compile=tile.compile)
     # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
     target = ideal_nodes(weight, inputs, r, sigma)
     kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
@@ -115,9 +115,9 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
                       mount or Mount())
 
 
-def compile_option(placement: Any) -> bool:
-    """A placement's `compile` switch (False where it is not set)."""
-    return bool(placement.compile)
+def on_tiles(tile: TileOptions) -> TileOptions:
+    """`tile` with every option left at None set to the default of the kinds on tiles."""
+    return tile.resolved(ON_TILES[0])
 
 
 def tensor_digest(t: torch.Tensor) -> tuple:
@@ -127,16 +127,17 @@ def tensor_digest(t: torch.Tensor) -> tuple:
     return (str(data.dtype), str(t.device), tuple(data.shape), hashlib.sha256(raw).hexdigest())
 
 
-def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,
-             modules: int | None, **options: Any) -> list[MapProgram]:
+def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],
+             tile: TileOptions = TileOptions()) -> list[MapProgram]:
     """The programs of a model's maps [(W, calibration inputs, fit key)] on one machine (`fit_map`
-    with `options`): weight-stationary (modules None, or at least the programs' tiles) puts each map's
+    with the tile options `tile`): weight-stationary (tile.modules None, or at least the programs' tiles) puts each map's
     tiles on modules of their own, after the previous map's; fewer modules time-multiplexes every
     tile onto them (`Mount`). Fitted in order, so that each map knows where the last one ended (a
     program can be a tile wider than its matrix: dead input positions are skipped).
 
     Memoised in the process (`FIT_MEMO` entries) on everything a fit reads: every value of the
-    profile (the chip), each map's W, inputs and key, the options and the fit's constants (and the
+    profile (the chip), each map's W, inputs and key, the tile options a fit reads (`TileOptions.fitted`)
+    and the fit's constants (and the
     emitter measurement's, for predistortion). An entry keeps the keys its fit drew, which
     `keys.recording()` sees again on every hit (as `programming._cached`). So sweep
     points that differ only in what a fit does not read (averaging, the stop rule, the SNR noise, the
@@ -145,8 +146,10 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     `aocsim.disk_memo.use(folder)` is open, under the same key; a file keeps no keys, so while
     `keys.recording()` is on, programs read from one are fitted again (and their keys kept).
     """
+    tile = on_tiles(tile).fitted()
     memo_key = (_frozen(device.values, tuple(sorted(device.values))),
-                tuple((tensor_digest(w), tensor_digest(x), k.value) for w, x, k in maps), modules, tuple(sorted(options.items())),
+                tuple((tensor_digest(w), tensor_digest(x), k.value) for w, x, k in maps),
+                tuple(sorted(tile.given().items())),
                 tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
                 tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     stored = None if memo_key in _FITS or keys.recording_now() else disk_memo.load("fits", memo_key)
@@ -154,7 +157,7 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
         _FITS[memo_key] = ([_program(record) for record in stored], None)
     if memo_key not in _FITS or (keys.recording_now() and _FITS[memo_key][1] is None):
         with keys.recording() as drawn:  # kept with the programs: `keys.recording()` sees them on every hit
-            _FITS[memo_key] = (_fit_maps(device, maps, modules=modules, **options), list(drawn))
+            _FITS[memo_key] = (_fit_maps(device, maps, tile), list(drawn))
         disk_memo.save("fits", memo_key, [_record(p) for p in _FITS[memo_key][0]])
     _FITS.move_to_end(memo_key)
     while len(_FITS) > FIT_MEMO:
@@ -178,16 +181,18 @@ def _program(record: dict[str, Any]) -> MapProgram:
                       Mount(int(first), int(count), bool(multiplexed)))
 
 
-def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]], *,
-              modules: int | None, **options: Any) -> list[MapProgram]:
+def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],
+              tile: TileOptions) -> list[MapProgram]:
+    modules = tile.modules
+
     def fit_all(multiplexed: bool) -> list[MapProgram]:
         programs: list[MapProgram] = []
         for weight, inputs, key in maps:
             mount = Mount(sum(p.tiles for p in programs), modules or 1, multiplexed)
-            programs.append(fit_map(device, weight, inputs, key=key, mount=mount, **options))
+            programs.append(fit_map(device, weight, inputs, key=key, tile=tile, mount=mount))
         return programs
 
-    size = resolve_tile_size(device, options.get("tile_size"))
+    size = resolve_tile_size(device, tile.tile_size)
     natural = sum(math.ceil(w.shape[0] / size) * math.ceil(w.shape[1] / size) for w, _, _ in maps)
     guess = modules is not None and modules < natural
     programs = fit_all(guess)
@@ -206,48 +211,49 @@ class DeviceLinear(nn.Module):
         generator: key of this weight load (its programming draws), of the probe passes that
             calibrate it and, until a placed model resets it, of its calls' noise.
         program: the chip's fitted program (`fit_map`); None: fitted here, keyed by the chip (`fit_key`).
-        tile_size, partial_sums, input_range: as in `TiledMatrix` (for the fit when program is None).
+        tile: the tile options (aocsim/execute/option_groups.py `TileOptions`; None values take the
+            defaults of the kinds on tiles): tile_size and partial_sums as in `TiledMatrix` (for the fit
+            when program is None); averaging: tile passes per call, their node readings averaged (the
+            per-pass noise's std falls as 1 / sqrt(averaging); time and conversions grow by the factor:
+            `activity`); predistort: the emitter drive linearised digitally before the DAC
+            (`TiledMatrix`); modules: read by `fit_maps`, not here; compile: below.
+        input_range: as in `TiledMatrix` (for the fit when program is None).
         rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
-        averaging: tile passes per call, their node readings averaged (the per-pass noise's std falls
-            as 1 / sqrt(averaging); time and conversions grow by the factor: `activity`).
-        predistort: the emitter drive linearised digitally before the DAC (`TiledMatrix`).
         mount: where its tiles sit on the machine's modules, for the fit when program is None (a program
             carries its own: `fit_maps`; None = one module per tile).
-        compile: run the tile products of its per-token calls compiled (`TiledMatrix`, compile=True: the
+
+    `tile.compile` runs the tile products of its per-token calls compiled (`TiledMatrix`, compile=True: the
             same numbers to float rounding; needs a C++ compiler, compiles once per process and shape):
             calls of one position per row (a token's iterations, a DEQ's) and calls outside a placed run;
             in a run whose token passes all have the batch's rows (`TokenKeys.one_shape`), a pass over
             many positions at once (the injection's) position by position, through the graph of a
             token's pass (`_by_position`); elsewhere such a pass, and the calibration passes, eagerly.
-            The rule reads only the call itself, never what ran before, so a seed gives the same bits
-            however often and in whatever order the model runs.
+    The rule reads only the call itself, never what ran before, so a seed gives the same bits
+    however often and in whatever order the model runs.
     """
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, program: MapProgram | None = None,
-                 tile_size: int | None = None, partial_sums: str = "analog", input_range: float | None = None,
-                 rounds: int = ROUNDS, averaging: int = 1, predistort: bool = False,
-                 mount: Mount | None = None, compile: bool = False) -> None:
+                 tile: TileOptions = TileOptions(), input_range: float | None = None, rounds: int = ROUNDS,
+                 mount: Mount | None = None) -> None:
         super().__init__()
-        self.compile = switch("compile", compile)
-        self.averaging = count("averaging", averaging)
-        self.predistort = switch("predistort", predistort)
+        tile = on_tiles(tile)
+        self.compile, self.averaging, self.predistort = tile.compile, tile.averaging, tile.predistort
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        self.weight, self.bias, self.partial_sums = weight, bias, partial_sums
+        self.weight, self.bias, self.partial_sums = weight, bias, tile.partial_sums
         key = keys.as_key(generator)
         if key is None:
             raise InputError("generator = None; placing a map on tiles draws its weight loads, so expected a "
                              "seed, torch.Generator or Key")
         if program is None:
-            program = fit_map(device, weight, inputs, key=fit_key(device), tile_size=tile_size,
-                              partial_sums=partial_sums, input_range=input_range, rounds=rounds, predistort=predistort,
-                              mount=mount, compile=self.compile)
+            program = fit_map(device, weight, inputs, key=fit_key(device), tile=tile, input_range=input_range,
+                              rounds=rounds, mount=mount)
         mount = program.mount
         self.program, self.sigma, self.input_range = program, program.sigma, program.input_range
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
         self.dead_positions = program.dead
         self.tiles = TiledMatrix(device, program.weight, tile_size=program.tile_size, generator=key,
-                                 input_range=self.input_range, predistort=predistort, mount=mount)  # the load
+                                 input_range=self.input_range, predistort=self.predistort, mount=mount)  # the load
         target = ideal_nodes(weight, inputs, self.input_range, self.sigma)
         node, _ = self._nodes(inputs, key.fold(keys.Stream.CALIBRATION))
         self.gain, self.offset = affine_fit(target, node, spread=GAIN_SPREAD)

@@ -38,7 +38,6 @@ from aocsim.execute.seed_stack import stack_seeds, stackable
 from aocsim.execute.ssm_device import PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
-from aocsim.hardware.engine.tiles import tile_options
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.solve.result import SolveResult, SolveStatus
@@ -146,7 +145,7 @@ class HybridSSM(PlacedModel):
     @staticmethod
     def describe(model: ImplicitSSM, placement: Placement) -> str:
         tiles = ", ".join(placement.on_tiles)
-        how = tile_options(placement.averaging, placement.predistort)
+        how = placement.tile.words()
         tiles += f" ({how})" if how else ""
         analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
         noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind})"
@@ -204,7 +203,7 @@ class HybridSSM(PlacedModel):
         """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
         0 ... B - 1, which key their noise) in the placement's mode."""
         key, placed = seed_key(seed), self._load(seed)
-        self.parts = parts_for(self.placement)
+        self.parts = parts_for(self.placement.noise)
         out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, extras=tuple(self.parts),
                      extras_key=key.fold(keys.Stream.SNR), **self._options(inputs))
         return self._result(readout(out, placed.model, self.parts), placed)

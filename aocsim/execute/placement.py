@@ -1,14 +1,18 @@
-"""How a model goes onto a device: `Placement`, every placement option declared once.
+"""How a model goes onto a device: `Placement`, every placement option declared once, grouped by concern.
 
-Each option is a field of the frozen `Placement` whose declaration (`option`) says which kinds of
-placed model it applies to, with that kind's default, how a value is read and checked (one-line
-`InputError` naming the option), and its help line. The Python keyword, the `aocsim compare` flag
-(`--tile-size`) and the sweep key (`placement.tile_size`) all come from this declaration
-(aocsim/cli/compare.py, aocsim/experiments/sweep/spec.py), so adding an option is one field here and
-its use in the placed model that honours it (docs/ARCHITECTURE.md).
+Options come in groups, each a frozen dataclass passed whole to the code that honours it: `TileOptions`
+(how linear maps run on tiles), `SolveOptions` (when a device solve stops, how it steps),
+`SequenceOptions` (an implicit SSM's token loop), `NoiseInjection` (noise set by an SNR, the EMA readout)
+and `DeqOptions` (what only DEQs choose). `Placement` inherits every group's fields: one flat namespace
+from which the Python keywords, the `aocsim compare` flags (`--tile-size`) and the sweep keys
+(`placement.tile_size`) are generated (aocsim/cli/compare.py, aocsim/experiments/sweep/spec.py). An
+option's declaration (`option`) says which kinds it applies to with each kind's default, how a value is
+read and checked (a one-line `InputError` naming the option), its help line and an example value; so
+adding one is its field here, its use where its group is honoured, and a test (docs/ARCHITECTURE.md).
 
 A field left at None takes the default of the kind it is used with (`Placement.resolved`); a value
-given for a kind it does not apply to is refused, never ignored.
+given for a kind it does not apply to is refused, never ignored; the rules between options (`RULES`)
+are checked in the same place.
 
 Kinds (aocsim/execute/registry.py): a DEQ whose state fits the device runs natively (`NATIVE`),
 a larger one with its feedback on tiles (`TILED`), an implicit SSM as a hybrid (`HYBRID`), a DEQ
@@ -18,155 +22,59 @@ defined by the calibrated pipeline with its own weights (`TWIN`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from aocsim.errors import InputError
-from aocsim.execute.option_readers import (MAP_KINDS, choice, count, count_or_zero, damping, decibels, ema, fraction,
-                                           map_names, nonnegative, short, switch)
+from aocsim.execute.option_groups import (HYBRID, KINDS, MODULES, MODULES_HELP, NATIVE, ON_TILES, TILED, TWIN,
+                                          Declaration, DeqOptions, NoiseInjection, OptionGroup, SequenceOptions,
+                                          SolveOptions, TileOptions, ssm_cap, ssm_cap_words)
+from aocsim.execute.option_readers import short
 
-NATIVE, TILED, HYBRID, TWIN = "native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ"
-KINDS = (NATIVE, TILED, HYBRID, TWIN)
-ON_TILES = (TILED, HYBRID)  # kinds that run products on tiles
-# An implicit SSM's device iteration cap where max_iter is not given: per token sequentially; a L + b for a
-# sequence of L tokens simultaneously (declared once: the hybrid runs it, the help and the summary say it).
-SSM_CAP_SEQUENTIAL, SSM_CAP_SIMULTANEOUS = 30, (3, 20)
-
-
-def ssm_cap(mode: str, length: int) -> int:
-    """The implicit SSM's device iteration cap in `mode` for sequences of `length` tokens."""
-    a, b = SSM_CAP_SIMULTANEOUS
-    return SSM_CAP_SEQUENTIAL if mode == "sequential" else a * length + b
+__all__ = ["HYBRID", "KINDS", "MODULES", "MODULES_HELP", "NATIVE", "ON_TILES", "TILED", "TWIN", "Declaration",
+           "DeqOptions", "NoiseInjection", "OptionGroup", "Placement", "SequenceOptions", "SolveOptions",
+           "TileOptions", "as_placement", "declaration", "read_placement", "ssm_cap", "ssm_cap_words"]
 
 
-def ssm_cap_words(mode: str | None) -> str:
-    a, b = SSM_CAP_SIMULTANEOUS
-    return f"{SSM_CAP_SEQUENTIAL} per token" if mode == "sequential" else f"{a} L + {b} iterations"
+# The groups, in the order their options are listed (help, Dataset attributes); `Placement` is all of them.
+GROUPS: dict[str, type[OptionGroup]] = {"deq": DeqOptions, "sequence": SequenceOptions, "tile": TileOptions,
+                                        "solve": SolveOptions, "noise": NoiseInjection}
 
 
 @dataclass(frozen=True)
-class Declaration:
-    """One option: the kinds it applies to (kind -> default), its reader, help line and CLI type."""
-
-    defaults: Mapping[str, Any]
-    read: Callable[[str, Any], Any]  # (option name, value) -> checked value, or a one-line InputError
-    help: str
-    flag: str = "value"  # "value" (--name VALUE) or "switch" (--name/--no-name)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        return tuple(self.defaults)
-
-
-# What `modules` means, said once: its help line here (aocsim compare --help, the sweep's placement.modules);
-# docs/SWEEPS.md and docs/PHYSICS.md section 6 use these words, and the sweep metric `modules` counts them.
-MODULES = "the machine's optical modules, shared by all of the model's maps"
-MODULES_HELP = (f"models on tiles: {MODULES} [default: one per tile of every map, weight-stationary: all tiles at "
-                "once, every module's static power paid]; fewer than the model's tiles time-multiplexes them: each "
-                "product writes every tile onto its module again (slm.reload_time_s per weight load), then runs "
-                "them in waves of that many (docs/PHYSICS.md section 6).")
-
-
-def option(defaults: Mapping[str, Any], read: Callable[[str, Any], Any], help: str, flag: str = "value") -> Any:
-    """A `Placement` field: default None (the kind's own default), declared by `Declaration`."""
-    return field(default=None, metadata={"declaration": Declaration(dict(defaults), read, help, flag)})
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Every placement option (module docstring); None = the default of the kind it is used with.
+class Placement(NoiseInjection, SolveOptions, TileOptions, SequenceOptions, DeqOptions):
+    """Every placement option, one flat namespace generated from the groups (module docstring); None = the
+    default of the kind it is used with. `placement.tile`, `.solve`, `.sequence`, `.noise`, `.deq`: a group
+    whole, for the code that honours it.
 
     Example:
-        >>> Placement(on_tiles=("in_proj", "out_proj"), averaging=16, predistort=True)
+        >>> Placement(on_tiles=("in_proj", "out_proj"), averaging=16, predistort=True).tile.averaging
+        16
     """
 
-    tiling: bool | None = option(
-        {NATIVE: True, TILED: True}, switch,
-        "DEQs larger than the device: run beta W on optical tiles (else refuse them).", "switch")
-    stop: str | None = option(
-        {NATIVE: "tolerance", TWIN: "tolerance"}, choice("tolerance", "readout"),
-        "DEQs on the loop: 'tolerance' (the loop's state at its fixed point) or 'readout' (the ADC's average "
-        "after the settle window: where readout.adc_bits matters).")
-    fit: bool | None = option(
-        {NATIVE: True}, switch,
-        "native DEQs: compile with the least-squares fit to the calibrated pipeline (else the analytic mapping).",
-        "switch")
-    on_tiles: tuple[str, ...] | None = option(
-        {HYBRID: MAP_KINDS}, map_names,
-        "implicit SSMs: the linear maps on optical tiles, comma-separated from inject, in_proj, out_proj, or "
-        "'none' (all digital: the abstract noise model of the snr_* options alone); the rest digital.")
-    mode: str | None = option(
-        {HYBRID: "sequential"}, choice("sequential", "simultaneous"),
-        "implicit SSMs: 'sequential' (token by token, the RNN) or 'simultaneous' (all tokens at once).")
-    elementwise: str | None = option(
-        {HYBRID: "digital"}, choice("digital", "analog"),
-        "implicit SSMs: SiLU and softplus 'digital' (exact) or 'analog' (modelled circuits).")
-    tile_size: int | None = option(
-        {TILED: None, HYBRID: None}, count,
-        "models on tiles: channels per tile side [default: the device's channels, 48 where it has any].")
-    partial_sums: str | None = option(
-        {TILED: "analog", HYBRID: "analog"}, choice("analog", "digital"),
-        "models on tiles: a tile row's partial products added 'analog' (one ADC per output) or 'digital'.")
-    averaging: int | None = option(
-        {TILED: 1, HYBRID: 1}, count,
-        "models on tiles: tile passes averaged per product (less noise, more time and energy).")
-    predistort: bool | None = option(
-        {TILED: False, HYBRID: False}, switch,
-        "models on tiles: linearise the emitter drive digitally before the DAC.", "switch")
-    compile: bool | None = option(
-        {TILED: False, HYBRID: False}, switch,
-        "models on tiles: run the tile products compiled (AOTInductor; the same numbers to float rounding; "
-        "needs a C++ compiler; seconds per graph, once per computer and code: the kernel store), and a "
-        "sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, compiled placements).", "switch")
-    modules: int | None = option({TILED: None, HYBRID: None}, count, MODULES_HELP)
-    probes: int | None = option(
-        {TWIN: 0}, count_or_zero,
-        "twin DEQs: after each weight load, solve this many probe inputs (evenly spread over the calibration "
-        "inputs) on the chip and refit the digital readout V z + c to the nominal pipeline's outputs for them "
-        "(no labels) [0: the readout as trained].")
-    max_iter: int | None = option(
-        {NATIVE: 2000, TILED: 100, HYBRID: None, TWIN: 2000}, count,
-        "iteration cap of a device solve [native 2000, tiled 100; implicit SSMs: "
-        f"{ssm_cap_words('sequential')} sequentially, {ssm_cap_words('simultaneous')} simultaneously].")
-    rtol: float | None = option(
-        {NATIVE: 1e-5, TILED: 1e-3, HYBRID: 0.1, TWIN: 1e-5}, fraction,
-        "relative residual ||f(z) - z|| / ||f(z)|| at which a device solve stops (per sample; per token for "
-        "implicit SSMs) [native 1e-5, tiled 1e-3, implicit SSMs 0.1: about aoc48's noise floor].")
-    atol: float | None = option(
-        {NATIVE: 1e-6, TILED: 1e-6, TWIN: 1e-6}, nonnegative,
-        "DEQs: absolute residual ||f(z) - z|| added to rtol's, in the units of the iterated state (device "
-        "volts natively, model units on tiles) [1e-6].")
+    def group(self, name: str) -> Any:
+        cls = GROUPS[name]
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
 
-    damping: float | None = option(
-        {HYBRID: 0.8}, damping,
-        "implicit SSMs: tau of the device iteration z <- (1 - tau) z + tau f(z) (the fixed point stays; "
-        "how fast and how noisily it is reached changes).")
-    # The SNR protocol (docs/LANGUAGE.md, noise set by an SNR; aocsim/execute/snr.py)
-    snr_db: float | None = option(
-        {HYBRID: None}, decibels,
-        "implicit SSMs: noise set by an SNR in dB at snr_site (inf: none) [default: off].")
-    snr_site: str | None = option(
-        {HYBRID: "inputs"}, choice("inputs", "states"),
-        "implicit SSMs: where snr_db's noise goes: 'inputs' (each block's input projection's input, every "
-        "iteration) or 'states' (the SSM states committed after each token; sequential mode).")
-    snr_kind: str | None = option(
-        {HYBRID: "additive"}, choice("additive", "multiplicative", "device"),
-        "implicit SSMs: snr_db's noise 'additive' (std rms(x) 10^(-SNR/20)), 'multiplicative' (x (1 + e), std "
-        "of e 10^(-SNR/20)) or 'device' (the profile's own noise, noise.multiplier scaled to snr_db at snr_site).")
-    ema_alpha: float | None = option(
-        {HYBRID: None}, ema,
-        "implicit SSMs: read the iteration as an EMA of its iterates, z_read <- a z_k + (1 - a) z_read, a in "
-        "(0, 1] [default: the last iterate].")
+    @property
+    def deq(self) -> DeqOptions:
+        return self.group("deq")
 
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                object.__setattr__(self, f.name, declaration(f.name).read(f.name, value))
+    @property
+    def sequence(self) -> SequenceOptions:
+        return self.group("sequence")
 
-    def given(self) -> dict[str, Any]:
-        """The options set (not None), by name."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+    @property
+    def tile(self) -> TileOptions:
+        return self.group("tile")
+
+    @property
+    def solve(self) -> SolveOptions:
+        return self.group("solve")
+
+    @property
+    def noise(self) -> NoiseInjection:
+        return self.group("noise")
 
     def check_for(self, kind: str, what: str) -> None:
         """A one-line InputError for the first option set that does not apply to `kind` (`what`: the model

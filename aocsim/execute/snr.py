@@ -29,7 +29,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.execute.token_keys import TokenKeys
-from aocsim.execute.placement import Placement
+from aocsim.execute.placement import NoiseInjection
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
 from aocsim.nn.implicit_ssm import ImplicitSSM
@@ -171,9 +171,9 @@ class EmaReadout:
         return torch.where(torch.isnan(self.read), z, self.read)
 
 
-def parts_for(placement: Placement) -> list[Any]:
-    """The noise and readout a resolved placement asks for (none when its options are off)."""
-    s = placement
+def parts_for(noise: NoiseInjection) -> list[Any]:
+    """The noise and readout a resolved placement's noise options ask for (none when they are off)."""
+    s = noise
     parts: list[Any] = []
     if s.snr_db is not None and s.snr_kind != "device":  # its rules: aocsim/execute/placement.py, RULES
         parts.append(SiteNoise(s.snr_site, s.snr_db, s.snr_kind))

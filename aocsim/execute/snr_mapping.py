@@ -80,7 +80,7 @@ def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[
     for draw in (1, 2):  # two independent draws of the same load
         seen = []
         run = keys.as_key(seed).fold(keys.Stream.RUN, draw)
-        with placed.keyed(run, torch.arange(b), length, tuple(parts_for(placement)), run.fold(keys.Stream.SNR)) as m:
+        with placed.keyed(run, torch.arange(b), length, tuple(parts_for(placement.noise)), run.fold(keys.Stream.SNR)) as m:
             m.pass_hook(torch.arange(length), 0)
             u = m.injection(tokens)
             for t, (before, z, _after) in enumerate(exact):

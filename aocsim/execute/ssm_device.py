@@ -26,7 +26,7 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
 from aocsim.execute.compiled_mix import install_compiled_mix
-from aocsim.execute.device_linear import DeviceLinear, MapProgram, compile_option, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, MapProgram, fit_key, fit_maps
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
@@ -238,8 +238,7 @@ def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[st
     index = {name: m for m, name in enumerate(maps)}
     names = on_tiles(model, placement)
     programs = fit_maps(device, [(maps[n].weight.detach(), calibration[n], fit_key(device, index[n])) for n in names],
-                        modules=placement.modules, tile_size=placement.tile_size, partial_sums=placement.partial_sums,
-                        predistort=placement.predistort, compile=compile_option(placement))
+                        placement.tile)
     return dict(zip(names, programs))
 
 
@@ -260,19 +259,17 @@ def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, 
     # to its next token once it stops (aocsim/nn/ssm_rows.py, `PlacedSSM.keyed`); compiled tile products keep
     # whole batches (a graph per batch size would compile again at every size): all rows on their own
     # tokens in passes padded to the batch, or token by token where a part keys by the pass.
-    placed.active_rows = not compile_option(placement)
+    placed.active_rows = not placement.compile
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
         if name not in programs:
             continue
         bias = None if linear.bias is None else linear.bias.detach().clone()
         layer = DeviceLinear(device, linear.weight.detach(), bias, calibration[name], generator=key.fold(m),
-                             program=programs[name], partial_sums=placement.partial_sums,
-                             averaging=placement.averaging, predistort=placement.predistort,
-                             compile=compile_option(placement))
+                             program=programs[name], tile=placement.tile)
         layers[name] = layer
         install(placed, name, layer)
-    if compile_option(placement) and placement.elementwise != "analog":  # the digital middle compiled too
+    if placement.compile and placement.elementwise != "analog":  # the digital middle compiled too
         install_compiled_mix(placed)
     functions: dict[str, AnalogElementwise] = {}
     if placement.elementwise == "analog":

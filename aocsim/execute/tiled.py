@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, compile_option, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, fit_key, fit_maps
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs
@@ -39,7 +39,6 @@ from aocsim.execute.run import Run, seed_key
 from aocsim.execute.ssm_device import CALIBRATION_ROWS
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
-from aocsim.hardware.engine.tiles import tile_options
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.deq import DEQ
 from aocsim.solve import solve
@@ -104,7 +103,7 @@ class TiledDEQ(PlacedModel):
 
     @staticmethod
     def describe(model: DEQ, placement: Placement) -> str:
-        how = tile_options(placement.averaging, placement.predistort)
+        how = placement.tile.words()
         return (f"tiled hybrid (beta W on optical tiles{', ' + how if how else ''}; tanh, leak, U x + b, V z + c "
                 "and the iteration digital)")
 
@@ -112,9 +111,7 @@ class TiledDEQ(PlacedModel):
         self.model, self.profile, self.placement, self.values = model, profile, placement, prepared
         with torch.no_grad():
             self.operator = model.operator().detach()
-        self.program, = fit_maps(profile, [(self.operator, prepared, fit_key(profile))], modules=placement.modules,
-                                 tile_size=placement.tile_size, partial_sums=placement.partial_sums,
-                                 predistort=placement.predistort)  # once per chip
+        self.program, = fit_maps(profile, [(self.operator, prepared, fit_key(profile))], placement.tile)  # per chip
 
     @property
     def program_error(self) -> float:
@@ -125,8 +122,7 @@ class TiledDEQ(PlacedModel):
         """beta W on the tiles: programmed, loaded and calibrated with the draws of `seed`."""
         s = self.placement
         return DeviceLinear(self.profile, self.operator, None, self.values, generator=seed_key(seed).fold(keys.Stream.LOAD),
-                            program=self.program, partial_sums=s.partial_sums, averaging=s.averaging,
-                            predistort=s.predistort, compile=compile_option(s))
+                            program=self.program, tile=s.tile)
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Iterate to the device's fixed point and read out; noise keyed by `seed`, sample and iteration."""

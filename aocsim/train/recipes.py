@@ -23,7 +23,7 @@ from aocsim.train import twin as _twin
 _PARITY = {"task": "parity", "train_length": 16, "d_model": 32, "d_state": 8, "identity_prob": 0.5}
 
 
-def _long_budget(task: str) -> dict[str, Any]:
+def _long_budget(task: str, **changes: Any) -> dict[str, Any]:
     """Revision 2 of the A5 recipes (issue 11; docs/STATE_TRACKING.md, "Recipe revision 2").
 
     30,000 steps, about 75 min per implicit run on one core: with 5,000 steps (revision 1) no A5
@@ -40,13 +40,20 @@ def _long_budget(task: str) -> dict[str, Any]:
     return {"task": task, "train_length": 16, "d_model": 64, "d_state": 16, "identity_prob": 0.5, "lr": 3e-3,
             "steps": 30_000, "warmup_steps": 300, "lr_final": 0.05, "identity_prob_final": 1 / order,
             "curriculum_start": 0.25, "curriculum_end": 0.75, "eval_factors": (1, 4, 16),
-            "eval_identity_prob": 1 / order, "revision": 2}
+            "eval_identity_prob": 1 / order, "revision": 2, **changes}
+
+
+# S5 as in "Implicit Language Models are RNNs" (Schoene et al., ICML 2025): trained at L = 32 and
+# evaluated up to 4L = 128. The A5 budget's architecture and schedule, with the length itself in
+# the curriculum (16 -> 32 between 25 % and 75 % of the steps) and a step count a core can afford
+# in about an hour for the implicit model (docs/STATE_TRACKING.md, "S5").
+_S5 = _long_budget("S5", train_length=32, train_length_start=16, steps=12_000, eval_factors=(1, 4), revision=1)
 
 
 STATE_TRACKING: dict[str, _st.StateTrackingRecipe] = {}
-_JACOBIAN_PENALTY = {"parity": 1.0, "a5": 0.1, "a5xm4": 0.1}
+_JACOBIAN_PENALTY = {"parity": 1.0, "a5": 0.1, "a5xm4": 0.1, "s5": 0.1}
 for _prefix, _base, _depths in (("parity", _PARITY, (1, 2, 4)), ("a5", _long_budget("A5"), (1, 2, 4)),
-                                ("a5xm4", _long_budget("A5 x M4"), (1,))):
+                                ("a5xm4", _long_budget("A5 x M4"), (1,)), ("s5", _S5, (1, 2))):
     STATE_TRACKING[f"{_prefix}-implicit"] = _st.StateTrackingRecipe(
         name=f"{_prefix}-implicit", implicit=True, jac_reg=_JACOBIAN_PENALTY[_prefix], **_base)
     for _layers in _depths:

@@ -9,6 +9,7 @@ import xarray as xr
 
 from aocsim import compare, load_model
 from aocsim.execute import device_linear, tile_program
+from aocsim.execute.option_groups import TileOptions
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs
 from aocsim.execute.registry import resolve, resolve_profile
 from aocsim.hardware.profiles.profile import load_device
@@ -148,8 +149,8 @@ def test_a_compiled_fit_is_remembered_apart(fits: list[int], monkeypatch: pytest
     not the same bits): its programs are its own, so that a compiled run gives the same bits whether or
     not an eager one fitted the chip before it in the process (and the other way round)."""
     seen: list[object] = []
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **options: seen.append(options["compile"]) or [])
+    monkeypatch.setattr(device_linear, "_fit_maps", lambda device, maps, tile: seen.append(tile.compile) or [])
     profile = load_device("aoc48")
     for compile in (False, True, False, True):
-        device_linear.fit_maps(profile, [], modules=None, partial_sums="analog", compile=compile)
+        device_linear.fit_maps(profile, [], TileOptions(partial_sums="analog", compile=compile))
     assert seen == [False, True]  # one fit each, then memo hits

@@ -3,6 +3,7 @@ the kinds it applies to; every kind placed and run through the registry with the
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -12,17 +13,13 @@ import torch
 from aocsim import DEQ, DEQConfig, compare, load_model
 from aocsim.errors import InputError
 from aocsim.execute import PLACEMENTS, Placement, Run, place, placement_class
-from aocsim.execute.placement import DECLARATIONS, HYBRID, KINDS, NATIVE, TILED, TWIN
+from aocsim.execute.placement import (DECLARATIONS, GROUPS, HYBRID, KINDS, NATIVE, TILED, TWIN, SolveOptions,
+                                     TileOptions)
 from aocsim.experiments.workloads import default_workload
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.solve.result import SolveResult
 
-# A value each option accepts (not its default), to give to the kinds it does not apply to.
-GIVEN = {"tiling": True, "stop": "readout", "fit": False, "on_tiles": "in_proj", "mode": "simultaneous",
-         "elementwise": "analog", "tile_size": 16, "partial_sums": "digital", "averaging": 2, "predistort": True,
-         "modules": 2, "max_iter": 5, "rtol": 0.01, "atol": 1e-3, "damping": 0.5, "snr_db": 20.0,
-         "snr_site": "states", "snr_kind": "multiplicative", "ema_alpha": 0.2, "probes": 32, "compile": True}
 CASES = {  # a model of each kind on aoc48, and what it runs on
     NATIVE: lambda: ("digits-deq48", default_workload(load_model("digits-deq48"), samples=3)),
     TILED: lambda: (_big(), None),
@@ -38,19 +35,33 @@ def _big() -> DEQ:
     return model
 
 
-def test_every_option_is_declared_with_a_value_here() -> None:
-    assert set(GIVEN) == set(DECLARATIONS)
+def test_every_option_is_declared_with_an_example_its_reader_accepts() -> None:
     assert set(KINDS) == {cls.kind for cls in PLACEMENTS if cls.__module__.startswith("aocsim.")}  # the bundled kinds
     for name, d in DECLARATIONS.items():
-        assert d.kinds and set(d.kinds) <= set(KINDS) and d.help, name
-        assert Placement(**{name: GIVEN[name]}).given() == {name: d.read(name, GIVEN[name])}
+        assert d.kinds and set(d.kinds) <= set(KINDS) and d.help and d.example is not None, name
+        assert Placement(**{name: d.example}).given() == {name: d.read(name, d.example)}
+        assert Placement(**{name: d.example}).resolved(d.kinds[0]).given()[name] != d.defaults[d.kinds[0]], name
+
+
+def test_the_flat_placement_is_its_groups_and_each_group_comes_out_whole() -> None:
+    """Every option belongs to one group; `Placement` is their union (the CLI's and the sweep's flat names),
+    and `placement.tile` (and the others) is the group with the values given, for the code that honours it."""
+    names = [f.name for g in GROUPS.values() for f in dataclasses.fields(g)]
+    assert sorted(names) == sorted(DECLARATIONS) and len(names) == len(set(names))
+    p = Placement(averaging=3, predistort=True, rtol=0.2, mode="simultaneous", snr_db=10.0)
+    assert p.tile == TileOptions(averaging=3, predistort=True) and p.solve == SolveOptions(rtol=0.2)
+    assert p.sequence.mode == "simultaneous" and p.noise.given() == {"snr_db": 10.0} and p.deq.given() == {}
+    r = p.resolved(HYBRID).tile
+    assert (r.averaging, r.partial_sums, r.compile) == (3, "analog", False)
+    assert r.words() == "each product the mean of 3 passes; emitter drive predistorted" and TileOptions().words() == ""
+    assert r.fitted().averaging is None and r.fitted().predistort is True  # a fit does not read the averaging
 
 
 @pytest.mark.parametrize("name", list(DECLARATIONS))
 def test_an_option_given_to_a_kind_it_does_not_apply_to_is_a_one_line_error(name: str) -> None:
     d = DECLARATIONS[name]
     for kind in KINDS:
-        placement = Placement(**{name: GIVEN[name]})
+        placement = Placement(**{name: d.example})
         if kind in d.kinds:
             assert getattr(placement.resolved(kind), name) == placement.given()[name]
             continue

@@ -10,7 +10,7 @@ import torch
 from aocsim import load_model
 from aocsim.errors import InputError
 from aocsim.execute.device_linear import DeviceLinear
-from aocsim.execute.placement import HYBRID, Placement
+from aocsim.execute.placement import HYBRID, Placement, TileOptions
 from aocsim.execute.ssm_device import calibration_inputs, linear_maps, place_ssm, plain_copy
 from aocsim.execute.tile_program import fit_tile_program, measure
 from aocsim.hardware.engine import keys
@@ -179,7 +179,7 @@ def test_averaging_passes_divides_the_noise_by_sqrt_k_and_multiplies_the_cost() 
     x = cal[:1].expand(400, 30).clone()
     runs = {}
     for k in (1, 4):
-        layer = DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, averaging=k)
+        layer = DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, tile=TileOptions(averaging=k))
         layer.reset(7)
         y = layer(x)
         runs[k] = (y.mean(0), y.std(0), layer)
@@ -193,7 +193,7 @@ def test_averaging_passes_divides_the_noise_by_sqrt_k_and_multiplies_the_cost() 
     assert (a4.dac_conversions, a4.adc_conversions) == (4 * a1.dac_conversions, 4 * a1.adc_conversions)
     assert a1.digital_ops == 0 and a4.digital_ops == 4 * a1.adc_conversions  # the four readings added
     with pytest.raises(InputError, match="averaging = 0; expected an integer >= 1"):
-        DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, averaging=0)
+        DeviceLinear(load_device("aoc48"), w, None, cal, generator=0, tile=TileOptions(averaging=0))
 
 
 def test_averaged_runs_count_their_passes_in_time_and_energy(parity) -> None:

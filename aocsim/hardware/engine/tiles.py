@@ -96,12 +96,6 @@ def _input_range(profile: DeviceProfile, input_range: object) -> float:
     return min(r, swing)
 
 
-def tile_options(averaging: int = 1, predistort: bool = False) -> str:
-    """How a placement runs its tiles, in words for a Dataset attribute ('' for the defaults)."""
-    how = [f"each product the mean of {averaging} passes"] * (averaging > 1) + ["emitter drive predistorted"] * predistort
-    return "; ".join(how)
-
-
 def check_predistort(predistort: object, name: str = "predistort") -> bool:
     if isinstance(predistort, bool):
         return predistort
