@@ -10,7 +10,6 @@ import click
 
 from aocsim.cli.common import MISSING_FOLDERS, Path_, check_torch_device, compute, free_path, friendly
 from aocsim.cli.common import torch_device_option
-from aocsim.errors import InputError
 
 
 def _device_is_a_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -58,58 +57,27 @@ def evaluate(model: str, use_float32: bool, task: str | None, batch: int | None,
     position (implicit models in both modes, with iterations per token); a plot
     of bits by position with --plot.
     """
-    import torch
+    from aocsim.experiments.evaluate import LANGUAGE, STATE_TRACKING, plan_evaluation
 
-    from aocsim.experiments.evaluate import compare_state_tracking, evaluate_model
-    from aocsim.io.model_files import load_model
-
-    fs = _parse_factors(factors)
     check_torch_device(torch_device)
-    loaded = load_model(model, device=torch_device)
-    name = loaded.card["name"]
-    if loaded.card.get("task") == "language":
-        given = [opt for opt, value in (("--float32", use_float32 or None), ("--task", task), ("--batch", batch),
-                                        ("--uniform", uniform or None), ("--factors", factors),
-                                        ("--compare", compare or None)) if value is not None]
-        if torch.device(torch_device).type != "cpu":
-            given.append(f"--torch-device {torch_device}")
-        if given:
-            raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to other models; "
-                             f"{name} is a language model, evaluated on the CPU on its card's held-out split")
-        _evaluate_language(loaded, plot_path, overwrite)
+    flags = {"float32": "--float32", "torch_device": f"--torch-device {torch_device}", "plot": "--plot"}
+    plan = plan_evaluation(model, flag=lambda n: flags.get(n, "--" + n.replace("_", "-")), float32=use_float32,
+                           torch_device=torch_device, task=task, batch=batch, uniform=uniform,
+                           factors=_parse_factors(factors), compare=compare, plot=plot_path)
+    name = plan.name
+    if plan.task == LANGUAGE:
+        _print_language(plan, _check_plot(plot_path, overwrite) if plot_path is not None else None)
         return
-    if loaded.card.get("task") == "state_tracking":
-        if use_float32:
-            raise InputError(f"--float32 applies to DEQ models; {name} is a state-tracking model "
-                             "(evaluated in the dtype of its weights)")
-        if torch.device(torch_device).type != "cpu":  # its word problems and targets are built on the CPU
-            raise InputError(f"--torch-device = {torch_device!r} applies to DEQ models; state-tracking models "
-                             "evaluate on the CPU")
-        models = [loaded]
-        for other in compare:
-            m = load_model(other)
-            if m.card.get("task") != "state_tracking":
-                raise InputError(f"--compare {other!r}: {m.card['name']} is a {m.card.get('kind', '?')} model on "
-                                 f"task {m.card.get('task')!r}; expected a state-tracking model")
-            models.append(m)
+    if plan.task == STATE_TRACKING:
         # The plot is written after minutes of evaluation: check its path and format first.
         default = f"{name}-{'comparison' if compare else 'accuracy'}-by-position.png"
         plot = _check_plot(plot_path or free_path(Path(default)), overwrite)
         with compute() as threads:  # one process per thread: the solves are many small operations
-            results = compare_state_tracking(models, task=task, factors=fs, batch=batch or 256, uniform=uniform,
-                                             progress=True, workers=threads)
-        _print_state_tracking(models, results, plot)
+            results = plan.run(progress=True, workers=threads)
+        _print_state_tracking(plan.models, results, plot)
         return
-    given = [opt for opt, value in (("--task", task), ("--batch", batch), ("--plot", plot_path),
-                                    ("--uniform", uniform or None), ("--factors", factors),
-                                    ("--compare", compare or None)) if value is not None]
-    if given:  # silently ignoring them would report a different evaluation than the one asked for
-        raise InputError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to state-tracking "
-                         f"models; {name} is a {loaded.card.get('kind', '?')} model on task "
-                         f"{loaded.card.get('task')!r}")
-    dtype = torch.float32 if use_float32 else torch.float64
     with compute():
-        m = evaluate_model(loaded, dtype=dtype)
+        m = plan.run()
     if "profile" in m:  # a twin DEQ: its exact path is the nominal pipeline
         _print_twin(name, m)
         return
@@ -207,13 +175,13 @@ def _check_plot(path: Path, overwrite: bool) -> Path:
     return plot
 
 
-def _evaluate_language(model: Any, plot_path: Path | None, overwrite: bool) -> None:
+def _print_language(plan: Any, plot: Path | None) -> None:
     """Held-out bits per character of a language model: a table by mode, a summary by position, a plot."""
-    from aocsim.experiments.language import bucket_means, evaluate_language, plot_bits_by_position, position_buckets
+    from aocsim.experiments.language import bucket_means, plot_bits_by_position, position_buckets
 
-    plot = _check_plot(plot_path, overwrite) if plot_path is not None else None
+    model = plan.models[0]
     with compute() as threads:
-        result = evaluate_language(model, progress=True, workers=threads)
+        result = plan.run(progress=True, workers=threads)
     h, name, implicit = result["heldout"], model.card["name"], result["implicit"]
     modes = [m for m in ("simultaneous", "sequential") if m in h]
     kind = "implicit" if implicit else f"explicit, {model.config.n_layers} layer(s)"

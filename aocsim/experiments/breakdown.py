@@ -34,9 +34,9 @@ REDUCED = ("accuracy", "exact_accuracy", "agreement", "iterations", "mse", "exac
 
 
 @dataclass(frozen=True)
-class Workload:
-    """A model, what to run it on, and how it is placed: `compare(model, device, inputs, targets,
-    placement=placement)` (the calibration inputs are the model's task's: aocsim.experiments.workloads)."""
+class Case:
+    """A model of the study, what it runs on and how it is placed: `compare(model, device, inputs, targets,
+    placement=placement)` (inputs, targets and calibration from aocsim.experiments.workloads)."""
 
     name: str
     model: Any
@@ -45,26 +45,22 @@ class Workload:
     placement: dict[str, Any] = field(default_factory=dict)
 
 
-def default_workloads(*, sequences: int = 16, length_factor: int = 4, a5: bool = True) -> list[Workload]:
-    """The study's models: the digits DEQ on its test set; parity-implicit and (with `a5`)
-    a5-implicit on `sequences` fresh sequences at `length_factor` x their training length in
-    sequential mode. A5 runs with its injection digital (a token's injection is a table lookup; on
-    tiles its error is never iterated away: docs/DEVICE_RUNS.md, section 3)."""
-    from aocsim.experiments.evaluate import state_tracking_recipe
+def default_workloads(*, sequences: int = 16, length_factor: int = 4, a5: bool = True) -> list[Case]:
+    """The study's models on their default workloads (`workloads.default_workload`): the digits DEQ on its
+    test set; parity-implicit and (with `a5`) a5-implicit on `sequences` fresh sequences at `length_factor`
+    x their training length in sequential mode. A5 runs with its injection digital (a token's injection
+    is a table lookup; on tiles its error is never iterated away: docs/DEVICE_RUNS.md, section 3)."""
+    from aocsim.experiments.workloads import default_workload
     from aocsim.io.model_files import load_model
-    from aocsim.tasks.digits import load_split
-    from aocsim.tasks.groups import group, word_problems
 
-    split = load_split()
-    out = [Workload("digits-deq48", "digits-deq48", split.x_test, split.y_test)]
-    for name, extra in (("parity-implicit", {}), ("a5-implicit", {"on_tiles": ("in_proj", "out_proj")})):
+    out = []
+    for name, placement in (("digits-deq48", {}), ("parity-implicit", {"mode": "sequential"}),
+                            ("a5-implicit", {"mode": "sequential", "on_tiles": ("in_proj", "out_proj")})):
         if name == "a5-implicit" and not a5:
             continue
         model = load_model(name)
-        r = state_tracking_recipe(model)
-        tokens, targets = word_problems(group(r.task), sequences, length_factor * r.train_length,
-                                        identity_prob=r.eval_prob, generator=2024)
-        out.append(Workload(name, model, tokens, targets, {"mode": "sequential", **extra}))
+        w = default_workload(model, sequences=sequences, length_factor=length_factor)
+        out.append(Case(name, model, w.inputs, w.targets, placement))
     return out
 
 
@@ -80,7 +76,7 @@ def _settings(name: str, values: Iterable[Any], kind: type) -> list[Any]:
     return out
 
 
-def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
+def where_it_breaks(workloads: Sequence[Case], device: str = "aoc48", *,
                     multipliers: Iterable[float] = MULTIPLIERS, slm_bits: Iterable[int] = SLM_BITS,
                     seeds: Sequence[int] = (0,), chips: Sequence[int] = (0,), progress: bool = True) -> xr.Dataset:
     """Run every workload at every noise multiplier (SLM bits at the profile's) and every SLM
@@ -96,7 +92,7 @@ def where_it_breaks(workloads: Sequence[Workload], device: str = "aoc48", *,
     from aocsim.hardware.profiles.profile import load_device
 
     if not workloads:
-        raise InputError("workloads is empty; expected at least one Workload")
+        raise InputError("workloads is empty; expected at least one breakdown.Case")
     if not isinstance(device, str):
         raise InputError(f"device = {device!r}; expected a profile name (its values are overridden per setting)")
     axes = {"multiplier": _settings("multipliers", multipliers, float), "bits": _settings("slm_bits", slm_bits, int)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -183,3 +185,85 @@ def compare_state_tracking(models: list[nn.Module], *, task: str | None = None,
                                                identity_prob=first["identity_prob"], progress=progress,
                                                workers=workers))
     return results
+
+
+# `evaluate`'s options and the tasks each applies to, declared once: the plan refuses the rest (one line naming
+# them), and `aocsim evaluate`'s flags are these names (--float32, --torch-device, ...).
+DEQS, STATE_TRACKING, LANGUAGE = "deq", "state_tracking", "language"
+OPTION_TASKS: dict[str, tuple[str, ...]] = {
+    "float32": (DEQS,), "torch_device": (DEQS,), "task": (STATE_TRACKING,), "batch": (STATE_TRACKING,),
+    "uniform": (STATE_TRACKING,), "factors": (STATE_TRACKING,), "compare": (STATE_TRACKING,),
+    "plot": (STATE_TRACKING, LANGUAGE)}
+TASK_WORDS = {DEQS: "DEQ models", STATE_TRACKING: "state-tracking models", LANGUAGE: "language models"}
+
+
+def evaluation_task(model: nn.Module) -> str:
+    """Which evaluation a model gets: `LANGUAGE`, `STATE_TRACKING`, or `DEQS` (classifiers, regressions, twins)."""
+    task = (getattr(model, "card", None) or {}).get("task")
+    return task if task in (LANGUAGE, STATE_TRACKING) else DEQS
+
+
+def _is_given(name: str, value: Any) -> bool:
+    if name == "torch_device":
+        return value is not None and torch.device(value).type != "cpu"
+    return value not in (None, False, ())
+
+
+@dataclass
+class EvaluationPlan:
+    """What `aocsim evaluate` (or a script) asks of a model, checked before any work: the model's task,
+    the models (a state-tracking comparison's too) and the options that apply to it. `run` does the work."""
+
+    task: str
+    models: list[nn.Module]
+    options: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.models[0].card["name"]
+
+    def run(self, *, progress: bool = False, workers: int = 1) -> Any:
+        """The evaluation: `evaluate_language`'s result, a list of `evaluate_state_tracking` results (one per
+        model), or `evaluate_model`'s metrics for a DEQ."""
+        o = self.options
+        if self.task == LANGUAGE:
+            from aocsim.experiments.language import evaluate_language
+
+            return evaluate_language(self.models[0], progress=progress, workers=workers)
+        if self.task == STATE_TRACKING:
+            return compare_state_tracking(self.models, task=o.get("task"), factors=o.get("factors"),
+                                          batch=o.get("batch") or 256, uniform=bool(o.get("uniform")),
+                                          progress=progress, workers=workers)
+        return evaluate_model(self.models[0], dtype=torch.float32 if o.get("float32") else torch.float64)
+
+
+def plan_evaluation(model: str | nn.Module, *, flag: Any = None, **options: Any) -> EvaluationPlan:
+    """The plan for evaluating `model` (a bundled name, a model folder or a loaded model) with `options`
+    (`OPTION_TASKS`); an option that does not apply to its task is a one-line InputError (`flag` turns an
+    option's name into the words that name it, e.g. its command-line flag). Models to compare with are
+    loaded and checked here."""
+    from aocsim.io.model_files import load_model
+
+    unknown = [n for n in options if n not in OPTION_TASKS]
+    if unknown:
+        raise InputError(f"{unknown[0]} is not an evaluation option; expected one of {', '.join(OPTION_TASKS)}")
+    say = flag or (lambda name: name)
+    device = options.get("torch_device") or "cpu"
+    loaded = load_model(model, device=device) if isinstance(model, (str, Path)) else model
+    task, name = evaluation_task(loaded), loaded.card["name"]
+    wrong = [n for n, v in options.items() if _is_given(n, v) and task not in OPTION_TASKS[n]]
+    if wrong:
+        what = {LANGUAGE: "a language model, evaluated on the CPU on its card's held-out split",
+                STATE_TRACKING: "a state-tracking model (evaluated on the CPU in the dtype of its weights)",
+                DEQS: f"a {loaded.card.get('kind', '?')} model on task {loaded.card.get('task')!r}"}[task]
+        tasks = " and ".join(TASK_WORDS[t] for t in OPTION_TASKS[wrong[0]])
+        raise InputError(f"{', '.join(say(n) for n in wrong)} {'applies' if len(wrong) == 1 else 'apply'} to "
+                         f"{tasks}; {name} is {what}")
+    models = [loaded]
+    for other in options.get("compare") or ():
+        m = load_model(other)
+        if evaluation_task(m) != STATE_TRACKING:
+            raise InputError(f"{say('compare')} {other!r}: {m.card['name']} is a {m.card.get('kind', '?')} model on "
+                             f"task {m.card.get('task')!r}; expected a state-tracking model")
+        models.append(m)
+    return EvaluationPlan(task, models, {k: v for k, v in options.items() if _is_given(k, v)})

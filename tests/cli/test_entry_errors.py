@@ -120,12 +120,31 @@ def test_anderson_survives_a_singular_least_squares_system() -> None:
     (["digits-deq48", "--batch", "8", "--plot", "x.png"],
      "Error: --batch, --plot apply to state-tracking models; digits-deq48 is a deq model on task 'digits'"),
     (["parity-implicit", "--float32"],
-     "Error: --float32 applies to DEQ models; parity-implicit is a state-tracking model (evaluated in the "
-     "dtype of its weights)"),
+     "Error: --float32 applies to DEQ models; parity-implicit is a state-tracking model (evaluated on the CPU in "
+     "the dtype of its weights)"),
+    (["charlm-implicit", "--batch", "8"],
+     "Error: --batch applies to state-tracking models; charlm-implicit is a language model, evaluated on the CPU "
+     "on its card's held-out split"),
+
 ])
 def test_evaluate_refuses_options_that_do_not_apply(args: list[str], message: str) -> None:
     out = CliRunner().invoke(main, ["evaluate", *args])
     assert out.exit_code == 1 and out.output.strip() == message
+
+
+def test_the_evaluation_plan_checks_options_in_the_library() -> None:
+    """The task dispatch and what applies to it live in aocsim.experiments.evaluate (the CLI only names the
+    flags): a loaded model, an option for another task, a comparison model of another task."""
+    from aocsim.experiments.evaluate import STATE_TRACKING, plan_evaluation
+
+    parity = aocsim.load_model("parity-implicit")
+    with pytest.raises(AocsimError, match=r"^torch_device applies to DEQ models; parity-implicit is a state-tracking"):
+        plan_evaluation(parity, torch_device="cuda:0")
+    with pytest.raises(AocsimError, match=r"^compare 'digits-deq48': digits-deq48 is a deq model on task 'digits'"):
+        plan_evaluation(parity, compare=("digits-deq48",))
+    plan = plan_evaluation(parity, compare=("parity-explicit1",), torch_device="cpu", float32=False)
+    assert plan.task == STATE_TRACKING and [m.card["name"] for m in plan.models] == ["parity-implicit",
+                                                                                     "parity-explicit1"]
 
 
 def test_explicit_models_print_one_row_per_length(tmp_path: Any) -> None:

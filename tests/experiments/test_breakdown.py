@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 from aocsim import InputError, load_model
-from aocsim.experiments.breakdown import (Workload, _break, breakdown_table, plot_breakdown, where_it_breaks)
+from aocsim.experiments.breakdown import Case, _break, breakdown_table, plot_breakdown, where_it_breaks
 from aocsim.tasks.groups import group, word_problems
 
 
@@ -47,7 +47,7 @@ def test_twin_regression_holds_at_the_profile_and_breaks_at_heavy_noise(tmp_path
 
     model = load_model("regression-twin48")
     w = default_workload(model, samples=100)
-    work = [Workload("regression-twin48", model, w.inputs, w.targets, {"stop": "readout", "probes": 64})]
+    work = [Case("regression-twin48", model, w.inputs, w.targets, {"stop": "readout", "probes": 64})]
     ds = where_it_breaks(work, "aoc48", multipliers=(1, 1024), slm_bits=(9,), progress=False)
     mse = ds.multiplier_mse.sel(model="regression-twin48").mean(("chip", "seed"))
     exact = float(ds.exact_mse.sel(model="regression-twin48"))
@@ -61,7 +61,7 @@ def test_twin_regression_holds_at_the_profile_and_breaks_at_heavy_noise(tmp_path
 def parity_study() -> xr.Dataset:
     model = load_model("parity-implicit")
     tokens, targets = word_problems(group("parity"), 4, 32, identity_prob=0.5, generator=3)
-    work = [Workload("parity-implicit", model, tokens, targets, {"mode": "sequential"})]
+    work = [Case("parity-implicit", model, tokens, targets, {"mode": "sequential"})]
     return where_it_breaks(work, "aoc48", multipliers=(1, 64), slm_bits=(9, 2), progress=False)
 
 
@@ -95,7 +95,7 @@ def test_study_writes_netcdf_and_a_plot(parity_study: xr.Dataset, tmp_path: Path
     ({"device": 48}, "device = 48"),
 ])
 def test_bad_study_settings_are_one_line_errors(kwargs: dict, message: str) -> None:
-    work = [Workload("x", "parity-implicit", None, None)]
+    work = [Case("x", "parity-implicit", None, None)]
     args = {"workloads": work, "device": "aoc48", **kwargs}
     with pytest.raises(InputError, match=message):
         where_it_breaks(args.pop("workloads"), **args)
