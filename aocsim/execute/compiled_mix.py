@@ -34,7 +34,6 @@ class CompiledMix:
             h, after = block.mix(p, TokenCache(conv, ssm))
             return h, after.conv, after.ssm
 
-        args = (p.contiguous(), cache.conv.contiguous(), cache.ssm.contiguous())  # a graph fixes its strides
-        key = (*self.key, tuple((a.shape, a.dtype, a.device) for a in args))
-        h, conv, ssm = backends.graph(key, body, args, "the SSM block's token middle", "the same middle")(*args)
+        args = (p.contiguous(), cache.conv.contiguous(), cache.ssm.contiguous())  # one graph per shape, not layout
+        h, conv, ssm = backends.graph(self.key, body, args, "the SSM block's token middle", "the same middle")(*args)
         return h, TokenCache(conv, ssm)

@@ -104,7 +104,7 @@ def test_a_compiled_graph_is_kept_in_the_kernel_store_and_loaded_without_inducto
     monkeypatch.setattr(backends, "_GRAPHS", {})
     args = (torch.linspace(-2, 2, 12).view(3, 4), torch.tensor(1.5, dtype=torch.float64))
     key = ("kernel store test", tuple(a.shape for a in args))
-    path = disk_memo.kernel_path(key)
+    path = disk_memo.kernel_path((key, backends.argument_key(args)))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not a package")  # left by a failed disk, say: built again and written over
     first = backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0]
@@ -124,6 +124,27 @@ def test_a_compiled_graph_is_kept_in_the_kernel_store_and_loaded_without_inducto
     values, inductor = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
     assert torch.equal(torch.tensor(ast.literal_eval(values)), first) and inductor == "False"
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+
+
+@pytest.mark.slow
+def test_a_graph_is_never_served_for_inputs_of_other_strides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key of a compiled graph is derived from its arguments' strides too (issue 39, finding: a tile
+    product compiled for a contiguous input and served for a transposed one returned products off by up to
+    8.75): a transposed input of the same shape gets its own graph, in this process and from the kernel
+    store, and the product it gives is the eager one. Fails with the strides left out of the key."""
+    monkeypatch.setenv(disk_memo.KERNEL_VARIABLE, str(tmp_path / "kernels"))
+    monkeypatch.setattr(backends, "_GRAPHS", {})
+    tm = _matrix(torch.float64, "digital")
+    t = torch.randn(30, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    for x in (t.T.contiguous(), t.T):  # the same shape and values; the second one's memory transposed
+        assert x.shape == (3, 30)
+        got = [tm(x, partial_sums="digital", generator=5, call=1, compile=c).y for c in (False, True)]
+        assert (got[0] - got[1]).abs().max() <= 1e-9 * got[0].abs().max()
+    assert len(backends._GRAPHS) == 2
+    backends._GRAPHS.clear()  # a new process: both read from the store, each for its own strides
+    for x in (t.T, t.T.contiguous()):
+        eager, compiled = (tm(x, partial_sums="digital", generator=5, call=1, compile=c).y for c in (False, True))
+        assert (eager - compiled).abs().max() <= 1e-9 * eager.abs().max()
 
 
 def test_the_kernel_store_forgets_its_least_recently_used_packages(tmp_path: Path,

@@ -98,11 +98,20 @@ def _load(package: Path, device: torch.device) -> Callable[..., object]:
     return lambda *flat: loader.run(list(flat))
 
 
+def argument_key(args: tuple[torch.Tensor, ...]) -> tuple:
+    """What a trace bakes in of its arguments: each one's shape, strides, dtype and device. A graph built for
+    contiguous inputs reads a transposed one's memory in the wrong order (products off by up to 8.75 for
+    outputs of 12), so the strides are part of every graph's key, in memory and in the kernel store."""
+    return tuple((tuple(a.shape), tuple(a.stride()), str(a.dtype), str(a.device)) for a in args)
+
+
 def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,
           eager: str) -> Callable[..., object]:
-    """`fn` traced on `args` and compiled, once per process for `graph_key` (everything the trace bakes in:
-    what `fn` is, the layout, the shapes, dtypes and devices of `args`). A missing toolchain becomes one
-    `AocsimError` naming what is compiled (`what`) and what runs it eagerly instead (`eager`)."""
+    """`fn` traced on `args` and compiled, once per process for `graph_key` (what `fn` is, its layout) and
+    the arguments as the trace sees them (`argument_key`: derived here from `args`, so no caller can leave
+    one out). A missing toolchain becomes one `AocsimError` naming what is compiled (`what`) and what runs
+    it eagerly instead (`eager`)."""
+    graph_key = (graph_key, argument_key(args))
     if graph_key not in _GRAPHS:
         try:
             _GRAPHS[graph_key] = _compile(fn, args, graph_key)
@@ -133,6 +142,6 @@ def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
         key = torch.zeros((), dtype=torch.int64, device=z.device)
         counters = torch.zeros((1, 1), dtype=torch.int64, device=z.device)
     args = (z, z_prev, base, key, counters, *node, *c.tensors())
-    graph_key = ("loop", layout, steps, z.shape, z.dtype, z.device, base.shape, counters.shape)
+    graph_key = ("loop", layout, steps)  # the arguments' shapes, strides, dtypes and devices: `graph`
     out = graph(graph_key, _block(steps, layout), args, "the loop step", "the same loop")(*args)
     return out[0], out[1]

@@ -156,5 +156,5 @@ def run(plan: Plan, x: dict[str, Any], compile: bool = False) -> tuple[torch.Ten
         given = iter(flat)
         return tile_pass(plan, {name: _unflatten(s, given) for name, s in structure})
 
-    graph_key = ("tile pass", plan, structure, tuple((a.shape, a.dtype, a.device) for a in args))
+    graph_key = ("tile pass", plan, structure)  # the arguments' shapes, strides, dtypes: `backends.graph`
     return tuple(backends.graph(graph_key, body, args, "the tile product", "the same product")(*args))
