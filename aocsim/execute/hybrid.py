@@ -85,6 +85,9 @@ def _check_explicit(model: ImplicitSSM, placement: Placement) -> None:
     if placement.ema_alpha is not None:
         raise InputError(f"ema_alpha = {placement.ema_alpha} on an explicit SSM: its one pass has no iterates to "
                          "average; expected an implicit SSM, or no ema_alpha")
+    if placement.snr_convergence == "batch":
+        raise InputError("snr_convergence = 'batch' on an explicit SSM: its one pass per token has no iteration to "
+                         "stop; expected an implicit SSM, or snr_convergence 'token'")
     if placement.on_tiles and not on_tiles(model, placement):
         raise InputError(f"on_tiles = {','.join(placement.on_tiles)!r} on an explicit SSM: its first block's input "
                          "projection multiplies RMSNorm(0) = 0 and stays digital, so no map would be on tiles; "
@@ -148,9 +151,13 @@ class HybridSSM(PlacedModel):
         how = placement.tile.words()
         tiles += f" ({how})" if how else ""
         analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
-        noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind})"
+        elementwise = placement.snr_convention == "elementwise"
+        noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind}"
+                 + (", per element, the first token noise-free)" if elementwise else ")")
                  if placement.snr_db is not None else "")
-        noise += f"; EMA readout alpha {placement.ema_alpha:g}" if placement.ema_alpha is not None else ""
+        noise += (f"; EMA alpha {placement.ema_alpha:g}, states committed from it" if elementwise else
+                  f"; EMA readout alpha {placement.ema_alpha:g}") if placement.ema_alpha is not None else ""
+        noise += "; a token's iteration stops for the whole batch" if placement.snr_convergence == "batch" else ""
         once = "" if model.config.implicit else "; explicit: one pass from z = 0 (the first block's in_proj, reading 0, digital)"
         return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
                 f"head digital{noise}{once}")

@@ -206,3 +206,15 @@ class NoiseInjection(OptionGroup):
         {HYBRID: None}, ema,
         "implicit SSMs: read the iteration as an EMA of its iterates, z_read <- a z_k + (1 - a) z_read, a in "
         "(0, 1] [default: the last iterate].", example=0.2)
+    snr_convention: str | None = option(
+        {HYBRID: "rms"}, choice("rms", "elementwise"),
+        "implicit SSMs: what snr_db and ema_alpha mean: 'rms' (std rms(x) 10^(-SNR/20) over each token's vector, every "
+        "token; the states committed from the last iterate) or 'elementwise' (the implicit-LM paper's code: std "
+        "|x_i| 10^(-SNR/20) per element, multiplicative x + x |x| 10^(-SNR/20) e; the first token noise-free; with "
+        "ema_alpha, sequential mode, the stop test reads the EMA m <- (1 - a) m + a f(z) from m = 0, and one more "
+        "map call at m commits the states and gives z = f(m)) (docs/LANGUAGE.md).", example="elementwise")
+    snr_convergence: str | None = option(
+        {HYBRID: "token"}, choice("token", "batch"),
+        "implicit SSMs, sequential mode: a token's iteration stops per sequence ('token': each at rtol) or for the "
+        "whole batch at once ('batch', the implicit-LM paper's code: every sequence iterates until the batch's "
+        "relative change is at most rtol).", example="batch")

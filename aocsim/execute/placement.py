@@ -121,9 +121,34 @@ def _device_noise_needs_tiles(s: Placement) -> str | None:
     return None
 
 
+def _reference_ema_needs_sequential(s: Placement) -> str | None:
+    if s.snr_convention == "elementwise" and s.ema_alpha is not None and s.mode != "sequential":
+        return (f"snr_convention = 'elementwise' with ema_alpha and mode = {s.mode!r}: the states are committed from "
+                "the EMA value per token, in sequential mode only; expected mode 'sequential' or snr_convention 'rms'")
+    return None
+
+
+def _batch_convergence_needs_sequential(s: Placement) -> str | None:
+    if s.snr_convergence == "batch" and s.mode != "sequential":
+        return (f"snr_convergence = 'batch' with mode = {s.mode!r}: the batch's stop test is per token, in "
+                "sequential mode only; expected mode 'sequential' or snr_convergence 'token'")
+    return None
+
+
+def _elementwise_is_drawn_noise(s: Placement) -> str | None:
+    if s.snr_convention == "elementwise" and s.snr_kind == "device" and s.snr_db is not None:
+        return ("snr_convention = 'elementwise' with snr_kind = 'device': a profile's own noise is scaled to a power "
+                "ratio at the site, not drawn per element; expected snr_kind 'additive' / 'multiplicative' or "
+                "snr_convention 'rms'")
+    return None
+
+
 # The rules between options, declared beside them and checked in one place (`Placement.resolved`): each
 # returns a one-line message when a resolved placement breaks it.
-RULES: tuple[Callable[["Placement"], str | None], ...] = (_states_need_sequential, _device_noise_needs_tiles)
+RULES: tuple[Callable[["Placement"], str | None], ...] = (_states_need_sequential, _device_noise_needs_tiles,
+                                                          _reference_ema_needs_sequential,
+                                                          _batch_convergence_needs_sequential,
+                                                          _elementwise_is_drawn_noise)
 
 
 def declaration(name: str) -> Declaration:

@@ -13,7 +13,8 @@ would have had: `ssm_token.MIN_ROWS`).
 
 What only a run alone can do (`stackable`): simultaneous mode (its frozen prefixes are the batch's),
 noise added at a site for an SNR and the EMA readout (their streams are a run's; `snr_kind`
-'device' only scales the profile's noise, and stacks), analog elementwise functions, and compiled
+'device' only scales the profile's noise, and stacks), a stop test over the batch (`snr_convergence`
+'batch': a seed's batch, not the stack's), analog elementwise functions, and compiled
 tile products (a graph per batch size) run seed by seed.
 """
 
@@ -45,7 +46,7 @@ def stackable(placement: Placement) -> bool:
     """Whether a placement's runs can be stacked over seeds (module docstring)."""
     s = placement
     return (s.mode == "sequential" and (s.snr_db is None or s.snr_kind == "device") and s.ema_alpha is None
-            and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
+            and s.snr_convergence != "batch" and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
 
 
 class StackedLinear(nn.Module):

@@ -13,6 +13,13 @@ implicit SSM (aocsim/execute/placement.py: `snr_db`, `snr_site`, `snr_kind`, `em
 - `EmaReadout` reads the iteration as z_read <- alpha z_k + (1 - alpha) z_read over the iterates z_k
   that enter the map (the zero start excluded; alpha 1: the last iterate).
 
+That is the 'rms' convention (`snr_convention`, the default). 'elementwise' is the convention of the
+implicit-LM paper's reference code: each element's own std, |x_i| r (additive x + |x| r n;
+multiplicative x + x |x| r n), the first token of every sequence noise-free, and with `ema_alpha` the
+token's iteration of `ReferenceSolve` (the stop test reads the EMA m of the map's values, one more map
+call at m commits the states and gives z = f(m)). `snr_convergence` 'batch': every sequence of the batch
+iterates until the batch's relative change is at most rtol (`ReferenceSolve`), as the reference does.
+
 Both are keyed like the device (docs/PHYSICS.md, keyed randomness): the draws of token t of sequence
 s at visit v come from the run's key folded with `Stream.SNR`, the site, the block and v, at counter
 s L + t; so a run is reproducible from its seed and a sequence draws the same alone or in a batch.
@@ -34,6 +41,7 @@ from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.nn.ssm_blocks import TokenCache
+from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap, relative_change
 
 SITES = ("inputs", "states")
 INPUTS, STATES = 0, 1  # the site's coordinate in the key
@@ -49,12 +57,19 @@ def snr_of(signal_power: float, noise_power: float) -> float:
     return math.inf if noise_power == 0.0 else 10.0 * math.log10(signal_power / noise_power)
 
 
-def perturb(x: torch.Tensor, normal: torch.Tensor, snr_db: float, kind: str) -> torch.Tensor:
-    """x [S, N] (S samples of N values) with noise `normal` [S, N] (standard normal) at `snr_db`:
-    additive x + rms(x) r n, rms over each sample's N values, or multiplicative x (1 + r n)."""
+def perturb(x: torch.Tensor, normal: torch.Tensor, snr_db: float, kind: str, convention: str = "rms") -> torch.Tensor:
+    """x [S, N] (S samples of N values) with noise `normal` [S, N] (standard normal) at `snr_db`.
+    Convention 'rms': additive x + rms(x) r n, rms over each sample's N values, or multiplicative
+    x (1 + r n); 'elementwise' (the reference code's): additive x + |x| r n, each element's own std,
+    or multiplicative x + x |x| r n."""
     r = ratio(snr_db)
     if r == 0.0:
         return x  # no noise: exactly the input
+    if convention == "elementwise":
+        if kind not in ("additive", "multiplicative"):
+            raise InputError(f"snr_kind = {kind!r}; expected 'additive' or 'multiplicative' for drawn noise")
+        sigma = x.abs() * r  # per element: 0 dB is noise as large as each value
+        return x + (sigma if kind == "additive" else x * sigma) * normal
     if kind == "additive":
         return x + x.square().mean(-1, keepdim=True).sqrt() * (r * normal)
     if kind == "multiplicative":
@@ -66,8 +81,8 @@ class SiteNoise:
     """Noise at one site of a placed model (module docstring); `signal` and `noise` tally the sums of
     squares of what it perturbed and of what it added (their ratio: the SNR drawn, `measured_db`)."""
 
-    def __init__(self, site: str, snr_db: float, kind: str) -> None:
-        self.site, self.snr_db, self.kind = site, snr_db, kind
+    def __init__(self, site: str, snr_db: float, kind: str, convention: str = "rms") -> None:
+        self.site, self.snr_db, self.kind, self.convention = site, snr_db, kind, convention
         self.token_keys: TokenKeys | None = None
         self.key: keys.Key | None = None
         self.signal = self.noise = 0.0
@@ -99,8 +114,13 @@ class SiteNoise:
             raise RuntimeError("SiteNoise used outside a keyed run (PlacedSSM.keyed): no noise key")
         key = self.key.fold(*coordinates).tensor(x.device)
         normal, _ = normal_pair(key, keys.sample_counters(samples.to(x.device), x.shape[-1]), x.dtype)
-        noisy = perturb(x, normal, self.snr_db, self.kind)
-        self.signal += float(x.double().square().sum())
+        noisy = perturb(x, normal, self.snr_db, self.kind, self.convention)
+        if self.convention == "elementwise":  # the first token of every sequence noise-free (the reference's)
+            later = (samples.to(x.device) % self.token_keys.length != 0)[:, None]
+            noisy = torch.where(later, noisy, x)
+            self.signal += float((x.double().square() * later).sum())
+        else:
+            self.signal += float(x.double().square().sum())
         self.noise += float((noisy - x).double().square().sum())
         return noisy
 
@@ -171,14 +191,89 @@ class EmaReadout:
         return torch.where(torch.isnan(self.read), z, self.read)
 
 
+class ReferenceSolve:
+    """A token's iteration in sequential mode as the reference code runs it (the model's `token_solver`;
+    docs/LANGUAGE.md, the two conventions): damped Picard z <- (1 - tau) z + tau f(z) from z = 0, and
+
+    - with `alpha` (snr_convention 'elementwise' with ema_alpha): the EMA m <- (1 - alpha) m + alpha f(z)
+      from m = 0 (the zero start); the stop test reads m (relative change ||m_k - m_{k-1}|| / ||m_k||),
+      and after the loop one more map call at m commits its states and gives the token's z = f(m)
+      (its pass counted in the token's iterations); `read` [B, L, d] keeps m per token;
+    - without: the stop test reads ||f(z) - z|| / ||f(z)|| and the last iterate's states are committed,
+      as `ImplicitSSM.solve_token` does;
+    - `batch` (snr_convergence 'batch'): every sequence iterates until the relative change over the
+      whole batch (norms over all its rows) is at most tol; each row's residual reports the batch's.
+      Else each row stops at its own.
+    """
+
+    def __init__(self, alpha: float | None, batch: bool) -> None:
+        self.alpha, self.batch = alpha, batch
+        self.token_keys: TokenKeys | None = None
+        self.read: torch.Tensor | None = None
+
+    def reset(self, generator: keys.Seed = None) -> None:
+        self.read = None
+
+    def attach(self, model: ImplicitSSM) -> None:
+        model.token_solver = self
+
+    def detach(self, model: ImplicitSSM) -> None:
+        model.token_solver = None
+
+    def __call__(self, model: ImplicitSSM, u_t: torch.Tensor, caches: list[TokenCache], t: int, *, tau: float,
+                 tol: float, max_iter: int, trace: bool = False) -> tuple[Any, ...]:
+        token_map = (ActiveRowsMap if model.active_rows else TokenMap)(model, u_t, caches, t)
+        b, d = u_t.shape[0], model.config.d_model
+        z = u_t.new_zeros(b, d)
+        m = None if self.alpha is None else z.clone()
+        active = torch.ones(b, dtype=torch.bool, device=z.device)
+        iterations = torch.full((b,), max_iter, dtype=torch.int64, device=z.device)
+        residuals = torch.full((b,), float("inf"), dtype=z.dtype, device=z.device)
+        seen = []
+        for k in range(max_iter + 1):
+            index = None if bool(active.all()) else active.nonzero().squeeze(1)
+            fz = token_map.evaluate(z, None) if index is None else z.index_copy(0, index, token_map.evaluate(z[index], index))
+            new, old = (fz, z) if m is None else (torch.lerp(m, fz, self.alpha), m)
+            if self.batch:  # one test for the batch (every row active until it passes)
+                change = torch.linalg.vector_norm(new - old) / torch.linalg.vector_norm(new).clamp_min(1e-30)
+                r = change.expand(b)
+            else:
+                r = relative_change(new, old)
+            residuals = torch.where(active, r, residuals)
+            seen.append(torch.where(active, r, torch.full_like(r, float("nan"))))
+            if m is not None:
+                m = torch.where(active[:, None], new, m)
+            stop = active & (r <= tol)
+            iterations = torch.where(stop, k, iterations)
+            active = active & ~stop
+            if k == max_iter or not bool(active.any()):
+                break
+            z = torch.where(active[:, None], torch.lerp(z, fz, tau), z)
+        if m is not None:  # the states committed from m (all rows: one more pass of the map)
+            z = token_map.evaluate(m, None)
+            iterations = iterations + 1
+            self._keep(m, t)
+        return z, token_map.last, iterations, residuals, torch.stack(seen, 1) if trace else None
+
+    def _keep(self, m: torch.Tensor, t: int) -> None:
+        rows = self.token_keys
+        if self.read is None:
+            self.read = m.new_full((len(rows.sequences), rows.length, m.shape[-1]), float("nan"))
+        self.read[:, t] = m
+
+
 def parts_for(noise: NoiseInjection) -> list[Any]:
-    """The noise and readout a resolved placement's noise options ask for (none when they are off)."""
+    """The noise, readout and token iteration a resolved placement's noise options ask for (none when
+    they are off, or at their defaults)."""
     s = noise
     parts: list[Any] = []
+    reference_ema = s.ema_alpha is not None and s.snr_convention == "elementwise"
     if s.snr_db is not None and s.snr_kind != "device":  # its rules: aocsim/execute/placement.py, RULES
-        parts.append(SiteNoise(s.snr_site, s.snr_db, s.snr_kind))
-    if s.ema_alpha is not None:
+        parts.append(SiteNoise(s.snr_site, s.snr_db, s.snr_kind, s.snr_convention or "rms"))
+    if s.ema_alpha is not None and not reference_ema:
         parts.append(EmaReadout(s.ema_alpha))
+    if reference_ema or s.snr_convergence == "batch":
+        parts.append(ReferenceSolve(s.ema_alpha if reference_ema else None, s.snr_convergence == "batch"))
     return parts
 
 

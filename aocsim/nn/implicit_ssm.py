@@ -73,8 +73,12 @@ class ImplicitSSM(nn.Module):
         # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
         # keys each token's noise by them (aocsim/execute/ssm_device.py). commit_hook(caches, t): sequential
         # mode, the states committed after token t, returned as the next token sees them (noise on states).
+        # token_solver(model, u_t, caches, t, tau=, tol=, max_iter=, trace=): sequential mode, a token's iteration
+        # in place of `solve_token`'s (same arguments and returns; the reference noise protocol's stop test and
+        # commit, aocsim/execute/snr.py).
         self.pass_hook: Callable[[torch.Tensor, int | torch.Tensor, torch.Tensor | None], None] | None = None
         self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
+        self.token_solver: Callable[..., tuple[Any, ...]] | None = None
         self.active_rows = False  # sequential mode: evaluate only the rows still iterating (aocsim/nn/ssm_token.py)
         # sequential mode: each row on its own token (aocsim/nn/ssm_rows.py), its position and visit announced
         # per row (pass_hook(positions [R], visits [R], rows [R])); for maps keyed per row, without commit_hook
@@ -258,7 +262,7 @@ class ImplicitSSM(nn.Module):
         return z, iters, res, out
 
     def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False):
-        if self.independent_rows and self.commit_hook is None and self.config.implicit:
+        if self.independent_rows and self.commit_hook is None and self.token_solver is None and self.config.implicit:
             return solve_rows(self, u, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
         b, L, _ = u.shape
         caches = [block.init_cache(b, u) for block in self.blocks]
@@ -292,6 +296,8 @@ class ImplicitSSM(nn.Module):
             z_t, caches = self.f_token(u_t.new_zeros(u_t.shape[0], self.config.d_model), u_t, caches)
             zeros = u_t.new_zeros(u_t.shape[0])
             return z_t, caches, zeros.long(), zeros, zeros[:, None] if trace else None
+        if self.token_solver is not None:
+            return self.token_solver(self, u_t, caches, t, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
         token_map = (ActiveRowsMap if self.active_rows else TokenMap)(self, u_t, caches, t, trace)
         result = solve(token_map, u_t.new_zeros(u_t.shape[0], self.config.d_model), solver=Picard(tau), atol=0.0,
                        rtol=tol, max_iter=max_iter, return_best=False)
