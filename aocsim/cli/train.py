@@ -40,7 +40,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
       digits-twin48, regression-twin16, regression-twin48 (twin-native DEQs:
         trained through the calibrated pipeline; docs/TWIN_MODELS.md)
       charlm-implicit, charlm-explicit1, charlm-explicit2 (character-level
-        language models; docs/LANGUAGE.md)
+        language models; docs/LANGUAGE.md), charlm-mamba2 (a plain Mamba2
+        LM at charlm-implicit's parameter count and budget)
 
     State-tracking and language runs also write a metrics log and HDF5
     checkpoints to runs/RECIPE-sSEED/.

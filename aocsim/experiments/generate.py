@@ -3,7 +3,8 @@
 The sampling loop (`sample`) sees the model only as a callable `next_logits(tokens) -> logits`: the
 token ids so far, int64 [T], to the logits of the next token [V]. That callable is the hook for
 other executors: the exact path is `ExactNextLogits` (the model's sequential mode, incremental: each
-call solves only the tokens it has not seen, with the previous tokens' states committed); a device
+call solves only the tokens it has not seen, with the previous tokens' states committed; for the plain
+Mamba2 LM, `RecurrentNextLogits`, its recurrent form with the same bookkeeping); a device
 path is another callable of the same form (for example a placed model run on the prefix), passed to
 `generate(..., next_logits=...)`.
 
@@ -21,6 +22,7 @@ from torch import nn
 
 from aocsim._checks import integer, real, short
 from aocsim.errors import InputError
+from aocsim.nn.mamba2_lm import Mamba2LM
 from aocsim.tasks.corpus import Vocabulary
 from aocsim.train.language import card_vocabulary
 
@@ -92,6 +94,26 @@ class ExactNextLogits:
         return model.head(self.z)[0]
 
 
+class RecurrentNextLogits:
+    """A plain Mamba2 LM (aocsim/nn/mamba2_lm.py) as `next_logits`: its recurrent form (`Mamba2LM.step`),
+    token by token, with `ExactNextLogits`' bookkeeping (new tokens only when the prefix is extended)."""
+
+    def __init__(self, model: Mamba2LM) -> None:
+        self.model, self.seen, self.caches, self.logits = model, torch.zeros(0, dtype=torch.long), [], None
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = len(self.seen)
+        if n == 0 or len(tokens) < n or not torch.equal(tokens[:n].cpu(), self.seen):
+            n, self.logits, self.caches = 0, None, self.model.init_caches(1)
+        for t in range(n, len(tokens)):
+            self.logits, self.caches = self.model.step(tokens[t].reshape(1), self.caches)
+        self.seen = tokens.detach().cpu().clone()
+        if self.logits is None:
+            raise InputError("next_logits called with no tokens; expected at least one")
+        return self.logits[0]
+
+
 class DeviceNextLogits(ExactNextLogits):
     """A language model on one chip of a device as `next_logits`: placed as a hybrid (aocsim/execute/
     hybrid.py; `placement` as in `aocsim.compare`), loaded with `seed`'s draws, and run token by token
@@ -144,7 +166,9 @@ def generate(model: nn.Module, prompt: str, length: int, *, seed: int = 0, tempe
     """
     vocab = check_request(model, prompt, length, seed=seed, temperature=temperature)
     exact = None
-    if next_logits is None:
+    if next_logits is None and isinstance(model, Mamba2LM):
+        next_logits = RecurrentNextLogits(model)
+    elif next_logits is None:
         training = model.card["training"]
         exact = next_logits = ExactNextLogits(model, tau=training["tau"], tol=training["eval_tol"],
                                               max_iter=training["eval_max_iter"])

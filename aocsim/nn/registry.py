@@ -11,6 +11,7 @@ from torch import nn
 from aocsim.errors import UnknownNameError
 from aocsim.nn.deq import DEQ, DEQConfig
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.nn.mamba2_lm import Mamba2Config, Mamba2LM
 from aocsim.nn.twin_deq import TwinDEQ, TwinDEQConfig
 
 Builder = Callable[[dict[str, Any], torch.dtype], nn.Module]
@@ -26,6 +27,10 @@ def _build_ssm(config: dict[str, Any], dtype: torch.dtype) -> ImplicitSSM:
     return ImplicitSSM(SSMConfig(**config)).to(dtype)
 
 
+def _build_mamba2(config: dict[str, Any], dtype: torch.dtype) -> Mamba2LM:
+    return Mamba2LM(Mamba2Config(**config)).to(dtype)
+
+
 def _build_twin_deq(config: dict[str, Any], dtype: torch.dtype) -> TwinDEQ:
     return TwinDEQ(TwinDEQConfig(**config), dtype=dtype)
 
@@ -34,6 +39,7 @@ def _build_twin_deq(config: dict[str, Any], dtype: torch.dtype) -> TwinDEQ:
 KINDS: dict[str, Builder] = {
     "deq": _build_deq,
     "implicit_ssm": _build_ssm,
+    "mamba2": _build_mamba2,
     "twin_deq": _build_twin_deq,
 }
 

@@ -100,12 +100,16 @@ DIGITAL = Elementwise()
 
 
 class Mamba2Block(nn.Module):
-    """One block: returns the residual update o(z, u) (see the module docstring)."""
+    """One block: returns the residual update o(z, u) (see the module docstring).
 
-    def __init__(self, cfg: SSMConfig) -> None:
+    Without the injection (u = None) it is the standard Mamba2 pre-norm mixer, norm -> in_proj -> conv ->
+    scan -> gated norm -> out_proj (the plain language model, aocsim/nn/mamba2_lm.py). `eps`: its RMSNorms'.
+    """
+
+    def __init__(self, cfg: SSMConfig, eps: float = 1e-6) -> None:
         super().__init__()
         self.cfg = cfg
-        self.norm = RMSNorm(cfg.d_model)
+        self.norm = RMSNorm(cfg.d_model, eps)
         self.in_proj = _linear(cfg.d_model, cfg.d_in_proj, cfg.weight_norm)
         self.conv_weight = nn.Parameter(torch.empty(cfg.conv_dim, cfg.conv_kernel))  # drawn by the model
         self.conv_bias = nn.Parameter(torch.zeros(cfg.conv_dim))
@@ -114,7 +118,7 @@ class Mamba2Block(nn.Module):
         self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
         self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, cfg.n_heads)))
         self.D = nn.Parameter(torch.ones(cfg.n_heads))
-        self.out_norm = RMSNorm(cfg.d_inner)
+        self.out_norm = RMSNorm(cfg.d_inner, eps)
         self.out_proj = _linear(cfg.d_inner, cfg.d_model, cfg.weight_norm)
         # How SiLU and softplus are computed: exactly here; a placement may swap in analog circuits
         # (aocsim/execute/elementwise.py). A plain attribute: no weights, not in the state dict.
@@ -139,17 +143,21 @@ class Mamba2Block(nn.Module):
     def _out(self, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return self.out_proj(self._gated(y, g))
 
-    def forward(self, z: torch.Tensor, u: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
-        """Whole sequence: z [B, L, d_model], u [B, L, d_in_proj] -> o [B, L, d_model]."""
+    def _in(self, z: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+        p = self.in_proj(self.norm(z))
+        return p if u is None else p + u
+
+    def forward(self, z: torch.Tensor, u: torch.Tensor | None = None, *, chunk: int = 64) -> torch.Tensor:
+        """Whole sequence: z [B, L, d_model], u [B, L, d_in_proj] or None -> o [B, L, d_model]."""
         return self.segment(z, u, chunk=chunk)[0]
 
-    def segment(self, z: torch.Tensor, u: torch.Tensor, cache: TokenCache | None = None, *, chunk: int = 64
-                ) -> tuple[torch.Tensor, TokenCache]:
+    def segment(self, z: torch.Tensor, u: torch.Tensor | None = None, cache: TokenCache | None = None, *,
+                chunk: int = 64) -> tuple[torch.Tensor, TokenCache]:
         """A run of consecutive tokens after those that `cache` summarises (None: the sequence starts here).
 
-        z [B, T, d_model], u [B, T, d_in_proj] -> (o [B, T, d_model], the cache after the run).
+        z [B, T, d_model], u [B, T, d_in_proj] or None -> (o [B, T, d_model], the cache after the run).
         """
-        g, xbc, delta = self._split(self.in_proj(self.norm(z)) + u)
+        g, xbc, delta = self._split(self._in(z, u))
         k, length = self.cfg.conv_kernel, z.shape[1]
         weight = self.conv_weight[:, None, :]
         if cache is None:  # zero left context: the conv's padding
@@ -170,9 +178,9 @@ class Mamba2Block(nn.Module):
         return TokenCache(like.new_zeros(batch, c.conv_kernel - 1, c.conv_dim),
                           like.new_zeros(batch, c.n_heads, c.head_dim, c.d_state))
 
-    def step(self, z: torch.Tensor, u: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
-        """One token: z [B, d_model], u [B, d_in_proj] -> (o [B, d_model], the cache after this token)."""
-        p = self.in_proj(self.norm(z)) + u
+    def step(self, z: torch.Tensor, u: torch.Tensor | None, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
+        """One token: z [B, d_model], u [B, d_in_proj] or None -> (o [B, d_model], the cache after this token)."""
+        p = self._in(z, u)
         h, cache = self.mix(p, cache) if self.mix_runner is None else self.mix_runner(self, p, cache)
         return self.out_proj(h), cache
 

@@ -13,6 +13,7 @@ import torch
 
 from aocsim.nn.deq import DEQ
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.nn.mamba2_lm import Mamba2LM
 from aocsim.nn.twin_deq import TwinDEQ
 from aocsim.tasks.groups import group, word_problems
 
@@ -50,9 +51,9 @@ def evaluate_deq(model: DEQ, x: torch.Tensor, y: torch.Tensor, **solve_options: 
     }
 
 
-def _as_model(model: ImplicitSSM | tuple[dict, dict]) -> ImplicitSSM:
+def _as_model(model: ImplicitSSM | Mamba2LM | tuple[dict, dict]) -> ImplicitSSM | Mamba2LM:
     """`model`, or the model rebuilt from (config, weights) as shipped to a worker process."""
-    if isinstance(model, ImplicitSSM):
+    if not isinstance(model, tuple):
         return model
     config, state = model
     rebuilt = ImplicitSSM(SSMConfig(**config)).to(next(iter(state.values())).dtype)
@@ -97,12 +98,24 @@ def twin_ablations(model: TwinDEQ, x: torch.Tensor, **solve_options: Any) -> dic
                 "zero_weight": model(x, loop=model.loop(weight=zero), **solve_options).logits}
 
 
+def _run(model: ImplicitSSM | Mamba2LM | tuple[dict, dict], tokens: torch.Tensor, mode: str, tau: float, tol: float,
+         max_iter: int, lookahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits, iterations, residuals) of `tokens` in `mode`; `model` may come as (config, weights). A plain
+    Mamba2 LM has no fixed point and no modes: one pass, 0 iterations and residuals."""
+    m = _as_model(model)
+    with torch.no_grad():
+        if isinstance(m, Mamba2LM):
+            logits = m(tokens)
+            return logits, torch.zeros(tokens.shape, dtype=torch.int64), logits.new_zeros(tokens.shape)
+        res = m(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
+    return res.logits, res.iterations, res.residuals
+
+
 def _solve_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, mode: str, tau: float, tol: float,
                 max_iter: int, lookahead: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(predictions, iterations, residuals) of `tokens` in `mode`; `model` may come as (config, weights)."""
-    with torch.no_grad():
-        res = _as_model(model)(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
-    return res.logits.argmax(-1), res.iterations, res.residuals
+    logits, iterations, residuals = _run(model, tokens, mode, tau, tol, max_iter, lookahead)
+    return logits.argmax(-1), iterations, residuals
 
 
 # Sequences per solve in evaluate_lengths, fixed so that the figures do not depend on the number of
@@ -205,12 +218,11 @@ def bits_per_character(logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     return -logp / math.log(2.0)
 
 
-def _bits_part(model: ImplicitSSM | tuple[dict, dict], tokens: torch.Tensor, targets: torch.Tensor, mode: str,
+def _bits_part(model: ImplicitSSM | Mamba2LM | tuple[dict, dict], tokens: torch.Tensor, targets: torch.Tensor, mode: str,
                tau: float, tol: float, max_iter: int, lookahead: int | None = None) -> tuple[torch.Tensor, ...]:
     """(bits, predictions, iterations, residuals) per position of `tokens` in `mode`."""
-    with torch.no_grad():
-        res = _as_model(model)(tokens, mode=mode, tau=tau, tol=tol, max_iter=max_iter, lookahead=lookahead)
-    return bits_per_character(res.logits, targets), res.logits.argmax(-1), res.iterations, res.residuals
+    logits, iterations, residuals = _run(model, tokens, mode, tau, tol, max_iter, lookahead)
+    return bits_per_character(logits, targets), logits.argmax(-1), iterations, residuals
 
 
 def evaluate_bits(model: ImplicitSSM, r: LanguageEvaluationSettings, inputs: torch.Tensor, targets: torch.Tensor, *,

@@ -1,5 +1,5 @@
-"""Recipes for character-level language modelling: implicit and explicit Mamba2-style models on the
-English text of CPython's `pydoc_data.topics` (aocsim/tasks/corpus.py; docs/LANGUAGE.md).
+"""Recipes for character-level language modelling: implicit and explicit Mamba2-style models, and the
+plain Mamba2 LM (kind "mamba2", aocsim/nn/mamba2_lm.py), on the English text of CPython's `pydoc_data.topics` (aocsim/tasks/corpus.py; docs/LANGUAGE.md).
 
 Next-character prediction: position t of a window predicts character t + 1 (`corpus.next_character_pairs`;
 unlike the state-tracking targets, which are predicted at their own position). Every step draws
@@ -22,6 +22,7 @@ from torch import nn
 from aocsim.errors import InputError, ModelFileError
 from aocsim.io.model_files import save_model, software_versions
 from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.nn.mamba2_lm import Mamba2LM
 from aocsim.tasks import corpus as _corpus
 from aocsim.tasks.corpus import Corpus, Vocabulary
 from aocsim.train.evaluation import evaluate_bits
@@ -45,7 +46,7 @@ class LanguageRecipe(TrainingRecipe):
 
 
 def train(r: LanguageRecipe, *, corpus: Corpus | None = None, progress: bool = True,
-          run_dir: Path | None = None) -> tuple[ImplicitSSM, dict]:
+          run_dir: Path | None = None) -> tuple[ImplicitSSM | Mamba2LM, dict]:
     """Train by recipe `r` on `corpus` (default: the pydoc corpus); returns the model and its log summary."""
     corpus = corpus or _corpus.pydoc_corpus()
     model = new_model(r, corpus.vocabulary.size)
@@ -58,7 +59,7 @@ def train(r: LanguageRecipe, *, corpus: Corpus | None = None, progress: bool = T
     return model, fit(model, r, next_batch, progress=progress, run_dir=run_dir)
 
 
-def evaluate_heldout(model: ImplicitSSM, r: LanguageRecipe, corpus: Corpus, *, workers: int = 1,
+def evaluate_heldout(model: ImplicitSSM | Mamba2LM, r: LanguageRecipe, corpus: Corpus, *, workers: int = 1,
                      progress: bool = False) -> dict[str, Any]:
     """Held-out bits per character (`evaluate_bits`) on the corpus's held-out windows of r.eval_length."""
     inputs, targets = corpus.heldout_windows(r.eval_length)
@@ -85,15 +86,17 @@ def card_recipe(model: nn.Module) -> LanguageRecipe:
     return LanguageRecipe(**{f.name: training[f.name] for f in fields(LanguageRecipe) if f.name in training})
 
 
-def model_card(r: LanguageRecipe, model: ImplicitSSM, summary: dict, metrics: dict, corpus: Corpus) -> dict[str, Any]:
+def model_card(r: LanguageRecipe, model: ImplicitSSM | Mamba2LM, summary: dict, metrics: dict, corpus: Corpus) -> dict[str, Any]:
     vocab, heldout = corpus.vocabulary, corpus.text[corpus.split:]
     n_params = sum(p.numel() for p in model.parameters())
+    what = ("plain Mamba2 language model (tied head)" if r.kind == "mamba2" else
+            f"{'implicit' if r.implicit else 'explicit'} Mamba2-style model")
     return {
         "name": r.name,
-        "kind": "implicit_ssm",
+        "kind": r.kind,
         "task": TASK,
-        "description": f"{'implicit' if r.implicit else 'explicit'} Mamba2-style model, {r.n_layers} layer(s), "
-                       f"{n_params} parameters; next-character prediction on {corpus.source}.",
+        "description": f"{what}, {r.n_layers} layer(s), {n_params} parameters; next-character prediction on "
+                       f"{corpus.source}.",
         "vocabulary": vocab.chars,
         "unknown_id": vocab.unknown_id,
         "config": model.config.to_dict(),

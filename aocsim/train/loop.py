@@ -2,7 +2,7 @@
 
 One definition, whatever the task: the task only supplies the batches (tokens and per-position
 targets, `fit`'s `next_batch`). Training follows the implicit-SSM paper's curriculum, sized for a CPU:
-- explicit models: one pass of the stack, ordinary backprop;
+- explicit models (an explicit ImplicitSSM, or the plain Mamba2 LM of kind "mamba2"): one pass, ordinary backprop;
 - implicit models: a weight-tied warm-up (`tied_iters` applications of f from z = 0, full
   backprop) for the first `tied_fraction` of the steps, then DEQ training: `deq_iters` damped
   iterations without gradient, then `phantom_steps` damped steps with autograd (the phantom
@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from aocsim.errors import InputError
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.nn.mamba2_lm import Mamba2Config, Mamba2LM
 from aocsim.solve.backward import Phantom
 
 # What a task hands the loop at each step: tokens [B, L], targets [B, L] (class ids per position),
@@ -42,6 +43,9 @@ class TrainingRecipe:
 
     name: str
     implicit: bool
+    # The model kind (aocsim/nn/registry.py): "implicit_ssm" (ImplicitSSM, implicit or explicit) or
+    # "mamba2" (Mamba2LM, the plain Mamba2 language model: explicit, no injection, tied head).
+    kind: str = "implicit_ssm"
     n_layers: int = 1
     d_model: int = 32
     d_state: int = 8
@@ -99,7 +103,11 @@ class TrainingRecipe:
                 "tied_fraction": (0 <= self.tied_fraction <= 1, "in [0, 1]"),
                 "eval_tol": (self.eval_tol >= 0, ">= 0"), "train_chunk": (self.train_chunk >= 1, "an integer >= 1"),
                 "warmup_steps": (self.warmup_steps >= 1, "an integer >= 1"),
-                "lr_final": (0 <= self.lr_final <= 1, "a fraction of lr in [0, 1]")}
+                "lr_final": (0 <= self.lr_final <= 1, "a fraction of lr in [0, 1]"),
+                "kind": (self.kind == "implicit_ssm" or (self.kind == "mamba2" and not self.implicit and self.jac_reg == 0
+                                                          and self.hw_weight_bits is None and self.hw_noise == 0),
+                         "'implicit_ssm', or 'mamba2' with implicit=False, no Jacobian penalty and no "
+                         "hardware-aware training")}
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of lr at `step`: linear warm-up, then cosine decay to lr_final."""
@@ -107,7 +115,10 @@ class TrainingRecipe:
         return min(1.0, (step + 1) / self.warmup_steps) * (
             (1 + lo) / 2 + (1 - lo) / 2 * math.cos(math.pi * min(step / self.steps, 1.0)))
 
-    def config(self, vocab_size: int) -> SSMConfig:
+    def config(self, vocab_size: int) -> SSMConfig | Mamba2Config:
+        if self.kind == "mamba2":
+            return Mamba2Config(vocab_size=vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                                d_state=self.d_state, expand=self.expand, head_dim=self.head_dim)
         return SSMConfig(vocab_size=vocab_size, d_model=self.d_model, d_state=self.d_state, expand=self.expand,
                          head_dim=self.head_dim, n_layers=self.n_layers, implicit=self.implicit)
 
@@ -122,31 +133,34 @@ def jacobian_penalty(model: ImplicitSSM, z_star: torch.Tensor, u: torch.Tensor, 
     return vjp.pow(2).sum() / v.numel()
 
 
-def new_model(r: TrainingRecipe, vocab_size: int) -> ImplicitSSM:
+def new_model(r: TrainingRecipe, vocab_size: int) -> ImplicitSSM | Mamba2LM:
     """The recipe's model, its weights drawn from seed `r.seed` (or copied from `r.init`)."""
-    model = ImplicitSSM(r.config(vocab_size), generator=torch.Generator().manual_seed(r.seed))
+    build = Mamba2LM if r.kind == "mamba2" else ImplicitSSM
+    model = build(r.config(vocab_size), generator=torch.Generator().manual_seed(r.seed))
     if r.init is not None:
         _load_initial(model, r.init)
     return model
 
 
-def _load_initial(model: ImplicitSSM, name_or_path: str) -> None:
-    """Copy a trained model's weights into `model` (same config), keeping `model`'s dtype."""
+def _load_initial(model: ImplicitSSM | Mamba2LM, name_or_path: str) -> None:
+    """Copy a trained model's weights into `model` (same kind and config), keeping `model`'s dtype."""
     from aocsim.io.model_files import load_model
 
     start = load_model(name_or_path)
-    if not isinstance(start, ImplicitSSM) or start.config.to_dict() != model.config.to_dict():
-        found = start.config.to_dict() if isinstance(start, ImplicitSSM) else type(start).__name__
+    if type(start) is not type(model) or start.config.to_dict() != model.config.to_dict():
+        found = start.config.to_dict() if type(start) is type(model) else type(start).__name__
         raise InputError(f"init = {name_or_path!r}: its config {found} is not the recipe's "
                          f"{model.config.to_dict()}; expected a model of the same architecture")
     dtype = next(model.parameters()).dtype
     model.load_state_dict({k: v.to(dtype) for k, v in start.state_dict().items()})
 
 
-def forward_train(model: ImplicitSSM, tokens: torch.Tensor, step: int, r: TrainingRecipe,
+def forward_train(model: ImplicitSSM | Mamba2LM, tokens: torch.Tensor, step: int, r: TrainingRecipe,
                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logits [B, L, V] with the gradient path of the current phase, and the Jacobian penalty (or None)."""
     chunk = r.train_chunk
+    if isinstance(model, Mamba2LM):  # no fixed point: one forward pass
+        return model(tokens, chunk=chunk), None
     u = model.injection(tokens)
     z = u.new_zeros(*tokens.shape, model.config.d_model)
     if not r.implicit:
@@ -165,7 +179,7 @@ def forward_train(model: ImplicitSSM, tokens: torch.Tensor, step: int, r: Traini
     return model.head(z), penalty
 
 
-def write_checkpoint(model: ImplicitSSM, path: Path, step: int, metrics: dict[str, float]) -> None:
+def write_checkpoint(model: ImplicitSSM | Mamba2LM, path: Path, step: int, metrics: dict[str, float]) -> None:
     """Weights and progress in HDF5 (no pickle)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as h5:
@@ -175,7 +189,7 @@ def write_checkpoint(model: ImplicitSSM, path: Path, step: int, metrics: dict[st
         h5.attrs["metrics"] = json.dumps(metrics)
 
 
-def fit(model: ImplicitSSM, r: TrainingRecipe, next_batch: Callable[[int], Batch], *, progress: bool = True,
+def fit(model: ImplicitSSM | Mamba2LM, r: TrainingRecipe, next_batch: Callable[[int], Batch], *, progress: bool = True,
         run_dir: Path | None = None) -> dict[str, Any]:
     """Train `model` in place by recipe `r` on the batches `next_batch(step)` gives.
 

@@ -78,6 +78,11 @@ LANGUAGE: dict[str, _lm.LanguageRecipe] = {
     "charlm-implicit": _lm.LanguageRecipe(name="charlm-implicit", implicit=True, jac_reg=0.1, **_CHARLM),
     **{f"charlm-explicit{n}": _lm.LanguageRecipe(name=f"charlm-explicit{n}", implicit=False, n_layers=n, **_CHARLM)
        for n in (1, 2)},
+    # A plain Mamba2 LM (aocsim/nn/mamba2_lm.py: no injection, head tied to the embedding; issue 42) with
+    # charlm-implicit's budget at its parameter count: 1 layer of d_model 88 has 60,649 parameters against
+    # 61,038 (-0.6 %; the nearest others at head_dim 16: 2 x 64, 62,896; 5 x 40, 62,995).
+    "charlm-mamba2": _lm.LanguageRecipe(name="charlm-mamba2", implicit=False, kind="mamba2",
+                                        **{**_CHARLM, "d_model": 88, "n_layers": 1}),
 }
 # The recipes that train an implicit SSM on sequences (they write a metrics log and checkpoints).
 SEQUENCE = {**STATE_TRACKING, **LANGUAGE}

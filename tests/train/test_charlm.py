@@ -18,9 +18,11 @@ from aocsim.errors import InputError
 from aocsim.experiments.generate import ExactNextLogits, generate
 from aocsim.io.model_files import bundled_models, load_model
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from aocsim.nn.mamba2_lm import Mamba2LM
 from aocsim.tasks.corpus import UNKNOWN_CHAR, Vocabulary, make_corpus, pydoc_corpus
 from aocsim.train import language
 from aocsim.train.evaluation import bits_per_character, evaluate_bits
+from aocsim.train.loop import new_model
 from aocsim.train.recipes import LANGUAGE
 
 TINY = {"d_model": 8, "d_state": 4, "head_dim": 8, "batch_size": 8, "train_length": 16, "eval_length": 16,
@@ -164,6 +166,36 @@ def test_charlm_baselines_share_the_budget_and_explicit1_the_parameter_count() -
             {k: v for k, v in implicit.items() if k not in own}
         assert r.n_layers == layers and not r.implicit
     assert sum(p.numel() for p in ImplicitSSM(LANGUAGE["charlm-explicit1"].config(vocab)).parameters()) == count
+
+
+def test_charlm_mamba2_has_the_implicit_budget_and_about_its_parameter_count() -> None:
+    """The plain Mamba2 baseline (issue 42): charlm-implicit's budget, its own width and depth, and a
+    parameter count within 1 % of the implicit model's (60,649 against 61,038)."""
+    implicit, r = LANGUAGE["charlm-implicit"], LANGUAGE["charlm-mamba2"]
+    own = {"name", "implicit", "kind", "n_layers", "d_model", "jac_reg"}
+    assert {k: v for k, v in dataclasses.asdict(r).items() if k not in own} == \
+        {k: v for k, v in dataclasses.asdict(implicit).items() if k not in own}
+    vocab = pydoc_corpus().vocabulary.size
+    model = new_model(r, vocab)
+    count = sum(p.numel() for p in ImplicitSSM(implicit.config(vocab)).parameters())
+    assert isinstance(model, Mamba2LM) and r.kind == "mamba2" and not r.implicit
+    assert sum(p.numel() for p in model.parameters()) == 60_649 and abs(60_649 - count) / count < 0.01
+    with pytest.raises(InputError, match=r"^recipe 'x': kind = 'mamba2'; expected 'implicit_ssm', or 'mamba2' with"):
+        language.LanguageRecipe(name="x", implicit=True, kind="mamba2")
+
+
+def test_a_mamba2_language_model_trains_saves_evaluates_and_generates(tmp_path: Path) -> None:
+    corpus = make_corpus("abcdefg" * 300, min_count=1)
+    r = language.LanguageRecipe(name="m2", implicit=False, kind="mamba2", steps=60, lr=2e-2, **TINY)
+    model = load_model(language.run_recipe(r, tmp_path / "m2", progress=False, corpus=corpus))
+    assert isinstance(model, Mamba2LM) and model.card["kind"] == "mamba2"
+    assert language.card_recipe(model) == r
+    heldout = model.card["metrics"]["heldout"]
+    assert list(heldout) == ["length", "windows", "characters", "simultaneous"]  # one pass, evaluated once
+    assert heldout["simultaneous"]["bits_per_character"] < 0.1  # log2(8) = 3 bits untrained
+    out = run("--threads", "1", "evaluate", str(tmp_path / "m2"))
+    assert out.exit_code == 0 and "explicit, 1 layer(s)" in out.output and "one pass" in out.output, out.output
+    assert generate(model, "abc", 11, temperature=0).text == "defgabcdefg"
 
 
 def test_card_lists_vocabulary_split_and_heldout_bits(tiny_dir: Path) -> None:
