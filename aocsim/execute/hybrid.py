@@ -155,6 +155,8 @@ class HybridSSM(PlacedModel):
         noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind}"
                  + (", per element, the first token noise-free)" if elementwise else ")")
                  if placement.snr_db is not None else "")
+        noise += (f"; noise at {placement.snr_states_db:g} dB SNR on the states ({placement.snr_kind})"
+                  if placement.snr_states_db is not None else "")
         noise += (f"; EMA alpha {placement.ema_alpha:g}, states committed from it" if elementwise else
                   f"; EMA readout alpha {placement.ema_alpha:g}") if placement.ema_alpha is not None else ""
         noise += "; a token's iteration stops for the whole batch" if placement.snr_convergence == "batch" else ""

@@ -202,6 +202,11 @@ class NoiseInjection(OptionGroup):
         "implicit SSMs: snr_db's noise 'additive' (std rms(x) 10^(-SNR/20)), 'multiplicative' (x (1 + e), std "
         "of e 10^(-SNR/20)) or 'device' (the profile's own noise, noise.multiplier scaled to snr_db at snr_site).",
         example="multiplicative")
+    snr_states_db: float | None = option(
+        {HYBRID: None}, decibels,
+        "implicit SSMs, sequential mode: a second noise on the SSM states with its own SNR in dB, drawn beside "
+        "snr_db's on the inputs (snr_site 'inputs'), of the same snr_kind and snr_convention: the implicit-LM "
+        "paper's grid of state noise against input noise [default: none].", example=30.0)
     ema_alpha: float | None = option(
         {HYBRID: None}, ema,
         "implicit SSMs: read the iteration as an EMA of its iterates, z_read <- a z_k + (1 - a) z_read, a in "

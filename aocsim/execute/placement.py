@@ -114,6 +114,19 @@ def _states_need_sequential(s: Placement) -> str | None:
     return None
 
 
+def _state_noise_is_a_second_site(s: Placement) -> str | None:
+    if s.snr_states_db is None:
+        return None
+    if s.mode != "sequential":
+        return (f"snr_states_db with mode = {s.mode!r}: the SSM states are committed per token in sequential mode "
+                "only; expected mode 'sequential'")
+    if s.snr_kind == "device" or (s.snr_db is not None and s.snr_site == "states"):
+        return (f"snr_states_db with snr_kind = {s.snr_kind!r} and snr_site = {s.snr_site!r}: it is drawn noise on "
+                "the states beside snr_db's on the inputs; expected snr_site 'inputs' and snr_kind 'additive' or "
+                "'multiplicative'")
+    return None
+
+
 def _device_noise_needs_tiles(s: Placement) -> str | None:
     if s.snr_kind == "device" and s.snr_db is not None and s.on_tiles == ():
         return ("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise cannot be "
@@ -145,7 +158,8 @@ def _elementwise_is_drawn_noise(s: Placement) -> str | None:
 
 # The rules between options, declared beside them and checked in one place (`Placement.resolved`): each
 # returns a one-line message when a resolved placement breaks it.
-RULES: tuple[Callable[["Placement"], str | None], ...] = (_states_need_sequential, _device_noise_needs_tiles,
+RULES: tuple[Callable[["Placement"], str | None], ...] = (_states_need_sequential, _state_noise_is_a_second_site,
+                                                          _device_noise_needs_tiles,
                                                           _reference_ema_needs_sequential,
                                                           _batch_convergence_needs_sequential,
                                                           _elementwise_is_drawn_noise)

@@ -45,7 +45,8 @@ OVERHEAD = 600
 def stackable(placement: Placement) -> bool:
     """Whether a placement's runs can be stacked over seeds (module docstring)."""
     s = placement
-    return (s.mode == "sequential" and (s.snr_db is None or s.snr_kind == "device") and s.ema_alpha is None
+    return (s.mode == "sequential" and (s.snr_db is None or s.snr_kind == "device") and s.snr_states_db is None
+            and s.ema_alpha is None
             and s.snr_convergence != "batch" and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
 
 

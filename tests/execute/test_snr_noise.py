@@ -334,3 +334,24 @@ def test_the_reference_conventions_rules_are_one_line_errors(model) -> None:
     for options in ({"snr_convention": "norm"}, {"snr_convergence": "never"}):
         with pytest.raises(InputError, match=f"^{next(iter(options))} = "):
             Placement(**options)
+
+
+def test_state_noise_beside_input_noise_is_two_sites_each_at_its_own_db(model) -> None:
+    """snr_states_db (the reference grid's state noise against its input noise): alone it is snr_db on the
+    states, bit for bit (the same keyed draws); beside snr_db on the inputs each site draws at its own dB, and
+    the run differs from either alone. Fails if the second site is dropped, keyed apart or given snr_db's dB."""
+    options = {"snr_kind": "additive", "max_iter": 8, "mode": "sequential"}
+    alone = _abstract(model, snr_states_db=15.0, **options).run(TOKENS, seed=4)
+    as_site = _abstract(model, snr_db=15.0, snr_site="states", **options).run(TOKENS, seed=4)
+    assert torch.equal(alone.outputs, as_site.outputs) and torch.equal(alone.z, as_site.z)
+    both = _abstract(model, snr_db=25.0, snr_states_db=15.0, **options)
+    run = both.run(TOKENS, seed=4)
+    inputs, states = both.parts[0], both.parts[1]
+    assert (inputs.site, states.site) == ("inputs", "states")
+    assert abs(inputs.measured_db - 25.0) < 0.5 and abs(states.measured_db - 15.0) < 0.5
+    only_inputs = _abstract(model, snr_db=25.0, **options).run(TOKENS, seed=4)
+    assert not torch.equal(run.z, alone.z) and not torch.equal(run.z, only_inputs.z)
+    with pytest.raises(InputError, match="snr_states_db with snr_kind = 'additive' and snr_site = 'states'"):
+        _abstract(model, snr_db=10.0, snr_site="states", snr_states_db=20.0)
+    with pytest.raises(InputError, match="snr_states_db with mode = 'simultaneous'"):
+        _abstract(model, snr_states_db=20.0, mode="simultaneous")
