@@ -145,3 +145,75 @@ def plot_bits_against_snr(ds: Any, path: Path, *, lines: tuple[str, ...] = ("mod
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+STATES_SNR = "placement.snr_states_db"
+
+
+def snr_grid(ds: Any, metric: str = "accuracy", panels: tuple[str, ...] = ("placement.snr_kind",
+                                                                          "placement.ema_alpha")) -> Any:
+    """`metric` over the reference grid (input noise `placement.snr_db` x state noise `placement.snr_states_db`,
+    and the `panels` dimensions), the mean over chips and seeds; any other dimension with more than one
+    value is refused (it would be averaged silently)."""
+    from aocsim.errors import InputError
+
+    for needed in (metric, SNR, STATES_SNR):
+        if needed not in ds.variables:
+            raise InputError(f"the results have no {needed!r}; expected a sweep over {SNR} and {STATES_SNR} with "
+                             f"the {metric} metric")
+    values = ds[metric].mean([d for d in ("chip", "seed") if d in ds[metric].dims])
+    others = [d for d in values.dims if d not in (*panels, SNR, STATES_SNR) and values.sizes[d] > 1]
+    if others:
+        raise InputError(f"{others[0]} has {values.sizes[others[0]]} values; expected it among panels "
+                         f"{list(panels)} or one value")
+    return values
+
+
+def plot_snr_heat_maps(ds: Any, path: Path, *, metric: str = "accuracy", panels: tuple[str, str] = (
+        "placement.snr_kind", "placement.ema_alpha"), mark: tuple[float, float, str] | None = None,
+        title: str = "") -> Path:
+    """The implicit-LM paper's noise figure: `metric` (next-token accuracy by default) of the device path as
+    a heat map over input noise (x, `placement.snr_db`) and state noise (y, `placement.snr_states_db`), one
+    panel per combination of the two `panels` dimensions (rows, columns; a dimension the results lack, or
+    'model', is allowed), mean over chips and seeds, each cell's value printed; `mark` = (input dB, state
+    dB, words) rings a point (aoc48's own noise at its mapped dB). From a sweep like
+    notebooks/sweeps/charlm-snr-reference.yaml (docs/LANGUAGE.md, "The reference grid")."""
+    import numpy as np
+
+    from aocsim.experiments.plots import plt
+
+    values = snr_grid(ds, metric, panels)
+    rows, cols = ([list(ds[d].values) if d in values.dims else [None] for d in panels])
+    scale = 100.0 if metric in ("accuracy", "exact_accuracy", "agreement") else 1.0
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.4 * len(cols) + 0.6, 3.0 * len(rows) + 0.4),
+                             squeeze=False)
+    x_db, y_db = [float(v) for v in ds[SNR].values], [float(v) for v in ds[STATES_SNR].values]
+    for (i, r), (j, c) in ((ir, jc) for ir in enumerate(rows) for jc in enumerate(cols)):
+        ax, cell = axes[i][j], values
+        for dim, v in zip(panels, (r, c)):
+            cell = cell.sel({dim: v}) if v is not None else cell
+        cell = cell.squeeze(drop=True).transpose(STATES_SNR, SNR) * scale
+        image = ax.imshow(cell.values, origin="lower", cmap="viridis", aspect="auto",
+                          vmin=0 if scale == 100 else None, vmax=100 if scale == 100 else None)
+        for (a, b), v in np.ndenumerate(cell.values):
+            ax.text(b, a, "-" if not np.isfinite(v) else f"{v:.0f}" if scale == 100 else f"{v:.2f}",
+                    ha="center", va="center", fontsize=7, color="white" if scale == 100 and v < 60 else "black")
+        ax.set_xticks(range(len(x_db)), [f"{v:g}" for v in x_db])
+        ax.set_yticks(range(len(y_db)), [f"{v:g}" for v in y_db])
+        ax.set_xlabel("input noise, SNR dB")
+        ax.set_ylabel("state noise, SNR dB")
+        words = [str(v) if d == "model" else f"{d.split('.')[-1]} {v}" for d, v in zip(panels, (r, c)) if v is not None]
+        ax.set_title(", ".join(words), fontsize=9)
+        if mark is not None:  # fractional cell positions: interpolate between the grid's dB values
+            mx, my = np.interp(mark[0], x_db, range(len(x_db))), np.interp(mark[1], y_db, range(len(y_db)))
+            ax.plot(mx, my, marker="o", ms=14, mfc="none", mec="red", mew=1.5, label=mark[2])
+    if mark is not None:
+        axes[0][-1].legend(fontsize=7, loc="lower right")
+    label = "next-token accuracy, %" if metric == "accuracy" else metric.replace("_", " ")
+    fig.colorbar(image, ax=axes, shrink=0.8, label=label)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -305,6 +305,33 @@ def test_language_models_sweep_their_bits_per_character(tmp_path: Path) -> None:
         plot_bits_against_snr(ds, tmp_path / "no.png", lines=("model", "placement.snr_db"))
 
 
+def test_the_reference_grid_heat_maps_average_seeds_and_refuse_a_hidden_axis(tmp_path: Path) -> None:
+    """plot_snr_heat_maps / snr_grid (docs/LANGUAGE.md, "The reference grid"): a cell is the mean over chips
+    and seeds of its point; a swept dimension that is neither an axis nor a panel is refused, not averaged."""
+    import numpy as np
+    import xarray as xr
+
+    from aocsim.experiments.language import plot_snr_heat_maps, snr_grid
+
+    dims = ("placement.snr_kind", "placement.ema_alpha", "placement.snr_states_db", "placement.snr_db", "seed")
+    shape = (2, 2, 4, 4, 3)
+    acc = np.random.default_rng(0).uniform(0.2, 0.9, shape)
+    ds = xr.Dataset({"accuracy": (dims, acc)}, coords={
+        dims[0]: ["additive", "multiplicative"], dims[1]: [0.2, 0.1], dims[2]: [0.0, 20.0, 30.0, 40.0],
+        dims[3]: [0.0, 10.0, 20.0, 30.0], "seed": [0, 1, 2]})
+    grid = snr_grid(ds)
+    cell = grid.sel({dims[0]: "multiplicative", dims[1]: 0.1, dims[2]: 20.0, dims[3]: 30.0})
+    assert float(cell) == pytest.approx(acc[1, 1, 1, 3].mean(), rel=1e-12)
+    path = plot_snr_heat_maps(ds, tmp_path / "heat.png", mark=(21.7, 24.1, "aoc48"))
+    assert path.stat().st_size > 20_000
+    wider = xr.concat([ds, ds], dim=xr.DataArray(["a", "b"], dims="model", name="model"))
+    with pytest.raises(InputError, match="model has 2 values; expected it among panels"):
+        snr_grid(wider)
+    assert snr_grid(wider.isel({dims[1]: [0]}), panels=("model", "placement.snr_kind")).sizes["model"] == 2
+    with pytest.raises(InputError, match="the results have no 'placement.snr_states_db'"):
+        snr_grid(ds.drop_vars("placement.snr_states_db").rename({"placement.snr_states_db": "x"}))
+
+
 @pytest.mark.slow
 def test_regressions_sweep_their_errors(tmp_path: Path) -> None:
     """The probes' refit against none, on the noise-free chip draws and on aoc48: the regression metrics
