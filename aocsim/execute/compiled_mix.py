@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from aocsim.execute.device_linear import tensor_digest
+from aocsim.hardware.engine.memo import tensor_digest
 from aocsim.hardware.engine import backends
 from aocsim.nn.ssm_blocks import Mamba2Block, TokenCache
 

@@ -22,16 +22,13 @@ aocsim/execute/token_keys.py: the pass of token (s, t) at visit v draws from key
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from aocsim import disk_memo
 from aocsim.errors import InputError
 from aocsim.execute.fit import affine_fit
 from aocsim.execute.option_groups import ON_TILES, TileOptions
@@ -40,7 +37,7 @@ from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.tile_program import ROUNDS, fit_tile_program
 from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.machine import Mount
-from aocsim.hardware.engine.programming import _frozen
+from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.engine.tiles import TiledMatrix, input_scale
 from aocsim.hardware.engine.tiles import _input_range as default_input_range
 from aocsim.hardware.engine.tiles import _tile_size as resolve_tile_size
@@ -52,8 +49,6 @@ HEADROOM = 0.8  # the largest calibration node signal, as a fraction of the ADC'
 # (a5-implicit's in_proj has one at a tenth of the median norm) is mostly noise at the node, and a gain
 # fitted to noise (0.003 on one aoc48 load) would multiply it by hundreds.
 GAIN_SPREAD = 4.0
-FIT_MEMO = 16  # the models' programs kept per process (`fit_maps`): a few models x chips of a sweep
-_FITS: OrderedDict[tuple, tuple[list[MapProgram], list[keys.Key] | None]] = OrderedDict()  # None: read from a file
 
 
 @dataclass(frozen=True)
@@ -120,13 +115,6 @@ def on_tiles(tile: TileOptions) -> TileOptions:
     return tile.resolved(ON_TILES[0])
 
 
-def tensor_digest(t: torch.Tensor) -> tuple:
-    """A tensor's identity by value: dtype, device, shape and a hash of its bits (memo and graph keys)."""
-    data = t.detach().to("cpu").contiguous()
-    raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype's bits
-    return (str(data.dtype), str(t.device), tuple(data.shape), hashlib.sha256(raw).hexdigest())
-
-
 def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],
              tile: TileOptions = TileOptions()) -> list[MapProgram]:
     """The programs of a model's maps [(W, calibration inputs, fit key)] on one machine (`fit_map`
@@ -135,36 +123,18 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     tile onto them (`Mount`). Fitted in order, so that each map knows where the last one ended (a
     program can be a tile wider than its matrix: dead input positions are skipped).
 
-    Memoised in the process (`FIT_MEMO` entries) on everything a fit reads: every value of the
-    profile (the chip), each map's W, inputs and key, the tile options a fit reads (`TileOptions.fitted`)
-    and the fit's constants (and the
-    emitter measurement's, for predistortion). An entry keeps the keys its fit drew, which
-    `keys.recording()` sees again on every hit (as `programming._cached`). So sweep
-    points that differ only in what a fit does not read (averaging, the stop rule, the SNR noise, the
-    mode) place the model once per chip; a fit is deterministic, so a hit is what a fit would give.
-    The programs are also read from and written to the calibration store, or a sweep's folder while
-    `aocsim.disk_memo.use(folder)` is open, under the same key; a file keeps no keys, so while
-    `keys.recording()` is on, programs read from one are fitted again (and their keys kept).
+    Memoised (`FITS`: aocsim/hardware/engine/memo.py, in memory and in the calibration store or a sweep's
+    folder, keyed on the machine too) on everything a fit reads: every value of the profile (the chip),
+    each map's W, inputs and key, the tile options a fit reads (`TileOptions.fitted`) and the fit's
+    constants (and the emitter measurement's, for predistortion). So sweep points that differ only in
+    what a fit does not read (averaging, the stop rule, the SNR noise, the mode) place the model once
+    per chip; a fit is deterministic, so a hit is what a fit would give.
     """
     tile = on_tiles(tile).fitted()
-    memo_key = (_frozen(device.values, tuple(sorted(device.values))),
-                tuple((tensor_digest(w), tensor_digest(x), k.value) for w, x, k in maps),
-                tuple(sorted(tile.given().items())),
-                tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
-                tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
-    stored = None if memo_key in _FITS or keys.recording_now() else disk_memo.load("fits", memo_key)
-    if stored is not None:  # fitted by an earlier process (the store), or another of this sweep
-        _FITS[memo_key] = ([_program(record) for record in stored], None)
-    if memo_key not in _FITS or (keys.recording_now() and _FITS[memo_key][1] is None):
-        with keys.recording() as drawn:  # kept with the programs: `keys.recording()` sees them on every hit
-            _FITS[memo_key] = (_fit_maps(device, maps, tile), list(drawn))
-        disk_memo.save("fits", memo_key, [_record(p) for p in _FITS[memo_key][0]])
-    _FITS.move_to_end(memo_key)
-    while len(_FITS) > FIT_MEMO:
-        _FITS.popitem(last=False)
-    programs, drawn = _FITS[memo_key]
-    keys.note_drawn(drawn or [])
-    return list(programs)
+    inputs = (device, [(w, x, k) for w, x, k in maps], tile,
+              tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
+              tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
+    return list(FITS(inputs, lambda: _fit_maps(device, maps, tile)))
 
 
 def _record(program: MapProgram) -> dict[str, Any]:
@@ -179,6 +149,12 @@ def _program(record: dict[str, Any]) -> MapProgram:
     return MapProgram(record["weight"], record["columns"], float(record["sigma"]), float(record["error"]),
                       tuple(int(d) for d in record["dead"]), int(record["tile_size"]), float(record["input_range"]),
                       Mount(int(first), int(count), bool(multiplexed)))
+
+
+# A model's programs on one chip, kept per process and in the calibration store (`fit_maps`): a few models x
+# chips of a sweep in memory.
+FITS: Memo[list[MapProgram]] = Memo("fits", 16, stored=True, to_records=lambda ps: [_record(p) for p in ps],
+                                    from_records=lambda records: [_program(r) for r in records])
 
 
 def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],

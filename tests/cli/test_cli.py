@@ -143,7 +143,7 @@ def test_bench_without_a_toolchain_says_how_to_skip_the_compiled_rows(monkeypatc
         raise RuntimeError("C++ compiler not found")
 
     monkeypatch.setattr(backends, "_compile", no_compiler)
-    monkeypatch.setattr(backends, "_GRAPHS", {})
+    monkeypatch.setattr(backends, "GRAPHS", backends.GRAPHS.fresh())
     out = run("bench", "loop", "--batch", "2", "--iterations", "5", "--repeats", "1")
     assert out.exit_code == 1
     assert "could not compile the loop step (RuntimeError: C++ compiler not found)" in out.output

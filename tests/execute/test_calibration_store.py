@@ -21,7 +21,7 @@ TOKENS, TARGETS = word_problems(group("parity"), 2, 16, identity_prob=0.5, gener
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty store (tests run with the store off, tests/conftest.py) and an empty memory of fits."""
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, str(tmp_path))
-    monkeypatch.setattr(device_linear, "_FITS", type(device_linear._FITS)())
+    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
     return tmp_path / "calibration"
 
 
@@ -48,17 +48,17 @@ def test_spawned_workers_fill_the_store_and_a_later_run_reads_it_without_fitting
     in memory reads both (a fit now fails the test) and gives the same Dataset."""
     spread = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1), workers=2)
     assert len(list(store.glob("fits-*.h5"))) == 2
-    device_linear._FITS.clear()
+    device_linear.FITS.clear()
     monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     read = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
     xr.testing.assert_identical(spread.drop_attrs(), read.drop_attrs())
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
-    device_linear._FITS.clear()
+    device_linear.FITS.clear()
     with pytest.raises(pytest.fail.Exception, match="fitted again"):  # the store off: nothing read
         compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
     monkeypatch.undo()  # the store off, fitted here: the same Dataset again
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
-    device_linear._FITS.clear()
+    device_linear.FITS.clear()
     alone = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
     xr.testing.assert_identical(spread.drop_attrs(), alone.drop_attrs())
 
@@ -152,7 +152,7 @@ def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recor
 
     monkeypatch.setattr(tile_program, "PROBES", 128)
     monkeypatch.setattr(E, "REPEATS", 4)
-    monkeypatch.setattr(E, "_MEMO", type(E._MEMO)())
+    monkeypatch.setattr(E, "SHAPES", E.SHAPES.fresh())
     model = load_model("parity-implicit")
     profile = resolve_profile("aoc48", 0)
     calibration, placement = calibration_inputs(model, TOKENS), resolve(model, profile).placement
@@ -165,8 +165,8 @@ def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recor
         with keys.recording() as fresh:
             job()
         assert fresh, name
-        device_linear._FITS.clear()
-        E._MEMO.clear()
+        device_linear.FITS.clear()
+        E.SHAPES.clear()
         done = len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]
         job()  # read from the store
         assert (len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]) == done, name
@@ -192,12 +192,12 @@ def test_fits_read_from_the_store_count_against_the_memorys_size(store: Path,
     chips = [resolve_profile("aoc48", chip) for chip in (0, 1, 2)]
     for profile in chips:
         fit_programs(model, profile, calibration, resolve(model, profile).placement)
-    device_linear._FITS.clear()
-    monkeypatch.setattr(device_linear, "FIT_MEMO", 2)
+    device_linear.FITS.clear()
+    monkeypatch.setattr(device_linear.FITS, "size", 2)
     monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     for profile in chips:
         fit_programs(model, profile, calibration, resolve(model, profile).placement)
-    assert len(device_linear._FITS) == 2
+    assert len(device_linear.FITS) == 2
 
 
 def test_a_write_that_fails_leaves_no_part_behind(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:

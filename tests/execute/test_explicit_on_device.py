@@ -75,7 +75,7 @@ def test_what_an_explicit_model_cannot_take_is_refused_before_any_fit(placement,
         raise AssertionError("a fit ran before the refusal")
 
     monkeypatch.setattr(device_linear, "_fit_maps", no_fit)
-    monkeypatch.setattr(device_linear, "_FITS", type(device_linear._FITS)())
+    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
     tokens, targets = data
     with pytest.raises(InputError, match=message):
         compare("parity-explicit1", "aoc48", tokens, targets, placement=placement)

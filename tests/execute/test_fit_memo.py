@@ -18,6 +18,16 @@ from aocsim.tasks.groups import group, word_problems
 TOKENS, TARGETS = word_problems(group("parity"), 2, 16, identity_prob=0.5, generator=8)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The fits here run on one torch thread, as compare's parts do (aocsim/parallel.py): a fit's key holds
+    the thread count, so one made at another count would not be compare's."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The fits actually run (memo misses), with an empty memo."""
@@ -29,7 +39,7 @@ def fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(device_linear, "_fit_maps", counted)
-    monkeypatch.setattr(device_linear, "_FITS", type(device_linear._FITS)())
+    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
     monkeypatch.setattr(tile_program, "PROBES", 128)  # quality plays no part here
     return calls
 
@@ -78,7 +88,7 @@ def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> Non
     with keys.recording() as drawn_by_hit:
         remembered = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 1 and [k.value for k in drawn_by_hit] == [k.value for k in drawn_by_fit] != []
-    device_linear._FITS.clear()
+    device_linear.FITS.clear()
     fresh = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 2
     for name in fresh:
@@ -97,11 +107,11 @@ def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list
     calibration = calibration_inputs(model, TOKENS)
     placement = resolve(model, profile).placement
     plain = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
-    device_linear._FITS.clear()
+    device_linear.FITS.clear()
     with disk_memo.use(tmp_path):
         fitted = fit_programs(model, profile, calibration, placement)
         assert len(fits) == 2 and len(list(tmp_path.glob("fits-*.h5"))) == 1
-        device_linear._FITS.clear()
+        device_linear.FITS.clear()
         read = fit_programs(model, profile, calibration, placement)
         assert len(fits) == 2  # read from the folder, not fitted
         for name in fitted:
@@ -109,7 +119,7 @@ def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list
             assert torch.equal(a.weight, b.weight) and torch.equal(a.columns, b.columns)
             assert (a.sigma, a.error, a.dead, a.tile_size, a.input_range, a.mount) == (
                 b.sigma, b.error, b.dead, b.tile_size, b.input_range, b.mount)
-        device_linear._FITS.clear()
+        device_linear.FITS.clear()
         stored = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
         assert len(fits) == 2
         fit_programs(model, profile.with_overrides({"noise.multiplier": 2.0}), calibration, placement)
@@ -121,25 +131,25 @@ def test_emitter_measurements_in_a_folder_are_read_back(tmp_path, monkeypatch: p
     from aocsim import disk_memo
     from aocsim.hardware.engine import emitter_calibration as E
 
-    monkeypatch.setattr(E, "_MEMO", type(E._MEMO)())
+    monkeypatch.setattr(E, "SHAPES", E.SHAPES.fresh())
     monkeypatch.setattr(E, "REPEATS", 4)  # speed; part of the entry's key
     profile = load_device("aoc48")
     measure = E._fitted_shape
     with disk_memo.use(tmp_path):
         measured = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
-        E._MEMO.clear()
+        E.SHAPES.clear()
         monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
         read = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
         assert all(torch.equal(a, b) for a, b in zip(measured, read))
         (entry,) = tmp_path.glob("emitters-*.h5")
         entry.write_bytes(b"not an HDF5 file")  # an unreadable entry is measured again and written over
-        E._MEMO.clear()
+        E.SHAPES.clear()
         monkeypatch.setattr(E, "_fitted_shape", measure)
         again = E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
         assert all(torch.equal(a, b) for a, b in zip(measured, again)) and entry.read_bytes()[:4] == b"\x89HDF"
         monkeypatch.setattr(E, "_fitted_shape", lambda *a: pytest.fail("measured again"))
         monkeypatch.setattr(E, "REPEATS", 8)
-        E._MEMO.clear()
+        E.SHAPES.clear()
         with pytest.raises(pytest.fail.Exception, match="measured again"):
             E.measured_shapes(profile, 48, 3, 0.2, torch.float64, "cpu")
 
@@ -154,3 +164,36 @@ def test_a_compiled_fit_is_remembered_apart(fits: list[int], monkeypatch: pytest
     for compile in (False, True, False, True):
         device_linear.fit_maps(profile, [], TileOptions(partial_sums="analog", compile=compile))
     assert seen == [False, True]  # one fit each, then memo hits
+
+
+def test_a_fit_made_at_another_thread_count_is_not_served(fits: list[int]) -> None:
+    """A reduction's rounding follows torch's thread count, so a fit's key holds it (aocsim/hardware/engine/
+    memo.py, from disk_memo.machine): a fit made on two threads is its own, and one thread finds its
+    own fit again. Fails with the machine left out of the memory's key."""
+    model = load_model("parity-implicit")
+    profile = resolve_profile("aoc48", 0)
+    calibration = calibration_inputs(model, TOKENS)
+    placement = resolve(model, profile).placement
+    fit_programs(model, profile, calibration, placement)
+    torch.set_num_threads(2)
+    fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 2
+    torch.set_num_threads(1)
+    fit_programs(model, profile, calibration, placement)
+    assert len(fits) == 2
+
+
+def test_one_modules_emitter_measurement_is_never_served_for_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each module has its own emitters (docs/PHYSICS.md, LED cubic spread): the memo's key holds the module,
+    so module 1's measured shapes are module 1's, measured afresh, not module 0's. Fails with the module
+    left out of the key."""
+    from aocsim.hardware.engine import emitter_calibration as E
+
+    monkeypatch.setattr(E, "SHAPES", E.SHAPES.fresh())
+    monkeypatch.setattr(E, "REPEATS", 4)  # speed: the shapes differ between modules by far more than the noise
+    profile = load_device("aoc48")
+    zero = E.measured_shapes(profile, 48, 0, 0.2, torch.float64, "cpu")
+    one = E.measured_shapes(profile, 48, 1, 0.2, torch.float64, "cpu")
+    fresh = (E._fitted_shape(profile, 48, 1.0, 1, 0.2), E._fitted_shape(profile, 48, -1.0, 1, 0.2))
+    assert all(torch.equal(a, b) for a, b in zip(one, fresh))
+    assert not torch.equal(zero[0], one[0])

@@ -350,14 +350,14 @@ def test_a_resumed_sweep_reads_its_chips_fits_from_the_folder(tmp_path: Path, mo
     sweep's folder) and read back by a resumed sweep whose process has not fitted them."""
     from aocsim.execute import device_linear
 
-    monkeypatch.setattr(device_linear, "_FITS", type(device_linear._FITS)())
+    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
     spec = parse_spec({"model": "parity-implicit", "device": "aoc48", "data": {"sequences": 2, "length_factor": 1},
                        "axes": {"placement.averaging": [1, 2]}, "seeds": 1, "chips": 1, "metrics": ["agreement"]})
     out = tmp_path / "sweep"
     first = sweep(spec, out, workers=1)
     assert len(list((out / "fits").glob("fits-*.h5"))) == 1  # averaging: nothing a fit reads
     next(iter((out / "points").glob("*.nc"))).unlink()
-    device_linear._FITS.clear()
+    device_linear.FITS.clear()
     monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     xr.testing.assert_identical(first, sweep(spec, out, workers=1, resume=True))
 

@@ -74,14 +74,14 @@ def test_a_cached_graph_gives_another_chip_and_call_their_own_numbers() -> None:
     # reload keys) with that chip's and call's numbers. Fails if any of them is baked into the graph.
     first = _matrix(torch.float32, "analog")
     _product(first, "analog", True)
-    graphs = len(backends._GRAPHS)
+    graphs = len(backends.GRAPHS)
     other = load_device("aoc48", overrides={"variation.chip_seed": 11, "readout.range_v": [-0.9, 1.1],
                                             "injection.dac_bits": 10, "noise.multiplier": 2.0})
     second = _matrix(torch.float32, "analog", other, chip=4)
     for tm, call in ((second, 2), (second, 9), (first, 9)):
         eager, compiled = _product(tm, "analog", False, call), _product(tm, "analog", True, call)
         _assert_same(eager, compiled, torch.float32)
-    assert len(backends._GRAPHS) == graphs  # one graph served them all
+    assert len(backends.GRAPHS) == graphs  # one graph served them all
     assert not torch.equal(_product(second, "analog", True).partials, _product(first, "analog", True).partials)
 
 
@@ -101,15 +101,15 @@ def test_a_compiled_graph_is_kept_in_the_kernel_store_and_loaded_without_inducto
     # that cannot be loaded is built again. Fails if the package is not kept, not found under the same key,
     # or loaded through Inductor's Python modules (seconds of imports in every process).
     monkeypatch.setenv(disk_memo.KERNEL_VARIABLE, str(tmp_path / "kernels"))
-    monkeypatch.setattr(backends, "_GRAPHS", {})
+    monkeypatch.setattr(backends, "GRAPHS", backends.GRAPHS.fresh())
     args = (torch.linspace(-2, 2, 12).view(3, 4), torch.tensor(1.5, dtype=torch.float64))
     key = ("kernel store test", tuple(a.shape for a in args))
-    path = disk_memo.kernel_path((key, backends.argument_key(args)))
+    path = disk_memo.kernel_path(backends.GRAPHS.key((key, backends.argument_key(args))))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not a package")  # left by a failed disk, say: built again and written over
     first = backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0]
     assert torch.allclose(first, torch.tanh(args[0] * 1.5) + 0.25) and path.stat().st_size > 10_000
-    backends._GRAPHS.clear()
+    backends.GRAPHS.clear()
     monkeypatch.setattr(backends, "_build", None)  # loading must not build,
     monkeypatch.setattr(backends.os, "utime", _read_only)  # even from a store this process cannot write to
     assert torch.equal(backends.graph(key, _tanh_body, args, "a test graph", "the same")(*args)[0], first)
@@ -133,15 +133,15 @@ def test_a_graph_is_never_served_for_inputs_of_other_strides(tmp_path: Path, mon
     8.75): a transposed input of the same shape gets its own graph, in this process and from the kernel
     store, and the product it gives is the eager one. Fails with the strides left out of the key."""
     monkeypatch.setenv(disk_memo.KERNEL_VARIABLE, str(tmp_path / "kernels"))
-    monkeypatch.setattr(backends, "_GRAPHS", {})
+    monkeypatch.setattr(backends, "GRAPHS", backends.GRAPHS.fresh())
     tm = _matrix(torch.float64, "digital")
     t = torch.randn(30, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     for x in (t.T.contiguous(), t.T):  # the same shape and values; the second one's memory transposed
         assert x.shape == (3, 30)
         got = [tm(x, partial_sums="digital", generator=5, call=1, compile=c).y for c in (False, True)]
         assert (got[0] - got[1]).abs().max() <= 1e-9 * got[0].abs().max()
-    assert len(backends._GRAPHS) == 2
-    backends._GRAPHS.clear()  # a new process: both read from the store, each for its own strides
+    assert len(backends.GRAPHS) == 2
+    backends.GRAPHS.clear()  # a new process: both read from the store, each for its own strides
     for x in (t.T, t.T.contiguous()):
         eager, compiled = (tm(x, partial_sums="digital", generator=5, call=1, compile=c).y for c in (False, True))
         assert (eager - compiled).abs().max() <= 1e-9 * eager.abs().max()
@@ -167,7 +167,7 @@ def test_a_missing_toolchain_is_one_line(monkeypatch: pytest.MonkeyPatch) -> Non
         raise RuntimeError("C++ compiler not found")
 
     monkeypatch.setattr(backends, "_compile", no_compiler)
-    monkeypatch.setattr(backends, "_GRAPHS", {})
+    monkeypatch.setattr(backends, "GRAPHS", backends.GRAPHS.fresh())
     with pytest.raises(AocsimError, match=r"could not compile the tile product \(RuntimeError: C\+\+ compiler not "
                                           r"found\); .* compile=False runs the same product eagerly"):
         _product(_matrix(torch.float32, "digital"), "digital", True)

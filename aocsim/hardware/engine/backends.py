@@ -31,9 +31,9 @@ from typing import Callable
 import torch
 
 from aocsim.errors import AocsimError
+from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.engine.step import NODE_PARAMS, Constants, Layout, iteration
 
-_GRAPHS: dict[tuple, Callable[..., object]] = {}
 
 
 def _block(steps: int, layout: Layout) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -105,21 +105,26 @@ def argument_key(args: tuple[torch.Tensor, ...]) -> tuple:
     return tuple((tuple(a.shape), tuple(a.stride()), str(a.dtype), str(a.device)) for a in args)
 
 
+# Compiled graphs by what they bake in (`graph`); each also in the kernel store, under the same key.
+GRAPHS: Memo[Callable[..., object]] = Memo("graph", 256)
+
+
 def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,
           eager: str) -> Callable[..., object]:
     """`fn` traced on `args` and compiled, once per process for `graph_key` (what `fn` is, its layout) and
     the arguments as the trace sees them (`argument_key`: derived here from `args`, so no caller can leave
     one out). A missing toolchain becomes one `AocsimError` naming what is compiled (`what`) and what runs
     it eagerly instead (`eager`)."""
-    graph_key = (graph_key, argument_key(args))
-    if graph_key not in _GRAPHS:
+    inputs = (graph_key, argument_key(args))
+
+    def build() -> Callable[..., object]:
         try:
-            _GRAPHS[graph_key] = _compile(fn, args, graph_key)
+            return _compile(fn, args, GRAPHS.key(inputs))
         except Exception as exc:  # Inductor raises many types (missing compiler, codegen failure)
             first = str(exc).splitlines()[0] if str(exc) else ""
             raise AocsimError(f"compile=True: could not compile {what} ({type(exc).__name__}: {first}); "
                               f"it needs a C++ compiler; compile=False runs {eager} eagerly") from exc
-    return _GRAPHS[graph_key]
+    return GRAPHS(inputs, build)
 
 
 def eager(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],

@@ -22,18 +22,17 @@ An emitter the chip cannot see (a dead fan-in channel: |a1| below DEAD of the me
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from aocsim import disk_memo
 from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
-from aocsim.hardware.engine.programming import _frozen, chip_key
+from aocsim.hardware.engine.programming import chip_key
 from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.engine.step import detector_node, detector_outputs, flickered, led_light, optical, output_rows
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -41,8 +40,10 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 LEVELS = 17  # drive levels per emitter over [-r, r]
 REPEATS = 256  # passes per level, averaged (2 x 17 x 256 x N round trips: about 9 ms per module at 20 ns)
 DEAD = 0.1  # |a1| below this fraction of the median |a1|: an emitter the detectors do not see (a dead fan-in)
-_MEMO: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor, list[keys.Key] | None]] = OrderedDict()  # None: read from a file
-MEMO_SIZE = 64
+# A chip's measured shapes per module and drive range (`measured_shapes`), in memory and in the calibration store.
+SHAPES: Memo[tuple[torch.Tensor, torch.Tensor]] = Memo(
+    "emitters", 64, stored=True, to_records=lambda shapes: [{"positive": shapes[0], "negative": shapes[1]}],
+    from_records=lambda records: (records[0]["positive"], records[0]["negative"]))
 
 
 def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, input_range: float) -> torch.Tensor:
@@ -85,28 +86,12 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
 def measured_shapes(profile: DeviceProfile, n: int, module: int, input_range: float, dtype: torch.dtype,
                     device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """(positive, negative): each emitter's measured cubic shape, [4, N] each (module docstring), as the
-    chip measures it once: memoised on the profile's values, the module and the drive range, in memory
-    and in the calibration store (or a sweep's folder while `aocsim.disk_memo.use` is open). A memory
-    entry keeps the keys its measurement drew, which `keys.recording()` sees on every hit; a file keeps
-    none, so while `keys.recording()` is on, shapes read from one are measured again."""
-    values: Mapping[str, Any] = profile.values
-    memo_key = (_frozen(values, tuple(sorted(values))), n, module, float(input_range))
-    on_disk = (*memo_key, LEVELS, REPEATS, DEAD)
-    if memo_key not in _MEMO and not keys.recording_now():
-        stored = disk_memo.load("emitters", on_disk)  # measured by an earlier process, or another of a sweep
-        if stored is not None:
-            _MEMO[memo_key] = (stored[0]["positive"], stored[0]["negative"], None)
-    if memo_key not in _MEMO or (keys.recording_now() and _MEMO[memo_key][2] is None):
-        with keys.recording() as drawn:
-            shapes = (_fitted_shape(profile, n, 1.0, module, input_range),
-                      _fitted_shape(profile, n, -1.0, module, input_range))
-        _MEMO[memo_key] = (*shapes, list(drawn))
-        disk_memo.save("emitters", on_disk, [{"positive": shapes[0], "negative": shapes[1]}])
-    _MEMO.move_to_end(memo_key)
-    while len(_MEMO) > MEMO_SIZE:
-        _MEMO.popitem(last=False)
-    *shapes, drawn = _MEMO[memo_key]
-    keys.note_drawn(drawn or [])
+    chip measures it once: memoised (`SHAPES`, aocsim/hardware/engine/memo.py) on the profile's values,
+    the module, the drive range and the measurement's constants, in memory and in the calibration store
+    (or a sweep's folder while `aocsim.disk_memo.use` is open)."""
+    shapes = SHAPES((profile, n, module, float(input_range), LEVELS, REPEATS, DEAD),
+                    lambda: (_fitted_shape(profile, n, 1.0, module, input_range),
+                             _fitted_shape(profile, n, -1.0, module, input_range)))
     return tuple(s.to(dtype=dtype, device=device) for s in shapes)  # type: ignore[return-value]
 
 

@@ -10,7 +10,6 @@ Static effects are drawn once, from keyed streams (`aocsim.hardware.engine.keys`
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -20,6 +19,7 @@ import torch
 from aocsim.errors import InputError
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
+from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.physics.sources import dark_offset_units
 
 # Calibrated per-channel arrays that chip-to-chip variation perturbs.
@@ -39,34 +39,17 @@ def chip_key(values: Mapping[str, Any]) -> keys.Key:
 MEMO_SIZE = 512  # chip x tile x size entries of static draws kept (a few kB each)
 
 
-def _frozen(values: Mapping[str, Any], names: tuple[str, ...]) -> tuple:
-    """The values of `names` as a hashable tuple (arrays as nested tuples): a cache key."""
-    def freeze(v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            return (v.shape, v.tobytes())
-        return tuple(freeze(x) for x in v) if isinstance(v, (list, tuple)) else v
-    return tuple(freeze(values[name]) for name in names)
-
-
 def _cached(build: Callable[..., Any]) -> Callable[..., Any]:
-    """`build(values, n, dtype=, device=, tile=)` memoised on the profile's values (all of them, so that
-    no edit of a profile can meet a stale entry): a chip's static draws are made once however many
-    weight loads (tiles, fits, seeds) it takes. An entry keeps the keys its build drew, which
-    `keys.recording()` sees again on every use. Callers do not change the tensors returned."""
-    memo: OrderedDict[tuple, tuple[Any, list[keys.Key]]] = OrderedDict()
+    """`build(values, n, dtype=, device=, tile=)` memoised (aocsim/hardware/engine/memo.py, in memory) on the
+    profile's values (all of them, so that no edit of a profile can meet a stale entry): a chip's static
+    draws are made once however many weight loads (tiles, fits, seeds) it takes. Callers do not change
+    the tensors returned."""
+    memo: Memo[Any] = Memo(build.__name__.strip("_"), MEMO_SIZE)
 
     def cached(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device | str,
                tile: int = 0) -> Any:
-        key = (_frozen(values, tuple(sorted(values))), n, dtype, torch.device(device), tile)
-        if key not in memo:
-            with keys.recording() as drawn:
-                memo[key] = (build(values, n, dtype=dtype, device=device, tile=tile), list(drawn))
-            if len(memo) > MEMO_SIZE:
-                memo.popitem(last=False)
-        memo.move_to_end(key)
-        value, drawn = memo[key]
-        keys.note_drawn(drawn)
-        return value
+        return memo((values, n, dtype, torch.device(device), tile),
+                    lambda: build(values, n, dtype=dtype, device=device, tile=tile))
 
     cached.__doc__ = build.__doc__
     return cached

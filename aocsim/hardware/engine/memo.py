@@ -1,0 +1,122 @@
+"""One memo for results too costly to compute twice: a chip's tile programs, its emitters' measured
+cubics, its static draws, compiled graphs.
+
+A `Memo` keeps up to `size` results in memory, the least recently used forgotten first, and, where it
+has a store (`stored`), also in the folder `aocsim.disk_memo` uses (the calibration store, or a
+sweep's folder). Its key is derived here, the same way for memory and folder, from the inputs a
+caller names (`derive`: a tensor by its dtype, device, shape, strides and bits, a profile by all its
+values, a dataclass by its fields) and from what decides the bits besides them (`disk_memo.machine`:
+torch's build, the CPU, the thread count; in the folder also aocsim's version and a digest of its
+code). So a result computed at another thread count, or for a tensor of other strides, is never
+served, in this process or a later one.
+
+A result computed in memory keeps the keys of the random streams it drew (`keys.recording`), which a
+recording sees again on every hit; one read from a folder has none, so while a recording is open it
+is computed again (the tests that check the streams, docs/PHYSICS.md, keyed randomness).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import OrderedDict
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+import numpy as np
+import torch
+
+from aocsim import disk_memo
+from aocsim.hardware.engine import keys
+
+T = TypeVar("T")
+
+
+def tensor_digest(t: torch.Tensor) -> tuple:
+    """A tensor's identity by value: dtype, device, shape, strides and a hash of its bits."""
+    data = t.detach().to("cpu").contiguous()
+    raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype's bits
+    return ("tensor", str(t.dtype), str(t.device), tuple(t.shape), tuple(t.stride()), hashlib.sha256(raw).hexdigest())
+
+
+def derive(value: Any) -> Any:
+    """A hashable key part for `value`: tensors and arrays by their bits, mappings by their sorted items,
+    dataclasses by type and fields, a profile by its values (anything with `.values` that is a mapping)."""
+    if isinstance(value, torch.Tensor):
+        return tensor_digest(value)
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest())
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, keys.Key):
+        return ("key", value.value)
+    if isinstance(value, Mapping):
+        return tuple((str(k), derive(v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__, *((f.name, derive(getattr(value, f.name))) for f in dataclasses.fields(value)))
+    if isinstance(getattr(value, "values", None), Mapping):  # a DeviceProfile (not imported: no cycle)
+        return ("profile", derive(value.values))
+    if isinstance(value, (list, tuple)):
+        return tuple(derive(v) for v in value)
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    raise TypeError(f"memo: cannot derive a key from a {type(value).__name__}; expected tensors, arrays, numbers, "
+                    "strings, mappings, dataclasses or profiles")
+
+
+class Memo(Generic[T]):
+    """Results by the inputs that decide them (module docstring).
+
+    Args:
+        kind: the results' name (a folder entry's file name starts with it; `disk_memo.computed` counts it).
+        size: results kept in memory at most.
+        stored: whether results also go to the folder (`to_records` / `from_records` turn one into HDF5
+            records of tensors and numbers and back).
+    """
+
+    def __init__(self, kind: str, size: int, *, stored: bool = False,
+                 to_records: Callable[[T], list[dict[str, Any]]] | None = None,
+                 from_records: Callable[[list[dict[str, Any]]], T] | None = None) -> None:
+        if stored and (to_records is None or from_records is None):
+            raise TypeError(f"Memo({kind!r}, stored=True) needs to_records and from_records")
+        self.kind, self.size, self.stored = kind, size, stored
+        self.to_records, self.from_records = to_records, from_records
+        self._entries: OrderedDict[tuple, tuple[T, list[keys.Key] | None]] = OrderedDict()
+
+    def key(self, inputs: tuple) -> tuple:
+        """The key of `inputs` (memory's; the folder's is its digest with the version and the code)."""
+        return (self.kind, derive(inputs), disk_memo.machine())
+
+    def __call__(self, inputs: tuple, compute: Callable[[], T]) -> T:
+        """The result for `inputs`: remembered, read from the folder, or `compute()`d (and kept)."""
+        key = self.key(inputs)
+        recording = keys.recording_now()
+        if key not in self._entries and self.stored and not recording:
+            stored = disk_memo.load(self.kind, key)  # computed by an earlier process, or another of a sweep
+            if stored is not None:
+                self._entries[key] = (self.from_records(stored), None)  # type: ignore[misc]
+        if key not in self._entries or (recording and self._entries[key][1] is None):
+            with keys.recording() as drawn:
+                value = compute()
+            self._entries[key] = (value, list(drawn))
+            if self.stored:
+                disk_memo.save(self.kind, key, self.to_records(value))  # type: ignore[misc]
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        value, drawn = self._entries[key]
+        keys.note_drawn(drawn or [])
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, inputs: tuple) -> bool:
+        return self.key(inputs) in self._entries
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def fresh(self) -> "Memo[T]":
+        """An empty memo of the same kind, size and store (a test's own, in place of a module's)."""
+        return Memo(self.kind, self.size, stored=self.stored, to_records=self.to_records,
+                    from_records=self.from_records)
