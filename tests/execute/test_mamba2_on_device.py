@@ -87,3 +87,13 @@ def test_the_placement_takes_the_tile_options_and_refuses_the_rest(lm) -> None:
     with pytest.raises(InputError, match=r"^mode = 'sequential' applies to hybrid SSMs; charlm-mamba2 on aoc48 runs as "
                                          "a hybrid Mamba2$"):
         compare(model, "aoc48", x, y, placement={"mode": "sequential"}, calibration=calibration)
+
+
+def test_generation_on_a_device_refuses_it_in_one_line() -> None:
+    """Generation on a device runs an implicit SSM token by token; the plain Mamba2 model is refused before any
+    placement (not a traceback from the implicit model's code)."""
+    from aocsim.experiments.generate import DeviceNextLogits
+
+    with pytest.raises(InputError, match=r"^charlm-mamba2 is a plain Mamba2 model: generation on a device") as err:
+        DeviceNextLogits(load_model("charlm-mamba2"), "aoc48", max_length=8)
+    assert "\n" not in str(err.value)
