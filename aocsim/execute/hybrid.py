@@ -35,7 +35,7 @@ from aocsim.execute.run import Run, seed_key
 from aocsim.execute.snr import parts_for, readout
 from aocsim.execute.snr_mapping import device_multiplier
 from aocsim.execute.seed_stack import stack_seeds, stackable
-from aocsim.execute.ssm_device import PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm
+from aocsim.execute.ssm_device import PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm, sized
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -45,7 +45,6 @@ from aocsim.solve.result import SolveResult, SolveStatus
 # Relative residual per token on the exact path: far below any device effect in float64; in float32
 # the bundled cards' eval_tol (float32 carries about 7 digits).
 EXACT_TOL = {torch.float64: 1e-11, torch.float32: 1e-5}
-ANY_SIZE_TILE = 48  # tiles on a profile of any size (channels: null): those of aoc48
 
 
 def hold_last(values: np.ndarray) -> np.ndarray:
@@ -173,8 +172,7 @@ class HybridSSM(PlacedModel):
 
     def __init__(self, model: ImplicitSSM, profile: DeviceProfile, placement: Placement,
                  prepared: dict[str, torch.Tensor]) -> None:
-        if placement.tile_size is None and profile.channels is None:
-            placement = Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
+        placement = sized(placement, profile)  # a tile size on a profile of any size
         self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
         self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
         self._run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)

@@ -14,9 +14,9 @@ from typing import Any, Callable, Mapping
 from aocsim.execute.option_readers import (MAP_KINDS, choice, count, count_or_zero, damping, decibels, ema, fraction,
                                            map_names, nonnegative, switch)
 
-NATIVE, TILED, HYBRID, TWIN = "native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ"
-KINDS = (NATIVE, TILED, HYBRID, TWIN)
-ON_TILES = (TILED, HYBRID)  # kinds that run products on tiles
+NATIVE, TILED, HYBRID, TWIN, MAMBA2 = "native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ", "hybrid Mamba2"
+KINDS = (NATIVE, TILED, HYBRID, TWIN, MAMBA2)
+ON_TILES = (TILED, HYBRID, MAMBA2)  # kinds that run products on tiles
 # An implicit SSM's device iteration cap where max_iter is not given: per token sequentially; a L + b for a
 # sequence of L tokens simultaneously (declared once: the hybrid runs it, the help and the summary say it).
 SSM_CAP_SEQUENTIAL, SSM_CAP_SIMULTANEOUS = 30, (3, 20)
@@ -110,9 +110,10 @@ class SequenceOptions(OptionGroup):
     """How an implicit SSM's token loop goes onto the machine (aocsim/execute/ssm_device.py)."""
 
     on_tiles: tuple[str, ...] | None = option(
-        {HYBRID: MAP_KINDS}, map_names,
-        "implicit SSMs: the linear maps on optical tiles, comma-separated from inject, in_proj, out_proj, or "
-        "'none' (all digital: the abstract noise model of the snr_* options alone); the rest digital.",
+        {HYBRID: MAP_KINDS, MAMBA2: MAP_KINDS[1:]}, map_names,
+        "implicit SSMs and plain Mamba2 models: the linear maps on optical tiles, comma-separated from inject "
+        "(implicit SSMs only), in_proj, out_proj, or 'none' (all digital: for implicit SSMs, the abstract noise "
+        "model of the snr_* options alone); the rest digital.",
         example="in_proj")
     mode: str | None = option(
         {HYBRID: "sequential"}, choice("sequential", "simultaneous"),
@@ -129,17 +130,17 @@ class TileOptions(OptionGroup):
     `DeviceLinear`)."""
 
     tile_size: int | None = option(
-        {TILED: None, HYBRID: None}, count,
+        {TILED: None, HYBRID: None, MAMBA2: None}, count,
         "models on tiles: channels per tile side [default: the device's channels, 48 where it has any].", example=16)
     partial_sums: str | None = option(
-        {TILED: "analog", HYBRID: "analog"}, choice("analog", "digital"),
+        {TILED: "analog", HYBRID: "analog", MAMBA2: "analog"}, choice("analog", "digital"),
         "models on tiles: a tile row's partial products added 'analog' (one ADC per output) or 'digital'.",
         example="digital")
     averaging: int | None = option(
-        {TILED: 1, HYBRID: 1}, count,
+        {TILED: 1, HYBRID: 1, MAMBA2: 1}, count,
         "models on tiles: tile passes averaged per product (less noise, more time and energy).", example=2)
     predistort: bool | None = option(
-        {TILED: False, HYBRID: False}, switch,
+        {TILED: False, HYBRID: False, MAMBA2: False}, switch,
         "models on tiles: linearise the emitter drive digitally before the DAC.", "switch", example=True)
     compile: bool | None = option(
         {TILED: False, HYBRID: False}, switch,
@@ -147,7 +148,7 @@ class TileOptions(OptionGroup):
         "needs a C++ compiler; seconds per graph, once per computer and code: the kernel store), and a "
         "sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, compiled placements).", "switch",
         example=True)
-    modules: int | None = option({TILED: None, HYBRID: None}, count, MODULES_HELP, example=2)
+    modules: int | None = option({TILED: None, HYBRID: None, MAMBA2: None}, count, MODULES_HELP, example=2)
 
     def words(self) -> str:
         """How the tiles run beyond the defaults, in words for a Dataset attribute ('' for the defaults)."""

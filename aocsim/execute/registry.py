@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aocsim.errors import InputError
-from aocsim.execute import hybrid, native, tiled, twin  # noqa: F401 - defining the kinds registers them
+from aocsim.execute import hybrid, mamba2, native, tiled, twin  # noqa: F401 - defining the kinds registers them
 from aocsim.execute.placed import KINDS, PlacedModel
 from aocsim.execute.placement import Placement, as_placement
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
@@ -48,8 +48,8 @@ def placement_class(model: Any, profile: DeviceProfile, placement: Placement | N
                          f"({', '.join(c.__name__ for c in takers)}); expected exactly one (their fits overlap)")
     if takers:
         return takers[0]
-    raise InputError(f"model is a {type(model).__name__}; expected a DEQ, a twin DEQ or an implicit SSM (the kinds "
-                     "with a placement: aocsim.execute.placed.KINDS)")
+    raise InputError(f"model is a {type(model).__name__}; expected a DEQ, a twin DEQ, an implicit SSM or a plain "
+                     "Mamba2 model (the kinds with a placement: aocsim.execute.placed.KINDS)")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def place(model: Any, device: DeviceProfile | str, placement: Any = None, *, chi
     """`model` placed on one chip of `device`: call `.run(inputs, seed)` on it.
 
     Args:
-        model: a DEQ or an implicit SSM.
+        model: a DEQ, an implicit SSM or a plain Mamba2 model.
         device: a profile name or `DeviceProfile`.
         placement: a `Placement` (or a mapping of its options); None = every kind's defaults.
         chip: the chip (`variation.chip_seed`); None keeps the profile's.

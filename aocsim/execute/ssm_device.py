@@ -1,6 +1,8 @@
 """The mechanics of an implicit SSM on tiles: the model copied with its linear maps swapped for
 `DeviceLinear`s (and, with analog elementwise functions, its SiLU and softplus for circuits), what
 each map sees on the exact path (`calibration_inputs`), and a run keyed per token (`PlacedSSM`).
+The same functions place any model whose blocks are `Mamba2Block`s: the plain Mamba2 language model
+(aocsim/nn/mamba2_lm.py: no injection, one pass; its placement class is aocsim/execute/mamba2.py).
 
 The model's own code runs unchanged (its modules are swapped), so both execution modes run on the
 device. Noise is keyed by token: the model announces each pass of tokens through its maps
@@ -16,6 +18,7 @@ placement class is aocsim/execute/hybrid.py.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from dataclasses import dataclass, replace
 from typing import Iterator
@@ -33,12 +36,24 @@ from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.nn.mamba2_lm import Mamba2LM
 
 CALIBRATION_ROWS = 2048  # inputs per map for the fit (subsampled from the exact path's)
+ANY_SIZE_TILE = 48  # tiles on a profile of any size (channels: null): those of aoc48
 
 
-def plain_copy(model: ImplicitSSM) -> ImplicitSSM:
-    """A copy of `model` with weight normalisation resolved into the plain matrices it parametrises."""
+def sized(placement: Placement, profile: DeviceProfile) -> Placement:
+    """`placement` with tile_size `ANY_SIZE_TILE` where it leaves the size to a profile of any size."""
+    if placement.tile_size is None and profile.channels is None:
+        return Placement(**{**placement.given(), "tile_size": ANY_SIZE_TILE})
+    return placement
+
+
+def plain_copy(model: ImplicitSSM | Mamba2LM) -> ImplicitSSM | Mamba2LM:
+    """A copy of `model` with weight normalisation resolved into the plain matrices it parametrises (a
+    Mamba2LM's maps are plain: copied as they are)."""
+    if not isinstance(model, ImplicitSSM):
+        return copy.deepcopy(model).eval()
     plain = ImplicitSSM(replace(model.config, weight_norm=False)).to(model.head.weight.dtype)
     state = {name: value for name, value in model.state_dict().items() if ".parametrizations." not in name}
     for name, module in model.named_modules():
@@ -63,9 +78,10 @@ class MapReport:
 
 
 class PlacedSSM:
-    """An `ImplicitSSM` whose linear maps run on a device (module docstring). Call it like the model."""
+    """An `ImplicitSSM` (or a `Mamba2LM`) whose linear maps run on a device (module docstring). Call it
+    like the model."""
 
-    def __init__(self, model: ImplicitSSM, maps: dict[str, DeviceLinear],
+    def __init__(self, model: ImplicitSSM | Mamba2LM, maps: dict[str, DeviceLinear],
                  functions: dict[str, AnalogElementwise] | None = None) -> None:
         self.model = model
         self.maps = maps
@@ -172,15 +188,16 @@ def sequence_ids(sequences: torch.Tensor | None, batch: int) -> torch.Tensor:
     return sequences
 
 
-def install(model: ImplicitSSM, name: str, layer: nn.Module) -> None:
+def install(model: ImplicitSSM | Mamba2LM, name: str, layer: nn.Module) -> None:
     """`layer` in place of the model's map `name` (`linear_maps`)."""
     parent, attr = (model, name) if "." not in name else (model.blocks[int(name.split(".")[1])], name.split(".")[2])
     setattr(parent, attr, layer)
 
 
-def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
-    """The linear maps inside f, by module path: the injection and each block's projections."""
-    maps = {"inject": model.inject}
+def linear_maps(model: ImplicitSSM | Mamba2LM) -> dict[str, nn.Linear]:
+    """The linear maps inside f, by module path: the injection (a model that has one) and each block's
+    projections."""
+    maps = {"inject": model.inject} if isinstance(model, ImplicitSSM) else {}
     for i, block in enumerate(model.blocks):
         maps[f"blocks.{i}.in_proj"] = block.in_proj
         maps[f"blocks.{i}.out_proj"] = block.out_proj
@@ -188,11 +205,11 @@ def linear_maps(model: ImplicitSSM) -> dict[str, nn.Linear]:
 
 
 @torch.no_grad()
-def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = CALIBRATION_ROWS,
+def calibration_inputs(model: ImplicitSSM | Mamba2LM, tokens: torch.Tensor, *, rows: int = CALIBRATION_ROWS,
                        tau: float = 0.8, max_iter: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
-    """What each linear map sees on the exact path (simultaneous mode) for `tokens`, `rows` per map,
-    and per block ("blocks.i.elementwise") the smallest and largest x and the largest |f(x)| at each
-    elementwise site [3, 3].
+    """What each linear map sees on the exact path (simultaneous mode; a Mamba2LM's one pass) for
+    `tokens`, `rows` per map, and per block ("blocks.i.elementwise") the smallest and largest x and
+    the largest |f(x)| at each elementwise site [3, 3].
 
     The rows are drawn without replacement from every call of the solve (iterates on the way to
     the fixed point included: the device sees those too), by a generator seeded with `seed`.
@@ -202,7 +219,10 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
         args[0].reshape(-1, args[0].shape[-1]).clone())) for name, module in linear_maps(model).items()]
     peaks = recorders(model)  # and the elementwise functions' ranges (analog placement)
     try:
-        model(tokens, mode="simultaneous", tau=tau, tol=1e-6, max_iter=max_iter)
+        if isinstance(model, ImplicitSSM):
+            model(tokens, mode="simultaneous", tau=tau, tol=1e-6, max_iter=max_iter)
+        else:  # one pass, no fixed point
+            model(tokens)
     finally:
         for h in hooks:
             h.remove()
@@ -218,15 +238,16 @@ def calibration_inputs(model: ImplicitSSM, tokens: torch.Tensor, *, rows: int = 
     return out
 
 
-def on_tiles(model: ImplicitSSM, placement: Placement) -> list[str]:
-    """The names of the maps the placement puts on tiles, in `linear_maps` order. An explicit model's
+def on_tiles(model: ImplicitSSM | Mamba2LM, placement: Placement) -> list[str]:
+    """The names of the maps the placement puts on tiles, in `linear_maps` order. An explicit SSM's
     one pass starts at z = 0, so its first block reads RMSNorm(0) = 0: that input projection only
-    ever multiplies zero and needs no tiles (it stays digital)."""
-    idle = set() if model.config.implicit else {"blocks.0.in_proj"}
+    ever multiplies zero and needs no tiles (it stays digital). A Mamba2LM's first block reads the
+    embedding: every map it names goes on tiles."""
+    idle = {"blocks.0.in_proj"} if isinstance(model, ImplicitSSM) and not model.config.implicit else set()
     return [n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles and n not in idle]
 
 
-def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
+def fit_programs(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
                  placement: Placement) -> dict[str, MapProgram]:
     """What the chip `device` describes holds for each map on tiles (`fit_maps`, keyed by the chip and
     the map's index): fitted once per chip, loaded by every seed."""
@@ -242,7 +263,7 @@ def fit_programs(model: ImplicitSSM, device: DeviceProfile, calibration: dict[st
     return dict(zip(names, programs))
 
 
-def place_ssm(model: ImplicitSSM, device: DeviceProfile, calibration: dict[str, torch.Tensor], placement: Placement,
+def place_ssm(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration: dict[str, torch.Tensor], placement: Placement,
               *, generator: keys.Seed, programs: dict[str, MapProgram] | None = None) -> PlacedSSM:
     """`model` on `device` (one chip, one weight load keyed by `generator`), as the resolved
     `placement` says (which maps on tiles, tile size, partial sums, averaging, predistortion,

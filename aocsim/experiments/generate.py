@@ -129,6 +129,10 @@ class DeviceNextLogits(ExactNextLogits):
         from aocsim.experiments.workloads import default_calibration
         from aocsim.hardware.engine import keys
 
+        if isinstance(model, Mamba2LM):  # placed as a hybrid Mamba2 (one pass), not token by token as here
+            raise InputError(f"{(getattr(model, 'card', None) or {}).get('name', 'this model')} is a plain Mamba2 "
+                             "model: generation on a device takes implicit SSMs (token by token in sequential mode); "
+                             "generate it without a device, or run it on one with aocsim compare")
         hybrid = place(model, device, placement, chip=chip,
                        calibration=default_calibration(model) if calibration is None else calibration)
         key, s = seed_key(seed), hybrid.placement

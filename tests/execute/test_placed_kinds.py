@@ -98,6 +98,6 @@ def test_the_bundled_kinds_are_subclasses_with_the_words_of_their_summaries() ->
     from aocsim.execute.hybrid import HybridSSM
 
     names = {k.kind for k in KINDS}
-    assert {"native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ"} <= names
+    assert {"native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ", "hybrid Mamba2"} <= names
     assert all(issubclass(k, PlacedModel) for k in KINDS)
     assert HybridSSM.iteration_cap("sequential") == "30 per token" and "per token" in HybridSSM.convergence_rule("0.1", "?")

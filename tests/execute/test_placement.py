@@ -13,6 +13,7 @@ import torch
 from aocsim import DEQ, DEQConfig, compare, load_model
 from aocsim.errors import InputError
 from aocsim.execute import PLACEMENTS, Placement, Run, place, placement_class
+from aocsim.execute.option_groups import MAMBA2
 from aocsim.execute.placement import (DECLARATIONS, GROUPS, HYBRID, KINDS, NATIVE, TILED, TWIN, SolveOptions,
                                      TileOptions)
 from aocsim.experiments.workloads import default_workload
@@ -25,6 +26,7 @@ CASES = {  # a model of each kind on aoc48, and what it runs on
     TILED: lambda: (_big(), None),
     HYBRID: lambda: ("parity-implicit", default_workload(load_model("parity-implicit"), sequences=2, length_factor=1)),
     TWIN: lambda: ("digits-twin48", default_workload(load_model("digits-twin48"), samples=3)),
+    MAMBA2: lambda: ("charlm-mamba2", default_workload(load_model("charlm-mamba2"), sequences=2, length_factor=1)),
 }
 
 

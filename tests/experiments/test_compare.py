@@ -130,9 +130,10 @@ def test_readout_stop_reports_the_adc_average(digits) -> None:
     ({"placement": {"stop": "never"}}, "stop = 'never'; expected one of"),
     ({"placement": {"mode": "simultaneous"}}, "mode = 'simultaneous' applies to hybrid SSMs; digits-deq48 on "
                                               "aoc48-twin runs as a native DEQ"),
-    ({"placement": {"averaging": 2}}, "averaging = 2 applies to tiled DEQs and hybrid SSMs; digits-deq48 on "
-                                      "aoc48-twin runs as a native DEQ"),
-    ({"model": torch.nn.Linear(2, 2)}, "model is a Linear; expected a DEQ, a twin DEQ or an implicit SSM"),
+    ({"placement": {"averaging": 2}}, "averaging = 2 applies to tiled DEQs and hybrid SSMs and hybrid Mamba2s; "
+                                      "digits-deq48 on aoc48-twin runs as a native DEQ"),
+    ({"model": torch.nn.Linear(2, 2)}, "model is a Linear; expected a DEQ, a twin DEQ, an implicit SSM or a plain "
+                                       "Mamba2 model"),
     ({"model": "parity-implicit"}, "tokens must be an integer tensor"),  # images given to a sequence model
     ({"calibration": torch.zeros(5, 8, dtype=torch.float64)}, r"calibration has shape \(5, 8\); expected a tensor"),
 ])
