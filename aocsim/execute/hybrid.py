@@ -150,15 +150,7 @@ class HybridSSM(PlacedModel):
         how = placement.tile.words()
         tiles += f" ({how})" if how else ""
         analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
-        elementwise = placement.snr_convention == "elementwise"
-        noise = (f"; noise at {placement.snr_db:g} dB SNR on the {placement.snr_site} ({placement.snr_kind}"
-                 + (", per element, the first token noise-free)" if elementwise else ")")
-                 if placement.snr_db is not None else "")
-        noise += (f"; noise at {placement.snr_states_db:g} dB SNR on the states ({placement.snr_kind})"
-                  if placement.snr_states_db is not None else "")
-        noise += (f"; EMA alpha {placement.ema_alpha:g}, states committed from it" if elementwise else
-                  f"; EMA readout alpha {placement.ema_alpha:g}") if placement.ema_alpha is not None else ""
-        noise += "; a token's iteration stops for the whole batch" if placement.snr_convergence == "batch" else ""
+        noise = "".join(f"; {words}" for words in placement.noise.words())
         once = "" if model.config.implicit else "; explicit: one pass from z = 0 (the first block's in_proj, reading 0, digital)"
         return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
                 f"head digital{noise}{once}")

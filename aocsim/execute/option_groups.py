@@ -33,6 +33,12 @@ def ssm_cap_words(mode: str | None) -> str:
     return f"{SSM_CAP_SEQUENTIAL} per token" if mode == "sequential" else f"{a} L + {b} iterations"
 
 
+def kinds_words(kinds: tuple[str, ...] | list[str]) -> str:
+    """Kinds in words, plural: 'tiled DEQs, hybrid SSMs and hybrid Mamba2s'."""
+    names = [k + "s" for k in kinds]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 @dataclass(frozen=True)
 class Declaration:
     """One option: the kinds it applies to (kind -> default), its reader, help line, CLI type, and a value it
@@ -224,3 +230,77 @@ class NoiseInjection(OptionGroup):
         "implicit SSMs, sequential mode: a token's iteration stops per sequence ('token': each at rtol) or for the "
         "whole batch at once ('batch', the implicit-LM paper's code: every sequence iterates until the batch's "
         "relative change is at most rtol).", example="batch")
+
+    def words(self) -> list[str]:
+        """What the noise options set do, in words for a Dataset attribute (none at their defaults)."""
+        elementwise = self.snr_convention == "elementwise"
+        out = []
+        if self.snr_db is not None:
+            out.append(f"noise at {self.snr_db:g} dB SNR on the {self.snr_site} ({self.snr_kind}"
+                       + (", per element, the first token noise-free)" if elementwise else ")"))
+        if self.snr_states_db is not None:
+            out.append(f"noise at {self.snr_states_db:g} dB SNR on the states ({self.snr_kind})")
+        if self.ema_alpha is not None:
+            out.append(f"EMA alpha {self.ema_alpha:g}, states committed from it" if elementwise else
+                       f"EMA readout alpha {self.ema_alpha:g}")
+        if self.snr_convergence == "batch":
+            out.append("a token's iteration stops for the whole batch")
+        return out
+
+
+def _states_need_sequential(s: Any) -> str | None:
+    if s.snr_db is not None and s.snr_kind != "device" and s.snr_site == "states" and s.mode != "sequential":
+        return (f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token in sequential "
+                "mode only; expected mode 'sequential' or snr_site 'inputs'")
+    return None
+
+
+def _state_noise_is_a_second_site(s: Any) -> str | None:
+    if s.snr_states_db is None:
+        return None
+    if s.mode != "sequential":
+        return (f"snr_states_db with mode = {s.mode!r}: the SSM states are committed per token in sequential mode "
+                "only; expected mode 'sequential'")
+    if s.snr_kind == "device" or (s.snr_db is not None and s.snr_site == "states"):
+        return (f"snr_states_db with snr_kind = {s.snr_kind!r} and snr_site = {s.snr_site!r}: it is drawn noise on "
+                "the states beside snr_db's on the inputs; expected snr_site 'inputs' and snr_kind 'additive' or "
+                "'multiplicative'")
+    return None
+
+
+def _device_noise_needs_tiles(s: Any) -> str | None:
+    if s.snr_kind == "device" and s.snr_db is not None and s.on_tiles == ():
+        return ("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise cannot be "
+                "scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
+    return None
+
+
+def _reference_ema_needs_sequential(s: Any) -> str | None:
+    if s.snr_convention == "elementwise" and s.ema_alpha is not None and s.mode != "sequential":
+        return (f"snr_convention = 'elementwise' with ema_alpha and mode = {s.mode!r}: the states are committed from "
+                "the EMA value per token, in sequential mode only; expected mode 'sequential' or snr_convention 'rms'")
+    return None
+
+
+def _batch_convergence_needs_sequential(s: Any) -> str | None:
+    if s.snr_convergence == "batch" and s.mode != "sequential":
+        return (f"snr_convergence = 'batch' with mode = {s.mode!r}: the batch's stop test is per token, in "
+                "sequential mode only; expected mode 'sequential' or snr_convergence 'token'")
+    return None
+
+
+def _elementwise_is_drawn_noise(s: Any) -> str | None:
+    if s.snr_convention == "elementwise" and s.snr_kind == "device" and s.snr_db is not None:
+        return ("snr_convention = 'elementwise' with snr_kind = 'device': a profile's own noise is scaled to a power "
+                "ratio at the site, not drawn per element; expected snr_kind 'additive' / 'multiplicative' or "
+                "snr_convention 'rms'")
+    return None
+
+
+# The rules between options, declared beside them and checked in one place (`Placement.resolved`): each
+# reads a resolved placement (every group's options) and returns a one-line message when it breaks the rule.
+RULES: tuple[Callable[[Any], str | None], ...] = (_states_need_sequential, _state_noise_is_a_second_site,
+                                                          _device_noise_needs_tiles,
+                                                          _reference_ema_needs_sequential,
+                                                          _batch_convergence_needs_sequential,
+                                                          _elementwise_is_drawn_noise)

@@ -28,12 +28,12 @@ from typing import Any, Callable, Mapping
 from aocsim.errors import InputError
 from aocsim.execute.option_groups import (HYBRID, KINDS, MODULES, MODULES_HELP, NATIVE, ON_TILES, TILED, TWIN,
                                           Declaration, DeqOptions, NoiseInjection, OptionGroup, SequenceOptions,
-                                          SolveOptions, TileOptions, ssm_cap, ssm_cap_words)
+                                          SolveOptions, TileOptions, RULES, kinds_words, ssm_cap, ssm_cap_words)
 from aocsim.execute.option_readers import short
 
 __all__ = ["HYBRID", "KINDS", "MODULES", "MODULES_HELP", "NATIVE", "ON_TILES", "TILED", "TWIN", "Declaration",
            "DeqOptions", "NoiseInjection", "OptionGroup", "Placement", "SequenceOptions", "SolveOptions",
-           "TileOptions", "as_placement", "declaration", "read_placement", "ssm_cap", "ssm_cap_words"]
+           "TileOptions", "as_placement", "declaration", "kinds_words", "read_placement", "ssm_cap", "ssm_cap_words"]
 
 
 # The groups, in the order their options are listed (help, Dataset attributes); `Placement` is all of them.
@@ -82,7 +82,7 @@ class Placement(NoiseInjection, SolveOptions, TileOptions, SequenceOptions, DeqO
         for name, value in self.given().items():
             kinds = declaration(name).kinds
             if kind not in kinds:
-                raise InputError(f"{name} = {short(value)} applies to {' and '.join(k + 's' for k in kinds)}; "
+                raise InputError(f"{name} = {short(value)} applies to {kinds_words(kinds)}; "
                                  f"{what} runs as a {kind}")
 
     def resolved(self, kind: str, what: str = "the model") -> "Placement":
@@ -105,64 +105,6 @@ class Placement(NoiseInjection, SolveOptions, TileOptions, SequenceOptions, DeqO
             out[f"placement.{name}"] = (",".join(value) if isinstance(value, tuple) else
                                         int(value) if isinstance(value, bool) else value)
         return out
-
-
-def _states_need_sequential(s: Placement) -> str | None:
-    if s.snr_db is not None and s.snr_kind != "device" and s.snr_site == "states" and s.mode != "sequential":
-        return (f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token in sequential "
-                "mode only; expected mode 'sequential' or snr_site 'inputs'")
-    return None
-
-
-def _state_noise_is_a_second_site(s: Placement) -> str | None:
-    if s.snr_states_db is None:
-        return None
-    if s.mode != "sequential":
-        return (f"snr_states_db with mode = {s.mode!r}: the SSM states are committed per token in sequential mode "
-                "only; expected mode 'sequential'")
-    if s.snr_kind == "device" or (s.snr_db is not None and s.snr_site == "states"):
-        return (f"snr_states_db with snr_kind = {s.snr_kind!r} and snr_site = {s.snr_site!r}: it is drawn noise on "
-                "the states beside snr_db's on the inputs; expected snr_site 'inputs' and snr_kind 'additive' or "
-                "'multiplicative'")
-    return None
-
-
-def _device_noise_needs_tiles(s: Placement) -> str | None:
-    if s.snr_kind == "device" and s.snr_db is not None and s.on_tiles == ():
-        return ("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise cannot be "
-                "scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
-    return None
-
-
-def _reference_ema_needs_sequential(s: Placement) -> str | None:
-    if s.snr_convention == "elementwise" and s.ema_alpha is not None and s.mode != "sequential":
-        return (f"snr_convention = 'elementwise' with ema_alpha and mode = {s.mode!r}: the states are committed from "
-                "the EMA value per token, in sequential mode only; expected mode 'sequential' or snr_convention 'rms'")
-    return None
-
-
-def _batch_convergence_needs_sequential(s: Placement) -> str | None:
-    if s.snr_convergence == "batch" and s.mode != "sequential":
-        return (f"snr_convergence = 'batch' with mode = {s.mode!r}: the batch's stop test is per token, in "
-                "sequential mode only; expected mode 'sequential' or snr_convergence 'token'")
-    return None
-
-
-def _elementwise_is_drawn_noise(s: Placement) -> str | None:
-    if s.snr_convention == "elementwise" and s.snr_kind == "device" and s.snr_db is not None:
-        return ("snr_convention = 'elementwise' with snr_kind = 'device': a profile's own noise is scaled to a power "
-                "ratio at the site, not drawn per element; expected snr_kind 'additive' / 'multiplicative' or "
-                "snr_convention 'rms'")
-    return None
-
-
-# The rules between options, declared beside them and checked in one place (`Placement.resolved`): each
-# returns a one-line message when a resolved placement breaks it.
-RULES: tuple[Callable[["Placement"], str | None], ...] = (_states_need_sequential, _state_noise_is_a_second_site,
-                                                          _device_noise_needs_tiles,
-                                                          _reference_ema_needs_sequential,
-                                                          _batch_convergence_needs_sequential,
-                                                          _elementwise_is_drawn_noise)
 
 
 def declaration(name: str) -> Declaration:

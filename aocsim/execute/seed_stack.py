@@ -28,6 +28,7 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.device_linear import DeviceLinear
 from aocsim.execute.placement import Placement
+from aocsim.execute.snr import parts_for
 from aocsim.execute.ssm_device import PlacedSSM, install, linear_maps, plain_copy, sequence_ids
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.hardware.engine import keys
@@ -45,9 +46,8 @@ OVERHEAD = 600
 def stackable(placement: Placement) -> bool:
     """Whether a placement's runs can be stacked over seeds (module docstring)."""
     s = placement
-    return (s.mode == "sequential" and (s.snr_db is None or s.snr_kind == "device") and s.snr_states_db is None
-            and s.ema_alpha is None
-            and s.snr_convergence != "batch" and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
+    return (s.mode == "sequential" and not parts_for(s.noise)  # no noise drawn per run, no readout, no own solve
+            and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
 
 
 class StackedLinear(nn.Module):

@@ -37,7 +37,7 @@ def placements(loaded: dict[str, Any], profile: Any, given: Any, *, workload_opt
                note: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Each model's placement: the options `given` that apply to its kind. An option that applies to no
     model is a one-line InputError (its flag named); one that applies to some is a `note` for the others."""
-    from aocsim.execute.placement import DECLARATIONS, Placement
+    from aocsim.execute.placement import DECLARATIONS, Placement, kinds_words
     from aocsim.execute.registry import placement_class
 
     kinds = {name: placement_class(model, profile, given).kind for name, model in loaded.items()}
@@ -45,7 +45,7 @@ def placements(loaded: dict[str, Any], profile: Any, given: Any, *, workload_opt
         takers = [n for n, k in kinds.items() if k in DECLARATIONS[option].kinds]
         flag = "--" + option.replace("_", "-")
         if not takers:
-            raise InputError(f"{flag} applies to {' and '.join(k + 's' for k in DECLARATIONS[option].kinds)}; "
+            raise InputError(f"{flag} applies to {kinds_words(DECLARATIONS[option].kinds)}; "
                              + "; ".join(f"{n} runs as a {k} on {profile.name}" for n, k in kinds.items()))
         others = [n for n in kinds if n not in takers]
         if others:

@@ -73,9 +73,8 @@ class ImplicitSSM(nn.Module):
         # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
         # keys each token's noise by them (aocsim/execute/ssm_device.py). commit_hook(caches, t): sequential
         # mode, the states committed after token t, returned as the next token sees them (noise on states).
-        # token_solver(model, u_t, caches, t, tau=, tol=, max_iter=, trace=): sequential mode, a token's iteration
-        # in place of `solve_token`'s (same arguments and returns; the reference noise protocol's stop test and
-        # commit, aocsim/execute/snr.py).
+        # token_solver(model, u_t, caches, t, tau=, tol=, max_iter=, trace=): a token's sequential iteration in
+        # place of `solve_token`'s, same returns (the reference noise protocol's, aocsim/execute/snr.py).
         self.pass_hook: Callable[[torch.Tensor, int | torch.Tensor, torch.Tensor | None], None] | None = None
         self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
         self.token_solver: Callable[..., tuple[Any, ...]] | None = None

@@ -45,12 +45,12 @@ def _long_budget(task: str, **changes: Any) -> dict[str, Any]:
 
 # S5 as in "Implicit Language Models are RNNs" (Schoene et al., ICML 2025): trained at L = 32 and
 # evaluated up to 4L = 128. The A5 budget's architecture, with the length itself in the curriculum
-# (16 -> 32) and a step count a core can afford in about an hour for the implicit model. The easy
-# phase (L = 16, half the tokens the identity) lasts half the steps: a5-implicit learned its group
-# abruptly between steps 6,000 and 9,000 of that phase, and an S5 run whose curriculum began at 3,000
-# of 12,000 steps never did (train accuracy 0.08 at step 6,000; docs/STATE_TRACKING.md, "S5").
-_S5 = _long_budget("S5", train_length=32, train_length_start=16, steps=16_000, curriculum_start=0.5,
-                   curriculum_end=0.8, eval_factors=(1, 4), revision=1)
+# (16 -> 32). The easy phase (L = 16, half the tokens the identity) lasts 60 % of 24,000 steps:
+# a5-implicit learned its group abruptly between steps 6,000 and 9,000 of that phase, and two S5 runs
+# whose easy phase ended at 3,000 of 12,000 and at 8,000 of 16,000 steps had not (train accuracy
+# 0.08-0.19, loss about 3.9 against ln 120 = 4.8; docs/STATE_TRACKING.md, "S5").
+_S5 = _long_budget("S5", train_length=32, train_length_start=16, steps=24_000, curriculum_start=0.6,
+                   curriculum_end=0.85, eval_factors=(1, 4), revision=1)
 
 
 STATE_TRACKING: dict[str, _st.StateTrackingRecipe] = {}

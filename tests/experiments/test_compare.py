@@ -130,7 +130,7 @@ def test_readout_stop_reports_the_adc_average(digits) -> None:
     ({"placement": {"stop": "never"}}, "stop = 'never'; expected one of"),
     ({"placement": {"mode": "simultaneous"}}, "mode = 'simultaneous' applies to hybrid SSMs; digits-deq48 on "
                                               "aoc48-twin runs as a native DEQ"),
-    ({"placement": {"averaging": 2}}, "averaging = 2 applies to tiled DEQs and hybrid SSMs and hybrid Mamba2s; "
+    ({"placement": {"averaging": 2}}, "averaging = 2 applies to tiled DEQs, hybrid SSMs and hybrid Mamba2s; "
                                       "digits-deq48 on aoc48-twin runs as a native DEQ"),
     ({"model": torch.nn.Linear(2, 2)}, "model is a Linear; expected a DEQ, a twin DEQ, an implicit SSM or a plain "
                                        "Mamba2 model"),
@@ -192,7 +192,7 @@ def test_cli_errors_come_before_any_work_and_are_one_line(tmp_path: Path) -> Non
         (("nope", "--out", str(tmp_path / "r.nc")), "unknown model"),
         (("--device", "aoc16", "--no-tiling", "--out", str(tmp_path / "r.nc")), "does not fit device 'aoc16'"),
         (("digits-deq48", "--averaging", "4", "--out", str(tmp_path / "r.nc")),
-         "--averaging applies to tiled DEQs and hybrid SSMs; digits-deq48 runs as a native DEQ"),
+         "--averaging applies to tiled DEQs, hybrid SSMs and hybrid Mamba2s; digits-deq48 runs as a native DEQ"),
         (("digits-deq48", "--predistort", "--out", str(tmp_path / "r.nc")), "--predistort applies to tiled DEQs"),
         # options given to a kind they do not apply to are refused, not ignored (issue 26, finding 5)
         (("digits-deq48", "--mode", "simultaneous", "--out", str(tmp_path / "r.nc")), "--mode applies to hybrid SSMs"),

@@ -292,7 +292,7 @@ def test_evaluate_and_models_table_show_bits_per_character(tiny_dir: Path) -> No
     assert out.exit_code == 0, out.output
     assert "bits/char" in out.output and "129-256" not in out.output and "2-4" in out.output
     bad = run("evaluate", str(tiny_dir), "--factors", "1,4")
-    assert bad.exit_code == 1 and "--factors applies to other models" in bad.output
+    assert bad.exit_code == 1 and "--factors applies to state-tracking models; tiny-lm is a language model" in bad.output
     table = run("models", "table", str(tiny_dir.parent))
     assert table.exit_code == 0 and "bpc simultaneous" in table.output and "tiny-lm" in table.output
 

@@ -206,7 +206,7 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
 def check_models(spec: SweepSpec, base: Any) -> None:
     """Every model loads, has inputs for the spec's data, and takes the swept placement settings on
     `base`: each swept option must apply to the model's kind (aocsim/execute/placement.py)."""
-    from aocsim.execute.placement import DECLARATIONS
+    from aocsim.execute.placement import DECLARATIONS, kinds_words
     from aocsim.execute.registry import placement_class
 
     for name in spec.models:
@@ -217,7 +217,7 @@ def check_models(spec: SweepSpec, base: Any) -> None:
             kinds = DECLARATIONS[path.split(".", 1)[1]].kinds
             if kind not in kinds:
                 raise InputError(f"{path} is swept but model {name!r} runs as a {kind} on {base.name}; expected it "
-                                 f"only for {' and '.join(k + 's' for k in kinds)}")
+                                 f"only for {kinds_words(kinds)}")
 
 
 def fingerprint(info: dict[str, str]) -> str:
