@@ -22,7 +22,7 @@ models: docs/DEVICE_RUNS.md.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -154,6 +154,14 @@ class HybridSSM(PlacedModel):
         once = "" if model.config.implicit else "; explicit: one pass from z = 0 (the first block's in_proj, reading 0, digital)"
         return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
                 f"head digital{noise}{once}")
+
+    @staticmethod
+    def untrusted_cause(attrs: Mapping[str, Any]) -> str:
+        """No map on tiles (the abstract noise model): the noise the snr options set; else the tiles'."""
+        if attrs.get("maps_on_tiles") == "":
+            return ("the noise the snr_* options set (no map runs on tiles: the abstract noise model); "
+                    "a higher snr_db or snr_states_db lowers it")
+        return PlacedModel.untrusted_cause(attrs)
 
     @staticmethod
     def attributes(model: ImplicitSSM, placement: Placement) -> dict[str, Any]:

@@ -9,7 +9,7 @@ the machine did is the loop's own record (`aocsim.hardware.engine.dynamics.loop_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -44,7 +44,7 @@ class NativeDEQ(PlacedModel):
     state_words = "the loop's state, device volts"
 
     @staticmethod
-    def untrusted_cause(device: str) -> str:
+    def untrusted_cause(attrs: Mapping[str, Any]) -> str:
         return ("the compiled loop computes another map than the model's on this device (the compilation fit or "
                 "too few bits; docs/DEVICE_RUNS.md section 1); --set noise.multiplier=0 tells static errors from noise")
 

@@ -13,7 +13,7 @@ model. Adding a kind is its module and the import that defines it (docs/ARCHITEC
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import torch
 
@@ -139,9 +139,11 @@ class PlacedModel:
         return "the kind's default"
 
     @staticmethod
-    def untrusted_cause(device: str) -> str:
-        """The likely cause of an untrusted result on `device` once noise and divergence are ruled out
-        (aocsim/experiments/trust.py): by default, tile programs that did not calibrate."""
+    def untrusted_cause(attrs: Mapping[str, Any]) -> str:
+        """The likely cause of an untrusted result, from its Dataset's attributes (`device`, the placement's),
+        once noise and divergence are ruled out (aocsim/experiments/trust.py): by default, tile programs
+        that did not calibrate."""
+        device = attrs.get("device", "this device")
         return (f"tile programs that did not calibrate on {device} (tiles work on aoc48 only today: "
                 "docs/DEVICE_RUNS.md section 1b); try --device aoc48")
 

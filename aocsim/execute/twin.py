@@ -14,7 +14,7 @@ pipeline in float64 (`TwinDEQ.forward`). docs/TWIN_MODELS.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -41,7 +41,7 @@ class TwinPlaced(PlacedModel):
     state_words = "the loop's state, device volts"
 
     @staticmethod
-    def untrusted_cause(device: str) -> str:
+    def untrusted_cause(attrs: Mapping[str, Any]) -> str:
         return ("the chip's static errors move the fixed points away from the nominal pipeline's (--probes N refits "
                 "the readout per weight load); --set noise.multiplier=0 tells static errors from noise")
 

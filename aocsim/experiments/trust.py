@@ -67,7 +67,7 @@ def _cause(ds: xr.Dataset, shares: dict[SolveStatus, float]) -> str:
         return ("noise swamps the state (most solves stopped at the predicted noise floor); lower "
                 "noise.multiplier or raise noise.power_per_unit_w (--set KEY=VALUE)")
     kind = kind_class(str(ds.attrs.get("kind"))) or PlacedModel  # the kind's own words (aocsim/execute/placed.py)
-    return kind.untrusted_cause(str(ds.attrs.get("device", "this device")))
+    return kind.untrusted_cause(ds.attrs)
 
 
 def placement_notes(ds: xr.Dataset) -> list[str]:

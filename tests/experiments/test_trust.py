@@ -58,6 +58,17 @@ def test_a_chance_answer_with_most_solves_converged_is_flagged_with_its_cause() 
         assert "docs/DEVICE_RUNS.md section 1b" in note
 
 
+def test_with_no_map_on_tiles_the_cause_is_the_noise_set_not_the_tiles() -> None:
+    """The abstract noise model (on_tiles none) has no tile program to blame: the reference grid's 0 dB points
+    named tiles that did not calibrate on aoc48 before (seen failing with the default cause)."""
+    ds = _compare_like(0.5, SolveStatus.CONVERGED)
+    ds.attrs.update({"kind": "hybrid SSM", "maps_on_tiles": ""})
+    notes = trust_notes(ds)
+    assert notes and all("likely cause: the noise the snr_* options set (no map runs on tiles" in n for n in notes)
+    ds.attrs["maps_on_tiles"] = "blocks.0.in_proj"
+    assert all("tile programs that did not calibrate" in n for n in trust_notes(ds))
+
+
 def test_sound_results_and_results_off_by_less_than_the_gap_are_not_flagged() -> None:
     assert trust_notes(_compare_like(1.0, SolveStatus.CONVERGED)) == []
     assert trust_notes(_compare_like(0.95, SolveStatus.MAX_ITER)) == []
