@@ -1,4 +1,6 @@
-"""Bits per character by position under the implicit-LM paper's noise (docs/LANGUAGE.md, "The reference grid").
+"""Bits per character by position under the implicit-LM paper's noise (docs/LANGUAGE.md, "The reference grid"):
+what the noise adds to each model's noiseless device path, by characters seen (position buckets 1, 2-4, 5-16,
+17-64, 65-128; per position the curves follow the 16 windows' own text).
 
 The language models on the abstract noise model (no map on tiles) in the reference code's conventions
 (`snr_convention: elementwise`, additive), at three points of the grid of
@@ -19,7 +21,8 @@ from pathlib import Path
 import torch
 
 from aocsim import compare, load_model
-from aocsim.experiments.language import plot_bits_by_position
+from aocsim.experiments.language import bucket_means, position_buckets
+from aocsim.experiments.plots import plt
 from aocsim.experiments.workloads import default_workload
 
 SETTINGS = {"no noise": {}, "inputs 20 dB, states 30 dB": {"snr_db": 20.0, "snr_states_db": 30.0},
@@ -42,7 +45,26 @@ def main(out: Path) -> None:
             bits = ds.nll_bits.sel(path="device").mean([d for d in ("chip", "seed", "sample") if d in ds.nll_bits.dims])
             lines[f"{name}, {label}"] = [float(b) for b in bits.values]
             print(f"{name:18s} {label:28s} {float(bits.mean()):.3f} bits per character")
-    plot_bits_by_position(lines, out, train_length=128, title="reference conventions: device path by position")
+    buckets = position_buckets(128)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m, name in enumerate(MODELS):
+        clean = bucket_means(lines[f"{name}, no noise"])
+        for s, label in enumerate(list(SETTINGS)[1:]):
+            excess = [a - b for a, b in zip(bucket_means(lines[f"{name}, {label}"]), clean)]
+            print(f"{name:18s} {label:28s} above its noiseless path by bucket: "
+                  + "  ".join(f"{e:+.3f}" for e in excess))
+            ax.plot(range(len(buckets)), excess, marker="o", color=f"C{m}", ls=["-", "--"][s], label=f"{name}, {label}")
+    ax.set_xticks(range(len(buckets)), [f"{a}" if a == b else f"{a}-{b}" for a, b in buckets])
+    ax.axhline(0.0, color="black", lw=0.6)
+    ax.set_xlabel("characters seen")
+    ax.set_ylabel("bits per character above the noiseless path")
+    ax.set_title("reference conventions (elementwise, additive): what the noise costs by position", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
     print(f"plot: {out}")
 
 

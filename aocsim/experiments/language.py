@@ -185,8 +185,8 @@ def plot_snr_heat_maps(ds: Any, path: Path, *, metric: str = "accuracy", panels:
     values = snr_grid(ds, metric, panels)
     rows, cols = ([list(ds[d].values) if d in values.dims else [None] for d in panels])
     scale = 100.0 if metric in ("accuracy", "exact_accuracy", "agreement") else 1.0
-    fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.4 * len(cols) + 0.6, 3.0 * len(rows) + 0.4),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols) + 1.2, 2.9 * len(rows) + 0.6),
+                             squeeze=False, constrained_layout=True)
     x_db, y_db = [float(v) for v in ds[SNR].values], [float(v) for v in ds[STATES_SNR].values]
     for (i, r), (j, c) in ((ir, jc) for ir in enumerate(rows) for jc in enumerate(cols)):
         ax, cell = axes[i][j], values
@@ -200,15 +200,18 @@ def plot_snr_heat_maps(ds: Any, path: Path, *, metric: str = "accuracy", panels:
                     ha="center", va="center", fontsize=7, color="white" if scale == 100 and v < 60 else "black")
         ax.set_xticks(range(len(x_db)), [f"{v:g}" for v in x_db])
         ax.set_yticks(range(len(y_db)), [f"{v:g}" for v in y_db])
-        ax.set_xlabel("input noise, SNR dB")
-        ax.set_ylabel("state noise, SNR dB")
-        words = [str(v) if d == "model" else f"{d.split('.')[-1]} {v}" for d, v in zip(panels, (r, c)) if v is not None]
+        if i == len(rows) - 1:
+            ax.set_xlabel("input noise, SNR dB")
+        if j == 0:
+            ax.set_ylabel("state noise, SNR dB")
+        words = [str(v) if d == "model" else f"{d.split('.')[-1].replace('snr_', '')} {v:g}" if isinstance(v, float)
+                 else f"{d.split('.')[-1].replace('snr_', '')} {v}" for d, v in zip(panels, (r, c)) if v is not None]
         ax.set_title(", ".join(words), fontsize=9)
         if mark is not None:  # fractional cell positions: interpolate between the grid's dB values
             mx, my = np.interp(mark[0], x_db, range(len(x_db))), np.interp(mark[1], y_db, range(len(y_db)))
-            ax.plot(mx, my, marker="o", ms=14, mfc="none", mec="red", mew=1.5, label=mark[2])
+            ax.plot(mx, my, marker="o", ms=14, mfc="none", mec="red", mew=1.5, ls="none", label=mark[2])
     if mark is not None:
-        axes[0][-1].legend(fontsize=7, loc="lower right")
+        axes[0][-1].legend(fontsize=7, loc="lower right", framealpha=0.9)
     label = "next-token accuracy, %" if metric == "accuracy" else metric.replace("_", " ")
     fig.colorbar(image, ax=axes, shrink=0.8, label=label)
     if title:
