@@ -215,7 +215,7 @@ def test_cli_errors_lose_nothing(tmp_path: Path) -> None:
 
 
 def test_settings_a_model_cannot_take_are_refused_before_any_work(tmp_path: Path) -> None:
-    native = "runs as a native DEQ on aoc48; expected it only for tiled DEQs and hybrid SSMs"
+    native = "runs as a native DEQ on aoc48; expected it only for tiled DEQs, hybrid SSMs and hybrid Mamba2s"
     for change, message in (({"axes": {"placement.tile_size": [16, 48]}}, native),
                             ({"data": {"samples": 5000}}, "samples = 5000"),
                             ({"axes": {"placement.averaging": [1, 4]}}, native),
