@@ -197,3 +197,18 @@ def test_one_modules_emitter_measurement_is_never_served_for_another(monkeypatch
     fresh = (E._fitted_shape(profile, 48, 1.0, 1, 0.2), E._fitted_shape(profile, 48, -1.0, 1, 0.2))
     assert all(torch.equal(a, b) for a, b in zip(one, fresh))
     assert not torch.equal(zero[0], one[0])
+
+
+def test_a_profile_is_keyed_by_its_values_not_its_file() -> None:
+    """The same values read from another file (a checkout's devices/ against an installed package's, as CI's
+    new process saw) are the same chip: the memo's key holds a profile's values alone. Seen failing when the
+    profile's `origin` was part of the key (a later process placed the chip again)."""
+    import dataclasses
+
+    from aocsim.hardware.engine.memo import Memo
+
+    profile = load_device("aoc48")
+    moved = dataclasses.replace(profile, origin="/elsewhere/aoc48.yaml", name="a copy")
+    memo = Memo("test", 4)
+    assert memo.key((profile,)) == memo.key((moved,))
+    assert memo.key((profile,)) != memo.key((profile.with_overrides({"noise.multiplier": 2.0}),))

@@ -51,10 +51,10 @@ def derive(value: Any) -> Any:
         return ("key", value.value)
     if isinstance(value, Mapping):
         return tuple((str(k), derive(v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
+    if isinstance(getattr(value, "values", None), Mapping):  # a DeviceProfile (not imported: no cycle)
+        return ("profile", derive(value.values))  # its values decide the bits; its name and file do not
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__qualname__, *((f.name, derive(getattr(value, f.name))) for f in dataclasses.fields(value)))
-    if isinstance(getattr(value, "values", None), Mapping):  # a DeviceProfile (not imported: no cycle)
-        return ("profile", derive(value.values))
     if isinstance(value, (list, tuple)):
         return tuple(derive(v) for v in value)
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
