@@ -6,17 +6,19 @@ Options come in groups, each a frozen dataclass passed whole to the code that ho
 and `DeqOptions` (what only DEQs choose). `Placement` inherits every group's fields: one flat namespace
 from which the Python keywords, the `aocsim compare` flags (`--tile-size`) and the sweep keys
 (`placement.tile_size`) are generated (aocsim/cli/compare.py, aocsim/experiments/sweep/spec.py). An
-option's declaration (`option`) says which kinds it applies to with each kind's default, how a value is
-read and checked (a one-line `InputError` naming the option), its help line and an example value; so
-adding one is its field here, its use where its group is honoured, and a test (docs/ARCHITECTURE.md).
+option's declaration (`option`, in aocsim/execute/option_groups.py) says which kinds it applies to with
+each kind's default, how a value is read and checked (a one-line `InputError` naming the option), its
+help line and an example value; so adding one is its field in a group, its use where that group is
+honoured, and a test (docs/ARCHITECTURE.md).
 
 A field left at None takes the default of the kind it is used with (`Placement.resolved`); a value
-given for a kind it does not apply to is refused, never ignored; the rules between options (`RULES`)
-are checked in the same place.
+given for a kind it does not apply to is refused, never ignored; the rules between options
+(`RULES`, declared beside the groups in option_groups.py) are checked in the same place.
 
 Kinds (aocsim/execute/registry.py): a DEQ whose state fits the device runs natively (`NATIVE`),
 a larger one with its feedback on tiles (`TILED`), an implicit SSM as a hybrid (`HYBRID`), a DEQ
-defined by the calibrated pipeline with its own weights (`TWIN`).
+defined by the calibrated pipeline with its own weights (`TWIN`), a plain Mamba2 language model with
+its projections on tiles (`MAMBA2`).
 """
 
 from __future__ import annotations
