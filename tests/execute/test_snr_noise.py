@@ -31,6 +31,17 @@ def model():
     return load_model("parity-implicit")
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Bit-for-bit comparisons on one torch thread, as compare's parts and `pytest -n 2`'s workers run: with
+    more, a product's rounding follows the split of its reduction, which differs between the device path's
+    batch shapes and the exact path's."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _abstract(model, **options):
     """The abstract noise model: every map digital, noise drawn at its site."""
     return place(model, "ideal", {"on_tiles": "none", **options}, chip=0, calibration=CALIBRATION)
