@@ -238,7 +238,9 @@ def plot_cmd(results: Path, metric: str | None, pareto: str | None, other_path: 
              overwrite: bool) -> None:
     """Draw a sweep's RESULTS (results.nc): a line with a band (one axis), a heat map (two), or a
     Pareto front; the mean over chips and seeds, the band their spread. A search's results: its trials
-    in its first two objectives and their front (results-front.png) unless --metric or --pareto."""
+    in its first two objectives and their front (results-front.png) unless --metric or --pareto. A sweep
+    over state noise and input noise (placement.snr_states_db and placement.snr_db, the implicit-LM
+    paper's grid): its heat maps, a panel per further setting (docs/LANGUAGE.md, the reference grid)."""
     from aocsim.experiments.sweep.plots import open_results, plot_front, plot_pareto, plot_sweep
     from aocsim.io.outputs import check_output_file
 
@@ -254,6 +256,24 @@ def plot_cmd(results: Path, metric: str | None, pareto: str | None, other_path: 
     if out.exists() and not overwrite:
         raise click.ClickException(f"--out {out} exists; pass --overwrite to replace it")
     other = open_results(other_path) if other_path is not None else None
-    written: Any = (plot_front(ds, out, other=other) if front else plot_pareto(ds, out, cost=pareto) if pareto
-                    else plot_sweep(ds, out, metric=metric))
+    panels = _snr_grid_panels(ds, metric) if not front and not pareto else None
+    if panels is not None:  # the implicit-LM paper's grid: state x input noise, a panel per further setting
+        from aocsim.experiments.language import plot_snr_heat_maps
+
+        written: Any = plot_snr_heat_maps(ds, out, metric=str(metric), panels=panels)
+    else:
+        written = (plot_front(ds, out, other=other) if front else plot_pareto(ds, out, cost=pareto) if pareto
+                   else plot_sweep(ds, out, metric=metric))
     click.echo(f"wrote {written}")
+
+
+def _snr_grid_panels(ds: Any, metric: str | None) -> tuple[str, str] | None:
+    """A sweep over both placement.snr_db and placement.snr_states_db (notebooks/sweeps/charlm-snr-reference.yaml)
+    is drawn as the reference grid's heat maps, one panel per combination of at most two further swept
+    settings (the model among them); None for any other sweep."""
+    from aocsim.experiments.language import SNR, STATES_SNR
+
+    if metric not in ds or not all(d in ds[metric].dims and ds.sizes[d] > 1 for d in (SNR, STATES_SNR)):
+        return None
+    others = [d for d in ds[metric].dims if d not in (SNR, STATES_SNR, "chip", "seed") and ds.sizes[d] > 1]
+    return None if len(others) > 2 else tuple((others + ["", ""])[:2])  # type: ignore[return-value]

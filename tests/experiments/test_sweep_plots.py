@@ -138,3 +138,25 @@ def test_untrusted_points_are_marked_and_left_off_the_pareto_front(tmp_path: Pat
     plots.plot_sweep(ds, tmp_path / "s.png")
     labels = [t.get_text() for t in figures[-1].axes[0].get_legend().get_texts()]
     assert any("untrusted" in t for t in labels)
+
+
+def test_aocsim_plot_draws_the_reference_grid_as_its_heat_maps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`aocsim plot` on a sweep over state and input noise (docs/sweeps/charlm-snr-reference-baselines.nc) draws
+    the grid's heat maps, a panel per model and noise kind; any other sweep keeps the generic figure."""
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+    from aocsim.experiments import language
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "sweeps"
+    drawn: list[tuple[str, ...]] = []
+    real = language.plot_snr_heat_maps
+    monkeypatch.setattr(language, "plot_snr_heat_maps",
+                        lambda ds, out, **kw: drawn.append(kw["panels"]) or real(ds, out, **kw))
+    out = CliRunner().invoke(main, ["plot", str(docs / "charlm-snr-reference-baselines.nc"), "--out",
+                                    str(tmp_path / "grid.png")])
+    assert out.exit_code == 0, out.output
+    assert drawn == [("model", "placement.snr_kind")] and (tmp_path / "grid.png").stat().st_size > 20_000
+    other = CliRunner().invoke(main, ["plot", str(docs / "charlm-snr-abstract.nc"), "--out", str(tmp_path / "a.png")])
+    assert other.exit_code == 0, other.output
+    assert len(drawn) == 1 and (tmp_path / "a.png").exists()
