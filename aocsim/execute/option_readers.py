@@ -60,12 +60,17 @@ def fraction(name: str, value: Any) -> float:
     return value
 
 
-def damping(name: str, value: Any) -> float:
-    """A damping factor tau in (0, 1] of z <- (1 - tau) z + tau f(z)."""
+def _weight(name: str, value: Any, what: str) -> float:
+    """A weight in (0, 1]; `what` names it in the error."""
     value = _number(name, value)
     if not 0.0 < value <= 1.0:
-        raise InputError(f"{name} = {short(value)}; expected a damping in (0, 1]")
+        raise InputError(f"{name} = {short(value)}; expected {what}")
     return value
+
+
+def damping(name: str, value: Any) -> float:
+    """A damping factor tau in (0, 1] of z <- (1 - tau) z + tau f(z)."""
+    return _weight(name, value, "a damping in (0, 1]")
 
 
 def nonnegative(name: str, value: Any) -> float:
@@ -89,10 +94,7 @@ def decibels(name: str, value: Any) -> float:
 
 def ema(name: str, value: Any) -> float:
     """The weight alpha in (0, 1] of z_read <- alpha z_k + (1 - alpha) z_read."""
-    value = _number(name, value)
-    if not 0.0 < value <= 1.0:
-        raise InputError(f"{name} = {short(value)}; expected an EMA weight alpha in (0, 1] (1: the last iterate)")
-    return value
+    return _weight(name, value, "an EMA weight alpha in (0, 1] (1: the last iterate)")
 
 
 def _number(name: str, value: Any) -> float:

@@ -106,7 +106,7 @@ def argument_key(args: tuple[torch.Tensor, ...]) -> tuple:
 
 
 # Compiled graphs by what they bake in (`graph`); each also in the kernel store, under the same key.
-GRAPHS: Memo[Callable[..., object]] = Memo("graph", 256)
+GRAPHS: Memo[Callable[..., object]] = Memo("graph", 256, hashed=True)  # keys of shapes and layouts
 
 
 def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor, ...], what: str,

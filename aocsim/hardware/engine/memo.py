@@ -27,6 +27,7 @@ import torch
 
 from aocsim import disk_memo
 from aocsim.hardware.engine import keys
+from aocsim.hardware.profiles.profile import DeviceProfile
 
 T = TypeVar("T")
 
@@ -40,7 +41,11 @@ def tensor_digest(t: torch.Tensor) -> tuple:
 
 def derive(value: Any) -> Any:
     """A hashable key part for `value`: tensors and arrays by their bits, mappings by their sorted items,
-    dataclasses by type and fields, a profile by its values (anything with `.values` that is a mapping)."""
+    dataclasses by type and fields, a profile by its values."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):  # first: keys are mostly these, and
+        return value  # a compiled graph's is derived at every call
+    if type(value) is tuple or type(value) is list:
+        return tuple(derive(v) for v in value)
     if isinstance(value, torch.Tensor):
         return tensor_digest(value)
     if isinstance(value, np.ndarray):
@@ -51,14 +56,12 @@ def derive(value: Any) -> Any:
         return ("key", value.value)
     if isinstance(value, Mapping):
         return tuple((str(k), derive(v)) for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
-    if isinstance(getattr(value, "values", None), Mapping):  # a DeviceProfile (not imported: no cycle)
+    if isinstance(value, DeviceProfile):
         return ("profile", derive(value.values))  # its values decide the bits; its name and file do not
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__qualname__, *((f.name, derive(getattr(value, f.name))) for f in dataclasses.fields(value)))
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple)):  # a named tuple, a subclass
         return tuple(derive(v) for v in value)
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
     raise TypeError(f"memo: cannot derive a key from a {type(value).__name__}; expected tensors, arrays, numbers, "
                     "strings, mappings, dataclasses or profiles")
 
@@ -71,20 +74,22 @@ class Memo(Generic[T]):
         size: results kept in memory at most.
         stored: whether results also go to the folder (`to_records` / `from_records` turn one into HDF5
             records of tensors and numbers and back).
+        hashed: the inputs are already a key by value (numbers, strings, frozen dataclasses of them: a
+            compiled graph's, looked up at every call), used as they are instead of `derive`d.
     """
 
     def __init__(self, kind: str, size: int, *, stored: bool = False,
                  to_records: Callable[[T], list[dict[str, Any]]] | None = None,
-                 from_records: Callable[[list[dict[str, Any]]], T] | None = None) -> None:
+                 from_records: Callable[[list[dict[str, Any]]], T] | None = None, hashed: bool = False) -> None:
         if stored and (to_records is None or from_records is None):
             raise TypeError(f"Memo({kind!r}, stored=True) needs to_records and from_records")
         self.kind, self.size, self.stored = kind, size, stored
-        self.to_records, self.from_records = to_records, from_records
+        self.to_records, self.from_records, self.hashed = to_records, from_records, hashed
         self._entries: OrderedDict[tuple, tuple[T, list[keys.Key] | None]] = OrderedDict()
 
     def key(self, inputs: tuple) -> tuple:
         """The key of `inputs` (memory's; the folder's is its digest with the version and the code)."""
-        return (self.kind, derive(inputs), disk_memo.machine())
+        return (self.kind, inputs if self.hashed else derive(inputs), disk_memo.machine())
 
     def __call__(self, inputs: tuple, compute: Callable[[], T]) -> T:
         """The result for `inputs`: remembered, read from the folder, or `compute()`d (and kept)."""
@@ -119,4 +124,4 @@ class Memo(Generic[T]):
     def fresh(self) -> "Memo[T]":
         """An empty memo of the same kind, size and store (a test's own, in place of a module's)."""
         return Memo(self.kind, self.size, stored=self.stored, to_records=self.to_records,
-                    from_records=self.from_records)
+                    from_records=self.from_records, hashed=self.hashed)
