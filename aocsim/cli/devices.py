@@ -55,14 +55,14 @@ def devices_show(name: str, overrides: tuple[str, ...], keys: tuple[str, ...]) -
         for key in keys:
             click.echo(key_line(dev, key))
         return
-    v = dev.values
-    click.echo(f"{dev.name}: {v['description']}")
-    click.echo(f"  source   {v['provenance.source']} ({v['provenance.date']}; {v['provenance.licence']})")
+    about, v = dev.values, dev.parts
+    click.echo(f"{dev.name}: {about['description']}")
+    click.echo(f"  source   {about['provenance.source']} ({about['provenance.date']}; {about['provenance.licence']})")
     click.echo(f"  file     {dev.origin}" + (f"  overrides {dict(dev.overrides)}" if dev.overrides else ""))
     click.echo(f"  channels {dev.channels if dev.channels is not None else 'any'}; nonlinearity "
-               f"{v['nonlinearity.kind']}; SLM bits {v['slm.bits']}; PBS leakage "
-               f"{'on' if v['crosstalk.pbs.enabled'] else 'off'}; closed-loop correction "
-               f"{'on' if v['closed_loop.enabled'] else 'off'}; round trip {v['loop.round_trip_s'] * 1e9:g} ns")
+               f"{v.nonlinearity.kind}; SLM bits {v.slm.bits}; PBS leakage "
+               f"{'on' if v.crosstalk.pbs.enabled else 'off'}; closed-loop correction "
+               f"{'on' if v.closed_loop.enabled else 'off'}; round trip {v.loop.round_trip_s * 1e9:g} ns")
     click.echo("")
     rows = noise_budget(dev)
     click.echo(format_budget(rows))
@@ -74,7 +74,7 @@ def devices_show(name: str, overrides: tuple[str, ...], keys: tuple[str, ...]) -
 
     its = EXAMPLE_ITERATIONS
     for readout in (True, False):  # a native inference under each stop rule (what `aocsim compare` prices)
-        what = stop_rule(v, readout=readout) + ("" if readout else f", after {its} iterations")
+        what = stop_rule(v.readout, readout=readout) + ("" if readout else f", after {its} iterations")
         click.echo(format_inference(dev, loop_activity(v, dev.channels, its, readout=readout), what, its))
     click.echo("")
     click.echo(one_light(dev, rows[-1].enob))
@@ -88,10 +88,10 @@ def one_light(dev: Any, enob: float) -> str:
     from aocsim.hardware.physics.energy import inference_tops_per_watt, tops_per_watt
     from aocsim.units import ops_per_watt, si
 
-    light, v, its = reference_light(dev), dev.values, EXAMPLE_ITERATIONS
+    light, v, its = reference_light(dev), dev.parts, EXAMPLE_ITERATIONS
     window = inference_tops_per_watt(dev, loop_activity(v, dev.channels, its, readout=True), its)
     lines = [f"One light (docs/PHYSICS.md section 6): {si(light.bias_w, 'W')} per detector "
-             f"({v['noise.bias_units']:g} units of {si(v['noise.power_per_unit_w'], 'W')}), the light of the "
+             f"({v.noise.bias_units:g} units of {si(v.noise.power_per_unit_w, 'W')}), the light of the "
              f"budget's shot noise and of the emitters' power",
              f"  precision    {enob:.1f} effective bits (the budget's total per iteration)",
              f"  efficiency   {ops_per_watt(tops_per_watt(dev))} with the loop running; {ops_per_watt(window)} for one "

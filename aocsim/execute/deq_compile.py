@@ -53,9 +53,9 @@ class Compiled:
 
 def state_map(profile: DeviceProfile) -> tuple[float, float]:
     """(a, b) of z = a z_d + b: the calibrated sigmoid's input gain and offset; (1, 0) for tanh."""
-    if profile["nonlinearity.kind"] == "tanh":
+    if profile.parts.nonlinearity.kind == "tanh":
         return 1.0, 0.0
-    coeffs = profile["nonlinearity.coeffs"]
+    coeffs = profile.parts.nonlinearity.coeffs
     return float(coeffs[0]), float(coeffs[1])
 
 
@@ -73,7 +73,7 @@ def check_fits(model: object, profile: DeviceProfile) -> DEQ:
 def fit_profile(profile: DeviceProfile) -> DeviceProfile:
     """What a compiler knows of a chip: its calibration, without per-iteration noise or programming error."""
     quiet = without_noise(profile)
-    if quiet["slm.programming_error_levels"]:  # a random draw per weight load: unknown when compiling
+    if quiet.parts.slm.programming_error_levels:  # a random draw per weight load: unknown when compiling
         return quiet.with_overrides({"slm.programming_error_levels": 0.0})
     return quiet
 

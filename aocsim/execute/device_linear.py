@@ -83,7 +83,7 @@ def ideal_nodes(weight: torch.Tensor, t: torch.Tensor, input_range: float, sigma
 
 def fit_key(device: DeviceProfile, map_index: int = 0) -> keys.Key:
     """The key of a map's fit on the chip `device` describes: under the chip's root (`Stream.FIT`)."""
-    return keys.chip_root(device.values["variation.chip_seed"]).fold(keys.Stream.FIT, map_index)
+    return keys.chip_root(device.parts.variation.chip_seed).fold(keys.Stream.FIT, map_index)
 
 
 def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
@@ -96,7 +96,7 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
     tile = on_tiles(tile)
     r = default_input_range(device, input_range)
     size = resolve_tile_size(device, tile.tile_size)
-    low, high = (float(v) for v in device.values["readout.range_v"])
+    low, high = (float(v) for v in device.parts.readout.range_v)
     half = min(-low, high)
     # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
     sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0

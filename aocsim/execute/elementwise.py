@@ -58,24 +58,24 @@ class AnalogElementwise(Elementwise):
     def __init__(self, device: DeviceProfile, block: int, scales: dict[str, tuple[float, float, float]],
                  channels: dict[str, int], dtype: torch.dtype, *, generator: keys.Seed = 0,
                  calibrate: bool = True) -> None:
-        v = device.values
+        v = device.parts
         # the DAC's range: the inputs seen in calibration, widened by 1 / HEADROOM about their middle
         self.input_range = {site: ((lo + hi) / 2 - max(hi - lo, 1e-12) / (2 * HEADROOM),
                                    (lo + hi) / 2 + max(hi - lo, 1e-12) / (2 * HEADROOM))
                             for site, (lo, hi, _) in scales.items()}
         self.seen = {site: (lo, hi) for site, (lo, hi, _) in scales.items()}
         self.scale = {site: max(peak, 1e-12) / HEADROOM for site, (_, _, peak) in scales.items()}
-        self.noise_std = float(v["elementwise.noise_std"])
-        self.dac_bits, self.adc_bits = v["injection.dac_bits"], v["readout.adc_bits"]
-        chip = keys.chip_root(v["variation.chip_seed"]).fold(keys.Stream.ELEMENTWISE, block)
+        self.noise_std = float(v.elementwise.noise_std)
+        self.dac_bits, self.adc_bits = v.injection.dac_bits, v.readout.adc_bits
+        chip = keys.chip_root(v.variation.chip_seed).fold(keys.Stream.ELEMENTWISE, block)
         self.gain, self.offset = {}, {}
-        self.shape_std = float(v["elementwise.shape_std"])
+        self.shape_std = float(v.elementwise.shape_std)
         self.input_gain, self.knee = {}, {}  # 1 + a_c and b_c (applied only where shape_std > 0)
         for i, site in enumerate(self.SITES):
             n = channels[site]
-            self.gain[site] = 1.0 + float(v["elementwise.gain_std"]) * keys.normals(
+            self.gain[site] = 1.0 + float(v.elementwise.gain_std) * keys.normals(
                 chip.fold(i, 0), (n,), dtype=dtype, device="cpu")
-            self.offset[site] = float(v["elementwise.offset_std"]) * self.scale[site] * keys.normals(
+            self.offset[site] = float(v.elementwise.offset_std) * self.scale[site] * keys.normals(
                 chip.fold(i, 1), (n,), dtype=dtype, device="cpu")
             self.input_gain[site] = 1.0 + self.shape_std * keys.normals(chip.fold(i, 2), (n,), dtype=dtype,
                                                                         device="cpu")

@@ -51,8 +51,8 @@ class Program:
 
 def weak_channel(profile: DeviceProfile, n: int) -> int | None:
     """The weakest input channel if its mean fan-in is below WEAK_FRACTION x the median, else None."""
-    arrays = channel_arrays(profile.values, n, dtype=torch.float64, device=torch.device("cpu"))
-    strength = 0.5 * (arrays["emitter.fan_in_pos"] + arrays["emitter.fan_in_neg"])
+    arrays = channel_arrays(profile.parts, n, dtype=torch.float64, device=torch.device("cpu"))
+    strength = 0.5 * (arrays.emitter.fan_in_pos + arrays.emitter.fan_in_neg)
     weakest = int(strength.argmin())
     return weakest if float(strength[weakest]) < WEAK_FRACTION * float(strength.median()) else None
 

@@ -81,7 +81,7 @@ class NativeDEQ(PlacedModel):
     @staticmethod
     def timing(profile: DeviceProfile, placement: Placement) -> str:
         """What the hardware time counts (`loop_activity`)."""
-        return stop_rule(profile.values, readout=placement.stop == "readout")
+        return stop_rule(profile.parts.readout, readout=placement.stop == "readout")
 
     def __init__(self, model: DEQ, profile: DeviceProfile, placement: Placement, prepared: Any) -> None:
         self.model, self.profile, self.placement = model, profile, placement

@@ -110,7 +110,7 @@ def device_multiplier(model: ImplicitSSM, profile: DeviceProfile, calibration: d
     TOLERANCE_DB (converters and static errors do not scale; a one-line error if the target is
     not reached)."""
     target, site = placement.snr_db, placement.snr_site
-    base = float(profile.values["noise.multiplier"])
+    base = float(profile.parts.noise.multiplier)
     if base <= 0.0:
         raise InputError(f"snr_kind = 'device' on {profile.name}: noise.multiplier = {base}; expected a profile with "
                          "per-iteration noise to scale")

@@ -51,7 +51,7 @@ class TwinPlaced(PlacedModel):
         if not isinstance(model, TwinDEQ):
             return False
         n = model.config.state_size
-        if profile.channels is None or profile.values["nonlinearity.coeffs"] is None:
+        if profile.channels is None or profile.parts.nonlinearity.coeffs is None:
             raise InputError(f"device {profile.name!r} has no calibration (any channel count, no calibrated "
                              f"nonlinearity); the twin DEQ is defined by {model.config.profile!r}'s calibrated "
                              f"pipeline, so expected a calibrated profile with {n} channels")
@@ -84,7 +84,7 @@ class TwinPlaced(PlacedModel):
 
     @staticmethod
     def timing(profile: DeviceProfile, placement: Placement) -> str:
-        return stop_rule(profile.values, readout=placement.stop == "readout")
+        return stop_rule(profile.parts.readout, readout=placement.stop == "readout")
 
     def __init__(self, model: TwinDEQ, profile: DeviceProfile, placement: Placement, prepared: Probes | None
                  ) -> None:

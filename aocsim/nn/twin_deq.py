@@ -96,7 +96,7 @@ def nominal_profile(config: TwinDEQConfig) -> DeviceProfile:
                          f"profile name with {config.state_size} channels (e.g. aoc48-twin)")
     device = load_device(config.profile)
     n = config.state_size
-    if device.channels is None or device.values["nonlinearity.coeffs"] is None:
+    if device.channels is None or device.parts.nonlinearity.coeffs is None:
         raise InputError(f"TwinDEQConfig.profile = {config.profile!r} has no calibration (any channel count, "
                          f"no calibrated nonlinearity); expected a calibrated profile with {n} channels "
                          "(aoc48-twin: 48, aoc16-twin: 16)")

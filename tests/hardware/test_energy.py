@@ -61,7 +61,7 @@ def test_aoc48_today() -> None:
     assert tops_per_watt(dev) == pytest.approx(2 * 48 ** 2 / 2e-8 / _hand_power(dev, 48) / 1e12, rel=1e-12)
     assert tops_per_watt(dev) == pytest.approx(0.0365, abs=1e-4)
     # the digits DEQ: 48 states, 20 iterations, inside the 125-iteration settle window; 40 samples every 8
-    act = loop_activity(dev.values, 48, 20, readout=True)
+    act = loop_activity(dev.parts, 48, 20, readout=True)
     window = (125 + 39 * 8 + 1) * 2e-8
     assert act.time_s == pytest.approx(window) and act.dac_conversions == 48 and act.adc_conversions == 48 * 40
     e = energy_j(dev, act)
@@ -72,7 +72,7 @@ def test_aoc48_today() -> None:
 
 def test_components_sum_to_the_total_in_joules() -> None:
     dev = load_device("aoc48")
-    e = energy_j(dev, loop_activity(dev.values, 48, 20, readout=True))
+    e = energy_j(dev, loop_activity(dev.parts, 48, 20, readout=True))
     assert set(e) == {*COMPONENTS, "total"}
     assert e["total"] == pytest.approx(sum(e[c] for c in COMPONENTS))
     # units: the static parts over the time are watts of a lab machine; a conversion costs pJ, not J or fJ
@@ -142,9 +142,9 @@ def test_precision_scaling_laws() -> None:
 def test_loop_and_tile_activities_broadcast_add_and_scale() -> None:
     dev = load_device("aoc48")
     window = (125 + 39 * 8 + 1) * 2e-8  # the readout window whatever the solve's iterations
-    act = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=True)
+    act = loop_activity(dev.parts, 48, np.array([10, 125, 200]), readout=True)
     np.testing.assert_allclose(act.time_s, [window] * 3)
-    stop = loop_activity(dev.values, 48, np.array([10, 125, 200]), readout=False)  # sampled every 8
+    stop = loop_activity(dev.parts, 48, np.array([10, 125, 200]), readout=False)  # sampled every 8
     np.testing.assert_allclose(stop.time_s, [16 * 2e-8, 128 * 2e-8, 200 * 2e-8])
     np.testing.assert_allclose(stop.adc_conversions, [48 * 2, 48 * 16, 48 * 25])
     assert act.adc_conversions == 48 * 40 and act.digital_ops == 48 * 40

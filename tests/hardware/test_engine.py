@@ -131,7 +131,8 @@ def test_readout_samples_every_interval(gen: torch.Generator) -> None:
 @pytest.mark.parametrize(("bits", "levels"), [(None, 255), (6, 31), (9, 255)])
 def test_programming_error_scale(bits: int | None, levels: int) -> None:
     # Fault guarded: the scale changing when slm.bits is unset (it is one level of the 9-bit grid).
-    assert programming_error_std({"slm.bits": bits, "slm.programming_error_levels": 0.3}) == 0.3 / levels
+    slm = load_device("aoc48-twin", {"slm.bits": bits, "slm.programming_error_levels": 0.3}).parts.slm
+    assert programming_error_std(slm) == 0.3 / levels
     w = torch.full((48, 48), 0.5, dtype=torch.float64)
     w[0, 0] = 1.0  # m = 1: W / m = 0.5 sits on the grid of every bit count tested
     dev = load_device("aoc48-twin", {"slm.bits": bits, "slm.programming_error_levels": 0.3})
@@ -227,7 +228,7 @@ def test_dark_current_offset_and_its_shot_noise(gen: torch.Generator) -> None:
     dark = OpticalLoop(load_device("aoc16-twin", {**base, "noise.dark.enabled": True, "noise.multiplier": 0.0}),
                        w, beta=18.6)
     clean = OpticalLoop(load_device("aoc16-twin"), w, beta=18.6)
-    v = dark.values
+    v = dark.device.values
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     gain = 18.6 * float(dark.optics.gain_scale)
     for with_dark, without in zip(dark.detectors(z[:1]), clean.detectors(z[:1])):
@@ -259,7 +260,7 @@ def test_dark_current_shot_noise_is_counted_once(gen: torch.Generator) -> None:
           "noise.dark.relative_spread": 0.0}
     loop = OpticalLoop(load_device("aoc16-twin", on), w, beta=18.6)
     light = OpticalLoop(load_device("aoc16-twin"), w, beta=18.6)  # the same light, no dark current
-    v = loop.values
+    v = loop.device.values
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     c, g = loop.constants(), 18.6 * float(loop.optics.gain_scale)
     t = step.nonlinearity(z, c.sigmoid, False)

@@ -31,7 +31,7 @@ def _rand(seed: int, *shape: int) -> torch.Tensor:
 def test_ideal_and_twin_profiles_hold_nothing(name: str) -> None:
     v = load_device(name).values
     assert v["readout.hold_capacitance_f"] is None and v["readout.hold_droop_per_s"] == 0.0
-    assert not Hold.from_values(v).acts
+    assert not Hold.of(load_device(name).parts).acts
 
 
 @pytest.mark.parametrize("mount", [None, Mount(count=2, multiplexed=True)])
@@ -119,7 +119,7 @@ def test_a_samples_hold_noise_is_the_same_alone_as_in_its_batch() -> None:
 
 def test_lab_profiles_assume_one_picofarad_and_a_droop() -> None:
     for name in ("aoc48", "aoc16"):
-        hold = Hold.from_values(load_device(name).values)
+        hold = Hold.of(load_device(name).parts)
         assert hold.capacitance_f == 1e-12 and hold.droop_per_s == 100.0
         assert hold.noise_std_v == pytest.approx(math.sqrt(scipy.constants.k * 300.0 / 1e-12))  # 64.4 uV
     with pytest.raises(ValueError, match=r"Hold.capacitance_f = 0.0; expected a capacitance > 0 F or None"):

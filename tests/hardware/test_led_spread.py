@@ -19,8 +19,8 @@ F64 = torch.float64
 
 
 def _cubics(profile, chip: int = 0, tile: int = 0, n: int = 48) -> torch.Tensor:
-    values = profile.with_overrides({"variation.chip_seed": chip}).values
-    return emitter_cubics(values, n, dtype=F64, device="cpu", tile=tile)
+    parts = profile.with_overrides({"variation.chip_seed": chip}).parts
+    return emitter_cubics(parts, n, dtype=F64, device="cpu", tile=tile)
 
 
 def test_spread_zero_reproduces_the_shared_cubic_bit_for_bit() -> None:

@@ -64,9 +64,10 @@ def test_tiles_on_one_module_share_its_fixed_pattern_and_each_reload_draws_a_new
     w = _weight(96, 48, seed=3)  # two tiles
     held = TiledMatrix(AOC48, w, generator=2)
     shared = TiledMatrix(AOC48, w, generator=2, mount=Mount(count=1, multiplexed=True))
-    name = "slm.distortion_pos"
-    assert not torch.equal(held.loops[0].arrays[name], held.loops[1].arrays[name])  # two modules
-    assert torch.equal(shared.loops[0].arrays[name], shared.loops[1].arrays[name])  # one module
+
+    held_slms, shared_slms = [[loop.arrays.slm for loop in m.loops] for m in (held, shared)]
+    assert not torch.equal(held_slms[0].distortion_pos, held_slms[1].distortion_pos)  # two modules
+    assert torch.equal(shared_slms[0].distortion_pos, shared_slms[1].distortion_pos)  # one module
     # programming error alone (no per-pass noise, no variation): the product changes from reload to reload
     quiet = without_noise(AOC48).with_overrides({"variation.enabled": False})
     t = torch.rand(3, 48, generator=torch.Generator().manual_seed(4), dtype=torch.float64) - 0.5

@@ -84,7 +84,7 @@ def test_predicted_floor_and_spread_match_a_long_run(case: dict) -> None:
     assert abs(spread / case["spread"] - 1) < 0.02, (spread, case["spread"])
     assert abs(floor / residual - 1) < 0.02, (floor, residual)
     if case["name"] == "clamped":  # the rails hold half the channels (no noise there)
-        rail = float(loop.values["saturation.high_v"])
+        rail = float(loop.parts.saturation.high_v)
         assert int(((case["z_star"].abs() - rail).abs() < 1e-12).sum()) == B * N // 2
 
 

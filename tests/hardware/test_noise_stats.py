@@ -52,7 +52,7 @@ def test_shot_noise_matches_2qIB(gen: torch.Generator) -> None:
     quiet, noisy, z = _samples({"noise.shot.enabled": True}, gen)
     p0, q0 = quiet.detectors(z[:1])
     p, q = noisy.detectors(z, generator=torch.Generator().manual_seed(1))
-    v = noisy.values
+    v = noisy.device.values
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     for signal, sample in ((p0, p), (q0, q)):
         current = unit * (signal / _gain(noisy) + v["noise.bias_units"])
@@ -64,7 +64,7 @@ def test_thermal_noise_matches_4kTB_over_R(gen: torch.Generator) -> None:
     quiet, noisy, z = _samples({"noise.thermal.enabled": True, "noise.thermal.feedback_resistance_ohm": 2e3}, gen)
     p0, _ = quiet.detectors(z[:1])
     p, _ = noisy.detectors(z, generator=torch.Generator().manual_seed(2))
-    v = noisy.values
+    v = noisy.device.values
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     current_std = math.sqrt(4 * BOLTZMANN_J_PER_K * 300.0 * v["noise.bandwidth_hz"] / 2e3)
     _check_moments(p - p0, torch.full((16,), _gain(noisy) * current_std / unit, dtype=torch.float64))
@@ -88,7 +88,7 @@ def test_loop_step_noise_combines_both_paths(gen: torch.Generator) -> None:
     y0 = quiet.step(z[:1], x[:1])
     y = noisy.step(z, x, generator=torch.Generator().manual_seed(4))
     p0, q0 = quiet.detectors(z[:1])
-    v = noisy.values
+    v = noisy.device.values
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     th = thermal_current_std_a(300.0, 1e4, 50e6) ** 2
 
@@ -129,9 +129,9 @@ def test_static_draws_have_their_documented_spread(gen: torch.Generator) -> None
     n = err.numel()
     assert abs(float(err.mean())) < 5 * 0.5 / math.sqrt(n)
     assert float(err.var()) / 0.25 == pytest.approx(1.0, abs=5 * math.sqrt(2 / n))
-    twin = OpticalLoop(load_device("aoc48-twin"), w, beta=18.6).arrays["detector.output_pos"]
+    twin = OpticalLoop(load_device("aoc48-twin"), w, beta=18.6).arrays.detector.output_pos
     chip = OpticalLoop(without_noise(load_device("aoc48", {"variation.relative_std": 0.02})), w, beta=18.6,
-                       generator=gen).arrays["detector.output_pos"]
+                       generator=gen).arrays.detector.output_pos
     rel = chip / twin - 1
     assert float(rel.std()) == pytest.approx(0.02, rel=5 * math.sqrt(1 / (2 * 47)))
 

@@ -57,11 +57,11 @@ def test_the_noise_model_sees_the_light_the_energy_model_pays_for(name: str) -> 
 
     # the energy model: each emitter's light, eta_link of it arriving, spread over its 2 paths' detectors
     paid = emitter_optical_power_w(dev) * v["energy.optical_link_efficiency"] / 2
-    a, b = detector_coefficients(v)
+    a, b = detector_coefficients(dev.parts)
     noise = torch.tensor([0.0, a, 2 * b], dtype=torch.float64)
     signal = 0.5 * v["noise.bias_units"] * torch.tensor([-1.0, 1.0], dtype=torch.float64)  # both ways around the bias
     folded = light_w(difference_std(signal, signal, noise) ** 2 / 2)  # the loop: one draw of D_P - D_Q
-    reference = light_w(shot_noise_std(signal, v) ** 2)  # the unfolded yardstick, per path
+    reference = light_w(shot_noise_std(signal, dev.parts.noise) ** 2)  # the unfolded yardstick, per path
     assert float(folded.mean()) == pytest.approx(paid, rel=1e-9)
     assert float(reference.mean()) == pytest.approx(paid, rel=1e-9)
 

@@ -20,6 +20,7 @@ from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.physics import sources
 from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.physics.noise import detector_light_w
+from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.hardware.engine.step import detector_signals, led_light, node_noise_variance, nonlinearity
 from aocsim.hardware.physics.sources import without_noise
@@ -50,7 +51,8 @@ def _reference(profile: DeviceProfile) -> tuple[torch.Tensor, torch.Tensor, int]
 
 
 def _amplitude(profile: DeviceProfile) -> float:
-    rng = profile["injection.clip"] if profile["injection.clip"] is not None else profile["readout.range_v"]
+    v = profile.parts
+    rng = v.injection.clip if v.injection.clip is not None else v.readout.range_v
     return float(rng[1] - rng[0]) / 2
 
 
@@ -59,35 +61,35 @@ def _static_rms(profile: DeviceProfile, source: sources.Source, w: torch.Tensor,
     base_profile = without_noise(profile, static=True).with_overrides({"slm.bits": None})
     keep = {k: profile[k] for k in source.keys if k in profile.values}
     if source is sources.PROGRAMMING:
-        keep["slm.bits"] = profile["slm.bits"]
+        keep["slm.bits"] = profile.parts.slm.bits
     base = OpticalLoop(base_profile, w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA)
     with_effect = OpticalLoop(base_profile.with_overrides(keep), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA,
                               generator=2)
     return float((with_effect.optical(z) - base.optical(z)).pow(2).mean().sqrt())
 
 
-def _per_iteration_std(source: sources.Source, v: sources.Values, loop: OpticalLoop, z: torch.Tensor
+def _per_iteration_std(source: sources.Source, v: Parts, loop: OpticalLoop, z: torch.Tensor
                        ) -> torch.Tensor:
     """Per channel and state, the std this per-iteration source (settings v) adds at the loop node [B, N]."""
     c = loop.constants()
-    t = nonlinearity(z, c.sigmoid, loop.values["nonlinearity.kind"] == "tanh")
+    t = nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh")
     if isinstance(source, sources.DetectorSource):
         a, b = source.variance_coefficients(v)
         return node_noise_variance(t, c, REFERENCE_BETA, a, 2 * b, 0.0).sqrt()
-    return node_noise_variance(t, c, REFERENCE_BETA, 0.0, 0.0, sources.rin_std(v)).sqrt()
+    return node_noise_variance(t, c, REFERENCE_BETA, 0.0, 0.0, sources.rin_std(v.noise)).sqrt()
 
 
 def _converter_std(profile: DeviceProfile, source: sources.Source) -> float:
-    v = profile.values
+    v = profile.parts
     if source is sources.DAC:
-        return float(v["injection.clip"][1] - v["injection.clip"][0]) / (2 ** v["injection.dac_bits"] - 1) / math.sqrt(12)
-    lsb = float(v["readout.range_v"][1] - v["readout.range_v"][0]) / (2 ** v["readout.adc_bits"] - 1)
-    return lsb / math.sqrt(12) / math.sqrt(v["readout.samples"])
+        return float(v.injection.clip[1] - v.injection.clip[0]) / (2 ** v.injection.dac_bits - 1) / math.sqrt(12)
+    lsb = float(v.readout.range_v[1] - v.readout.range_v[0]) / (2 ** v.readout.adc_bits - 1)
+    return lsb / math.sqrt(12) / math.sqrt(v.readout.samples)
 
 
 def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
     """Rows for every enabled source (`aocsim.hardware.physics.sources.SOURCES`), then `total (per iteration)`."""
-    v = profile.values
+    v = profile.parts
     w, z, n = _reference(profile)
     amp = _amplitude(profile)
     loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
@@ -103,9 +105,9 @@ def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
         elif source in (sources.DAC, sources.ADC):
             rows.append(_row(source.label(v), source.when, _converter_std(profile, source), amp))
         elif source is sources.HOLD:  # one sampling of an analog partial sum (tiled products only)
-            rows.append(_row(source.label(v), source.when, Hold.from_values(v).noise_std_v, amp))
+            rows.append(_row(source.label(v), source.when, Hold.of(v).noise_std_v, amp))
         elif source is sources.DRIFT:
-            rows.append(_row(source.label(v), source.when, v["drift.offset_std_v_per_inference"], amp))
+            rows.append(_row(source.label(v), source.when, v.drift.offset_std_v_per_inference, amp))
         else:
             rows.append(_row(source.label(v), source.when, _static_rms(profile, source, w, z), amp))
     rows.append(_row("total (per iteration)", sources.PER_ITERATION, math.sqrt(per_iteration_var), amp))
@@ -132,9 +134,9 @@ def reference_light(profile: DeviceProfile) -> ReferenceLight:
     w, z, _ = _reference(profile)
     loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
     c = loop.constants()
-    p, q = led_light(nonlinearity(z, c.sigmoid, loop.values["nonlinearity.kind"] == "tanh"), c.led, constant=True)
-    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), profile.values)
-    return ReferenceLight(float(light.mean()), detector_light_w(0.0, profile.values), float((light < 0).double().mean()))
+    p, q = led_light(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led, constant=True)
+    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), profile.parts.noise)
+    return ReferenceLight(float(light.mean()), detector_light_w(0.0, profile.parts.noise), float((light < 0).double().mean()))
 
 
 def format_budget(rows: list[BudgetRow]) -> str:

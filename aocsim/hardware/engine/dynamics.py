@@ -13,7 +13,7 @@ fixed-count path of the driver. What an inference did, for time and energy, is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys, settling
 from aocsim.hardware.engine.step import Constants, Layout
 from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.profiles.parts import Parts, Readout
 from aocsim.solve.result import SolveResult
 
 
@@ -30,7 +31,7 @@ class LoadedLoop(Protocol):
     """What an iteration map needs of a loaded loop (`aocsim.hardware.engine.loop.OpticalLoop`)."""
 
     n: int
-    values: Mapping[str, Any]
+    parts: Parts
     compile: bool
     response: float
     constant_schedules: bool
@@ -60,13 +61,13 @@ class LoopMap:
         self.z_before: torch.Tensor | None = None
         self.fast = loop.compile and not torch.is_grad_enabled()
         self.states: list[torch.Tensor] | None = [] if record else None
-        v = loop.values
+        v = loop.parts
         self.readout = readout
         if readout:
-            self.settle, self.interval = v["readout.settle_iterations"], v["readout.sample_interval_iterations"]
-            self.samples = v["readout.samples"]
+            self.settle, self.interval = v.readout.settle_iterations, v.readout.sample_interval_iterations
+            self.samples = v.readout.samples
             self.total = self.settle + (self.samples - 1) * self.interval + 1
-            self.adc = (float(v["readout.range_v"][0]), float(v["readout.range_v"][1]), v["readout.adc_bits"])
+            self.adc = (float(v.readout.range_v[0]), float(v.readout.range_v[1]), v.readout.adc_bits)
             self.sum: torch.Tensor | None = None
             self.taken = 0
 
@@ -131,7 +132,7 @@ class LoopMap:
         return settling.spread(self.channels(z))
 
 
-def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, readout: bool) -> Activity:
+def loop_activity(parts: Parts, channels: int, iterations: Any, *, readout: bool) -> Activity:
     """What one native inference does on the machine (per sample when `iterations` is an array).
 
     The input goes in once through the DAC (N conversions) and stays; the loop runs in analog. The ADC
@@ -143,12 +144,12 @@ def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, 
     round trips from the start and stops at the first sample after the criterion holds: ceil(k / m)
     samples and as many windows of m round trips for k iterations (docs/PHYSICS.md section 6).
     """
-    rt = float(values["loop.round_trip_s"])
-    m = int(values["readout.sample_interval_iterations"])
+    rt = float(parts.loop.round_trip_s)
+    m = int(parts.readout.sample_interval_iterations)
     its = np.asarray(iterations, dtype=np.float64)
     if readout:
-        k = int(values["readout.samples"])
-        window = values["readout.settle_iterations"] + (k - 1) * m + 1
+        k = int(parts.readout.samples)
+        window = parts.readout.settle_iterations + (k - 1) * m + 1
         trips = np.full_like(its, float(window))
         return Activity(trips * rt, channels, channels * k, channels * k, round_trips=trips, channels=channels)
     samples = np.maximum(np.ceil(its / m), 1.0)
@@ -156,12 +157,12 @@ def loop_activity(values: Mapping[str, Any], channels: int, iterations: Any, *, 
                     channels=channels)
 
 
-def stop_rule(values: Mapping[str, Any], *, readout: bool) -> str:
+def stop_rule(sampling: Readout, *, readout: bool) -> str:
     """The stop rule behind a native inference's time and energy, in words (`loop_activity`)."""
-    m = int(values["readout.sample_interval_iterations"])
+    m = int(sampling.sample_interval_iterations)
     if readout:
-        return (f"readout stop: {values['readout.settle_iterations']} round trips to settle, then "
-                f"{values['readout.samples']} ADC samples, one every {m}")
+        return (f"readout stop: {sampling.settle_iterations} round trips to settle, then "
+                f"{sampling.samples} ADC samples, one every {m}")
     return f"early stop: the state sampled every {m} round trips, stopped at the first sample that meets the tolerance"
 
 

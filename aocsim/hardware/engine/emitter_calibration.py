@@ -48,14 +48,14 @@ SHAPES: Memo[tuple[torch.Tensor, torch.Tensor]] = Memo(
 
 def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, input_range: float) -> torch.Tensor:
     """[4, N]: per emitter (k3, k2, 1, 0) measured with W = sign I on `module` (N = n channels)."""
-    key = chip_key(profile.values).fold(keys.Stream.EMITTER_CALIBRATION, module)
+    key = chip_key(profile.parts).fold(keys.Stream.EMITTER_CALIBRATION, module)
     eye = torch.eye(n, dtype=torch.float64)
     loop = OpticalLoop(profile, sign * eye, gain="absolute", generator=key.fold(0), module=module)
     levels = loop.injection(torch.linspace(-input_range, input_range, LEVELS, dtype=torch.float64))
     x = torch.diag_embed(levels[:, None].expand(LEVELS, n)).reshape(-1, n)  # row (level, emitter)
     layout, c, gain, k0 = loop.layout(), loop.constants(), loop.node(0, x)[0], loop.k0()
-    v = profile.values
-    low, high = (float(b) for b in v["readout.range_v"])
+    v = profile.parts
+    low, high = (float(b) for b in v.readout.range_v)
     total = torch.zeros(LEVELS, n, dtype=torch.float64)
     outputs = torch.arange(n).repeat(LEVELS)  # row (level, emitter i) reads output i
     stream = key.fold(1 + int(sign > 0)).tensor()
@@ -73,7 +73,7 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
             counters = keys.sample_counters(ids, n) if layout.draws else None
             node = optical(x, c, gain, layout, stream if layout.draws else None, counters, k0
                            ).gather(1, outputs[:, None])[:, 0]
-        reading = C.quantize_range(node, low, high, v["readout.adc_bits"])
+        reading = C.quantize_range(node, low, high, v.readout.adc_bits)
         total += reading.reshape(LEVELS, n)  # output i while emitter i is driven
     own = total / (REPEATS if layout.draws else 1)
     powers = torch.stack([levels ** p for p in range(4)], dim=1)  # [LEVELS, 4]
@@ -100,9 +100,9 @@ def drive_shapes(profile: DeviceProfile, n: int, module: int, input_range: float
     """The two LED cubics a tile on `module` predistorts with (`components.predistort_drive` inverts their
     mean): the profile's, shared by every emitter, without a spread (`emitter.cubic_spread` = 0), else
     each emitter's measured shape [4, N] (`measured_shapes`)."""
-    v = profile.values
-    if v["emitter.cubic_spread"] == 0:
-        return tuple(float(c) for c in v["emitter.poly_pos"]), tuple(float(c) for c in v["emitter.poly_neg"])
+    v = profile.parts
+    if v.emitter.cubic_spread == 0:
+        return tuple(float(c) for c in v.emitter.poly_pos), tuple(float(c) for c in v.emitter.poly_neg)
     return measured_shapes(profile, n, module, input_range, dtype, device)
 
 

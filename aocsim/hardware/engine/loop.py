@@ -70,7 +70,7 @@ class OpticalLoop:
         self.device = load_device(device) if isinstance(device, str) else device
         if not isinstance(self.device, DeviceProfile):
             raise InputError(f"device must be a DeviceProfile or a profile name; got {type(device).__name__}")
-        v = self.values = self.device.values
+        v = self.parts = self.device.parts
         self.weight = self._check_weight(weight)
         n = self.n = self.weight.shape[0]
         dtype, dev = self.weight.dtype, self.weight.device
@@ -88,19 +88,19 @@ class OpticalLoop:
         self.bias = None if bias is None else check_state("bias", bias, n, allow_1d=True).to(dtype)
         module = tile if module is None else module
         self.arrays = channel_arrays(v, n, dtype=dtype, device=dev, tile=module)
-        slm = program_slm(v, self.weight, keys.as_key(generator), tile=tile)
+        slm = program_slm(v.slm, self.weight, keys.as_key(generator), tile=tile)
         self.programming_error, self.m = slm.error, slm.scale
         dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=module)
-        self.optics: FoldedOptics = fold(v, self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
-        self.coeffs = None if v["nonlinearity.coeffs"] is None else self._tensor(v["nonlinearity.coeffs"])
+        self.optics: FoldedOptics = fold(self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
+        self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(v.nonlinearity.coeffs)
         # each emitter's cubics [4, N] per path (the chip's spread about the profile's; `emitter_cubics`)
         self.poly_pos, self.poly_neg = emitter_cubics(v, n, dtype=dtype, device=dev, tile=module).unbind(0)
-        self.poly_pos_f = tuple(float(c) for c in v["emitter.poly_pos"])
-        self.poly_neg_f = tuple(float(c) for c in v["emitter.poly_neg"])
-        self.rin_std = sources.rin_std(v)
+        self.poly_pos_f = tuple(float(c) for c in v.emitter.poly_pos)
+        self.poly_neg_f = tuple(float(c) for c in v.emitter.poly_neg)
+        self.rin_std = sources.rin_std(v.noise)
         self._var_a, self._var_b = sources.detector_coefficients(v)
-        bw = v["loop.bandwidth_hz"]
-        self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v["loop.round_trip_s"])
+        bw = v.loop.bandwidth_hz
+        self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v.loop.round_trip_s)
         zero = torch.zeros(n, dtype=dtype, device=dev)
         self.drift_state = _drift if _drift is not None else (zero, zero.clone())
         self._consts: Constants | None = None
@@ -146,10 +146,10 @@ class OpticalLoop:
         return (1.0 + gain) * self.optics.k0 + offset
 
     def layout(self) -> Layout:
-        v = self.values
-        return Layout(tanh=v["nonlinearity.kind"] == "tanh", rin=self.rin_std > 0,
+        v = self.parts
+        return Layout(tanh=v.nonlinearity.kind == "tanh", rin=self.rin_std > 0,
                       detector_noise=self._var_a > 0 or self._var_b > 0, momentum=self.gamma is not None,
-                      saturate=bool(v["saturation.enabled"]), respond=self.response != 1.0)
+                      saturate=bool(v.saturation.enabled), respond=self.response != 1.0)
 
     @property
     def needs_generator(self) -> bool:
@@ -162,11 +162,11 @@ class OpticalLoop:
 
     def node(self, k: int, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(g, alpha + gamma, gamma, low rail, high rail, response) at iteration k, 0-dim tensors."""
-        v = self.values
+        v = self.parts
         g = self.beta(k) if self.gain == "normalized" else 1.0
         a = self.alpha(k) if self.alpha is not None else 0.0
         m = self.gamma(k) if self.gamma is not None else 0.0
-        low, high = (v["saturation.low_v"], v["saturation.high_v"]) if v["saturation.enabled"] else (0.0, 0.0)
+        low, high = (v.saturation.low_v, v.saturation.high_v) if v.saturation.enabled else (0.0, 0.0)
         parts = (g, a + m, m, low, high, self.response)
         if any(isinstance(p, torch.Tensor) for p in parts):  # trainable gains keep their graph
             return tuple(torch.as_tensor(p, dtype=like.dtype, device=like.device) for p in parts)
@@ -178,29 +178,29 @@ class OpticalLoop:
 
     def injection(self, x: torch.Tensor) -> torch.Tensor:
         """clip(x + b) on the DAC grid: the input term of every iteration."""
-        v = self.values
+        v = self.parts
         u = x if self.bias is None else x + self.bias
-        clip = v["injection.clip"]
+        clip = v.injection.clip
         if clip is None:
             return u
-        low, high, bits = float(clip[0]), float(clip[1]), v["injection.dac_bits"]
+        low, high, bits = float(clip[0]), float(clip[1]), v.injection.dac_bits
         return C.dac(u, low, high, None if bits is None else C.code_step(low, high, bits))
 
     def drifted(self, generator: keys.Seed) -> "OpticalLoop":
         """The same loop one inference later: its output gain and offset, and its emitters' cubics
         (`cubics_drifted`), take one random-walk step."""
-        v = self.values
-        if not v["drift.enabled"]:
+        v = self.parts
+        if not v.drift.enabled:
             return self
         key = keys.as_key(generator)
         d = keys.normals(key.fold(keys.Stream.DRIFT), (2, self.n), dtype=self.weight.dtype, device=self.weight.device)
         gain, offset = self.drift_state
-        return self.cubics_drifted(key)._with(drift_state=(gain + v["drift.gain_std_per_inference"] * d[0],
-                                                           offset + v["drift.offset_std_v_per_inference"] * d[1]))
+        return self.cubics_drifted(key)._with(drift_state=(gain + v.drift.gain_std_per_inference * d[0],
+                                                           offset + v.drift.offset_std_v_per_inference * d[1]))
 
     def cubics_drifted(self, generator: keys.Seed) -> "OpticalLoop":
         """The loop with its emitters' cubics one inference's drift later (`programming.drift_cubics`)."""
-        cubics = drift_cubics(self.values, torch.stack([self.poly_pos, self.poly_neg]), keys.as_key(generator))
+        cubics = drift_cubics(self.parts.drift, torch.stack([self.poly_pos, self.poly_neg]), keys.as_key(generator))
         return self if cubics is None else self._with(poly_pos=cubics[0], poly_neg=cubics[1])
 
     def _with(self, **changes: Any) -> "OpticalLoop":
@@ -290,7 +290,7 @@ class OpticalLoop:
         result = solve(m, z, solver="picard", atol=atol, rtol=rtol, max_iter=max_iter, trace=trace,
                        return_best=False, early_stop=stop == "tolerance",
                        floor_spreads=FLOOR_SPREADS if floor_spreads is None else floor_spreads, patience=patience)
-        activity = loop_activity(self.values, self.n, result.iterations.cpu().numpy(), readout=stop == "readout")
+        activity = loop_activity(self.parts, self.n, result.iterations.cpu().numpy(), readout=stop == "readout")
         z_out = m.reading() if stop == "readout" else result.z
         solved = {f.name: getattr(result, f.name) for f in fields(SolveResult)}
         return LoopSolve(**{**solved, "z": z_out}, activity=activity)

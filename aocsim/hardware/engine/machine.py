@@ -19,10 +19,10 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 
 def machine_words(profile: DeviceProfile, modules: int | None) -> str:
     """What a product's time counts on the machine of `modules` (None: one per tile), in words."""
-    rt = f"{float(profile.values['loop.round_trip_s']) * 1e9:.3g} ns"
+    rt = f"{float(profile.parts.loop.round_trip_s) * 1e9:.3g} ns"
     if modules is None:
         return f"on one module per tile (weight-stationary): all tiles at once, {rt} per pass"
-    reload = float(profile.values["slm.reload_time_s"])
+    reload = float(profile.parts.slm.reload_time_s)
     return (f"on {modules} module{'s' * (modules > 1)} (time-multiplexed where it has more tiles: every product "
             f"writes each tile again, {reload:g} s per weight load, then waves of {modules} tiles, {rt} per pass)")
 

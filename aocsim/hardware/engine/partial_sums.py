@@ -20,8 +20,6 @@ counters (sample, output channel) from `keys.sample_counters`, cosine half: a sa
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 
 from aocsim.errors import InputError
@@ -29,6 +27,7 @@ from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal
 from aocsim.hardware.engine.machine import wave_time_s, waves
 from aocsim.hardware.physics.hold import Hold
+from aocsim.hardware.profiles.parts import Parts
 
 
 def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, round_trip_s: float,
@@ -52,7 +51,7 @@ def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, round_trip_s
     return sampled, held
 
 
-def analog_sum(partials: torch.Tensor, values: Mapping[str, Any], grid: tuple[int, int], tile_size: int,
+def analog_sum(partials: torch.Tensor, parts: Parts, grid: tuple[int, int], tile_size: int,
                wave: int | None, passes: int, bases: list[keys.Key] | None, call: int, samples: torch.Tensor
                ) -> torch.Tensor:
     """The ADC's input [K, B, M] from the partials [cols, K, B, M] (node volts; K may be 1 for `passes` that
@@ -61,24 +60,24 @@ def analog_sum(partials: torch.Tensor, values: Mapping[str, Any], grid: tuple[in
     bases: the passes' keys (`TiledMatrix.pass_keys`; None without a key); samples: stream indices [B].
     Its preparation (`hold_gates`, `hold_draws`) and its arithmetic (`held_sum`) are apart, so that a
     compiled tile product runs the arithmetic with every number an input."""
-    gates = hold_gates(values, grid, tile_size, partials.shape[-1], wave, passes, partials.dtype, partials.device)
+    gates = hold_gates(parts, grid, tile_size, partials.shape[-1], wave, passes, partials.dtype, partials.device)
     if gates is None:
         return partials.sum(0)
-    draws = hold_draws(values, bases, call, grid[0] * grid[1], samples, tile_size)
+    draws = hold_draws(parts, bases, call, grid[0] * grid[1], samples, tile_size)
     return held_sum(partials, *gates, draws, grid[0], tile_size, passes)
 
 
-def hold_gates(values: Mapping[str, Any], grid: tuple[int, int], tile_size: int, outputs: int, wave: int | None,
+def hold_gates(parts: Parts, grid: tuple[int, int], tile_size: int, outputs: int, wave: int | None,
                passes: int, dtype: torch.dtype, device: torch.device | str
                ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(gate, keep) [cols, M] of a hold that acts (None where none does, or with one tile column): the kT/C
     std where row r's running sum is sampled after tile column c (else 0), and what its sample keeps of
     itself while held (`hold_plan`)."""
-    hold = Hold.from_values(values)
+    hold = Hold.of(parts)
     if not hold.acts or grid[1] == 1:
         return None
-    reload_s = float(values["slm.reload_time_s"]) if wave is not None else 0.0
-    sampled, held = hold_plan(grid, wave, passes, float(values["loop.round_trip_s"]), reload_s)
+    reload_s = float(parts.slm.reload_time_s) if wave is not None else 0.0
+    sampled, held = hold_plan(grid, wave, passes, float(parts.loop.round_trip_s), reload_s)
 
     def per_output(table: list[list]) -> torch.Tensor:  # [rows][cols] -> [cols, M]: row r's on its outputs
         return torch.tensor(table, dtype=dtype, device=device).T.repeat_interleave(tile_size, dim=1)[:, :outputs]
@@ -86,13 +85,13 @@ def hold_gates(values: Mapping[str, Any], grid: tuple[int, int], tile_size: int,
     return per_output(sampled) * hold.noise_std_v, torch.exp(-hold.droop_per_s * per_output(held))
 
 
-def hold_draws(values: Mapping[str, Any], bases: list[keys.Key] | None, call: int | torch.Tensor, tiles: int,
+def hold_draws(parts: Parts, bases: list[keys.Key] | None, call: int | torch.Tensor, tiles: int,
                samples: torch.Tensor, tile_size: int, loads: int = 1) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The kT/C streams (key.fold(HOLD, call, i) of each pass's key) and counters of a hold with a
     capacitance (None without): [T, K, 1, 1] and [B, tile_size] for one load, or with `loads` S > 1
     (bases in the order (load, pass); the rows S groups of G) [T, K, S, 1, 1] and [S, G, tile_size].
     With a call per row (int64 [S G]) the streams' 1 of the rows is G: each row's own."""
-    if Hold.from_values(values).noise_std_v == 0:
+    if Hold.of(parts).noise_std_v == 0:
         return None
     if bases is None:
         raise InputError("generator = None; the profile draws kT/C noise on analog partial sums "

@@ -11,7 +11,7 @@ Static effects are drawn once, from keyed streams (`aocsim.hardware.engine.keys`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.physics.sources import dark_offset_units
+from aocsim.hardware.profiles.parts import Drift, Parts, Slm
 
 # Calibrated per-channel arrays that chip-to-chip variation perturbs.
 VARIED_KEYS = (
@@ -31,73 +32,70 @@ VARIED_KEYS = (
 )
 
 
-def chip_key(values: Mapping[str, Any]) -> keys.Key:
+def chip_key(parts: Parts) -> keys.Key:
     """The root of the chip's streams (`variation.chip_seed`; `keys.chip_root`)."""
-    return keys.chip_root(values["variation.chip_seed"])
+    return keys.chip_root(parts.variation.chip_seed)
 
 
 MEMO_SIZE = 512  # chip x tile x size entries of static draws kept (a few kB each)
 
 
 def _cached(build: Callable[..., Any]) -> Callable[..., Any]:
-    """`build(values, n, dtype=, device=, tile=)` memoised (aocsim/hardware/engine/memo.py, in memory) on the
-    profile's values (all of them, so that no edit of a profile can meet a stale entry): a chip's static
+    """`build(parts, n, dtype=, device=, tile=)` memoised (aocsim/hardware/engine/memo.py, in memory) on the
+    device's components (all of them, so that no edit of a profile can meet a stale entry): a chip's static
     draws are made once however many weight loads (tiles, fits, seeds) it takes. Callers do not change
     the tensors returned."""
     memo: Memo[Any] = Memo(build.__name__.strip("_"), MEMO_SIZE)
 
-    def cached(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device | str,
-               tile: int = 0) -> Any:
-        return memo((values, n, dtype, torch.device(device), tile),
-                    lambda: build(values, n, dtype=dtype, device=device, tile=tile))
+    def cached(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.device | str, tile: int = 0) -> Any:
+        return memo((parts, n, dtype, torch.device(device), tile),
+                    lambda: build(parts, n, dtype=dtype, device=device, tile=tile))
 
     cached.__doc__ = build.__doc__
     return cached
 
 
-def _channel_arrays(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
-                    tile: int = 0) -> dict[str, torch.Tensor | None]:
-    """Per-channel calibration arrays as tensors of size n, perturbed for the chip when variation is on.
+def _channel_arrays(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.device, tile: int = 0) -> Parts:
+    """The device's components with every per-channel array (`PER_CHANNEL`) a tensor of size n, perturbed
+    for the chip when variation is on (None stays None).
 
     Variation multiplies every entry of each array in VARIED_KEYS by (1 + s n_ij), n_ij standard
     normal from the chip's stream (one sub-stream per array).
     """
-    from aocsim.hardware.profiles.schema import BY_KEY, N
+    from aocsim.hardware.profiles.schema import BY_KEY, PER_CHANNEL
 
-    s = values["variation.relative_std"] if values["variation.enabled"] else 0.0
-    key = chip_key(values).fold(keys.Stream.VARIATION, tile)
-    out: dict[str, torch.Tensor | None] = {}
-    for key_name, spec in BY_KEY.items():
-        if not (spec.shape and spec.shape[0] == N):
-            continue
-        raw = values[key_name]
+    s = parts.variation.relative_std if parts.variation.enabled else 0.0
+    key = chip_key(parts).fold(keys.Stream.VARIATION, tile)
+
+    def on_chip(key_name: str, raw: Any) -> torch.Tensor | None:
         if raw is None:
-            out[key_name] = None
-            continue
+            return None
+        shape = BY_KEY[key_name].shape or ()
         arr = torch.tensor(np.array(raw, dtype=np.float64), device=device)
-        arr = arr.expand(n, *spec.shape[1:]) if arr.ndim < len(spec.shape) else arr
+        arr = arr.expand(n, *shape[1:]) if arr.ndim < len(shape) else arr
         if s > 0 and key_name in VARIED_KEYS:
             draw = keys.normals(key.fold(VARIED_KEYS.index(key_name)), tuple(arr.shape), dtype=torch.float64,
                                 device=device)
             arr = arr * (1.0 + s * draw)
-        out[key_name] = arr.to(dtype=dtype).contiguous()
-    return out
+        return arr.to(dtype=dtype).contiguous()
+
+    return parts.map_leaves(PER_CHANNEL, on_chip)
 
 
-def _dark_offsets(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+def _dark_offsets(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.device,
                   tile: int = 0) -> torch.Tensor | None:
     """Each detector's dark current in detector units, [2N] = [P path; Q path]; None when off.
 
     I_dark (1 + spread n), n standard normal per detector from the chip's stream, clamped at 0.
     """
-    mean = dark_offset_units(values)
+    mean = dark_offset_units(parts.noise)
     if mean == 0.0:
         return None
-    draw = keys.normals(chip_key(values).fold(keys.Stream.DARK, tile), (2 * n,), dtype=torch.float64, device=device)
-    return (mean * (1.0 + values["noise.dark.relative_spread"] * draw)).clamp_min(0.0).to(dtype)
+    draw = keys.normals(chip_key(parts).fold(keys.Stream.DARK, tile), (2 * n,), dtype=torch.float64, device=device)
+    return (mean * (1.0 + parts.noise.dark.relative_spread * draw)).clamp_min(0.0).to(dtype)
 
 
-def _emitter_cubics(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, device: torch.device,
+def _emitter_cubics(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.device,
                     tile: int = 0) -> torch.Tensor:
     """Each emitter's two LED cubics, [2, 4, n] (path +/-, power highest first, emitter).
 
@@ -105,12 +103,12 @@ def _emitter_cubics(values: Mapping[str, Any], n: int, *, dtype: torch.dtype, de
     s = `emitter.cubic_spread`, n standard normal from the chip's stream (EMITTER, tile); the linear
     and constant terms stay (an emitter's efficiency spread is the fan-in arrays' variation).
     """
-    nominal = torch.tensor(np.array([values["emitter.poly_pos"], values["emitter.poly_neg"]], dtype=np.float64),
+    nominal = torch.tensor(np.array([parts.emitter.poly_pos, parts.emitter.poly_neg], dtype=np.float64),
                            device=device)
     cubics = nominal[:, :, None].expand(2, 4, n)
-    s = values["emitter.cubic_spread"]
+    s = parts.emitter.cubic_spread
     if s > 0:
-        draw = keys.normals(chip_key(values).fold(keys.Stream.EMITTER, tile), (2, 2, n), dtype=torch.float64,
+        draw = keys.normals(chip_key(parts).fold(keys.Stream.EMITTER, tile), (2, 2, n), dtype=torch.float64,
                             device=device)
         cubics = torch.cat([cubics[:, :2] * (1.0 + s * draw), cubics[:, 2:]], dim=1)
     return cubics.to(dtype).contiguous()
@@ -122,13 +120,13 @@ emitter_cubics = _cached(_emitter_cubics)
 CUBIC_DRIFT = 1  # under Stream.DRIFT: the emitters' cubic step (the gain and offset step folds nothing more)
 
 
-def drift_cubics(values: Mapping[str, Any], cubics: torch.Tensor, key: keys.Key | None) -> torch.Tensor | None:
+def drift_cubics(drift: Drift, cubics: torch.Tensor, key: keys.Key | None) -> torch.Tensor | None:
     """Each emitter's cubics [2, 4, n] one inference later: the t^3 and t^2 coefficients, per path, times
     (1 + c n), c = `drift.cubic_std_per_inference`, n standard normal from key.fold(DRIFT, CUBIC_DRIFT): a
     relative random walk away from what predistortion measured (docs/PHYSICS.md section 3). None when c
     is 0 or drift is off (nothing drawn)."""
-    c = float(values["drift.cubic_std_per_inference"])
-    if not values["drift.enabled"] or c == 0.0:
+    c = float(drift.cubic_std_per_inference)
+    if not drift.enabled or c == 0.0:
         return None
     if key is None:
         raise InputError(f"generator = None; the emitters' cubics drift (drift.cubic_std_per_inference = {c:g}), "
@@ -152,24 +150,24 @@ class Programmed:
     error: torch.Tensor | None
 
 
-def programming_error_std(values: Mapping[str, Any]) -> float:
+def programming_error_std(slm: Slm) -> float:
     """std of the programming error in units of W / m: sigma levels of the b-bit grid (9 bits when unset)."""
-    bits = values["slm.bits"] if values["slm.bits"] is not None else 9
-    return values["slm.programming_error_levels"] / (2 ** (bits - 1) - 1)
+    bits = slm.bits if slm.bits is not None else 9
+    return slm.programming_error_levels / (2 ** (bits - 1) - 1)
 
 
-def program_slm(values: Mapping[str, Any], weight: torch.Tensor, key: keys.Key | None, *, tile: int = 0
+def program_slm(slm: Slm, weight: torch.Tensor, key: keys.Key | None, *, tile: int = 0
                 ) -> Programmed:
     """Normalise by max |W|, quantise (straight-through), add the static programming error, split by sign."""
     m = weight.abs().max()
     m = torch.where(m > 0, m, torch.ones_like(m))
-    w = C.quantize_signed(weight / m, values["slm.bits"])
+    w = C.quantize_signed(weight / m, slm.bits)
     error = None
-    if values["slm.programming_error_levels"] > 0:
+    if slm.programming_error_levels > 0:
         if key is None:
             raise InputError("generator is required: the profile draws a static SLM programming error "
-                             f"(slm.programming_error_levels = {values['slm.programming_error_levels']})")
+                             f"(slm.programming_error_levels = {slm.programming_error_levels})")
         draw = keys.normals(key.fold(keys.Stream.PROGRAMMING, tile), tuple(w.shape), dtype=w.dtype, device=w.device)
-        error = programming_error_std(values) * draw
+        error = programming_error_std(slm) * draw
         w = w + error
     return Programmed(torch.relu(w), torch.relu(-w), m, error)

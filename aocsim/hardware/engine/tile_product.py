@@ -147,7 +147,7 @@ class LoadStack:
                              "so expected a Key per load")
         m = first.weight.shape[0]
         (rows, cols), ts, n = first.grid, first.tile_size, first.channels
-        layout, v = first.loops[0].layout(), first.profile.values
+        layout, v = first.loops[0].layout(), first.profile.parts
         at = (t.dtype, t.device)
         if partial_sums == "analog" and (passes, at) not in first._gates:  # the hold's plan, kept
             first._gates[passes, at] = hold_gates(v, first.grid, ts, m, first.modules if first.multiplexed else None,
@@ -159,13 +159,13 @@ class LoadStack:
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
         every = None if bases[0] is None else [b for each in bases for b in each]  # by (load, pass)
-        clip, dac_bits, adc_bits = v["injection.clip"], v["injection.dac_bits"], v["readout.adc_bits"]
+        clip, dac_bits, adc_bits = v.injection.clip, v.injection.dac_bits, v.readout.adc_bits
         plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
                     adc_bits is not None, first.predistort, keep_partials, s)
         shared = {"input_range": first.input_range, "dac": converter(clip, dac_bits),
                   "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(),
                   "k0": k0, "gain": first.loops[0].node(0, t)[0], "gate": None if gates is None else gates[0],
-                  "keep": None if gates is None else gates[1], "adc": converter(v["readout.range_v"], adc_bits)}
+                  "keep": None if gates is None else gates[1], "adc": converter(v.readout.range_v, adc_bits)}
 
         def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None

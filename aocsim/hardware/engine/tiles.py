@@ -84,9 +84,9 @@ def _input_range(profile: DeviceProfile, input_range: object) -> float:
                 0 < input_range < math.inf):
             raise InputError(f"input_range = {input_range!r}; expected a number > 0 (volts) or None")
         return float(input_range)
-    v = profile.values
-    swing = 1.0 if v["nonlinearity.kind"] == "tanh" else abs(float(v["nonlinearity.coeffs"][3]))
-    clip = v["injection.clip"]
+    v = profile.parts
+    swing = 1.0 if v.nonlinearity.kind == "tanh" else abs(float(v.nonlinearity.coeffs[3]))
+    clip = v.injection.clip
     if clip is None:
         return swing
     r = min(-float(clip[0]), float(clip[1]))
@@ -163,13 +163,13 @@ class TiledMatrix:
         written onto its module first when time-multiplexed (a weight load and its reload time), the
         DAC conversions of every tile row's input, the ADC conversions of the outputs (`conversions`),
         and each reading added into its output digitally (digital partial sums; the K passes' mean)."""
-        v = self.profile.values
+        v = self.profile.parts
         dac, adc = self.conversions(partial_sums)
         tiles = self.grid[0] * self.grid[1]
         loads = tiles if self.multiplexed else 0
         added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
-        reload = float(v["slm.reload_time_s"]) if self.multiplexed else 0.0
-        time = sum(wave_time_s(n, passes, float(v["loop.round_trip_s"]), reload) for n in waves(tiles, self.modules))
+        reload = float(v.slm.reload_time_s) if self.multiplexed else 0.0
+        time = sum(wave_time_s(n, passes, float(v.loop.round_trip_s), reload) for n in waves(tiles, self.modules))
         return Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
                         weight_loads=loads, channels=self.channels,
                         modules=self.mount.count if self.multiplexed else tiles)

@@ -27,6 +27,7 @@ from aocsim._checks import integer, short
 from aocsim.errors import InputError
 from aocsim.hardware.physics import sources
 from aocsim.hardware.physics.noise import detector_light_w
+from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.units import ops_per_watt, si
 
@@ -116,18 +117,18 @@ def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
 def emitter_optical_power_w(profile: DeviceProfile) -> float:
     """Mean optical power of one emitter, W: 2 P_unit bias / eta_link (docs/PHYSICS.md section 6): the mean
     light on its detectors (`detector_light_w` at zero signal, the light the shot noise sees) on both paths."""
-    v = profile.values
-    return 2.0 * detector_light_w(0.0, v) / v["energy.optical_link_efficiency"]
+    v = profile.parts
+    return 2.0 * detector_light_w(0.0, v.noise) / v.energy.optical_link_efficiency
 
 
 def static_power_w(profile: DeviceProfile, channels: int | None = None) -> dict[str, float]:
     """Static electrical power per component, W: emitters, slm, detectors_tia (N channels lit)."""
-    v = profile.values
+    v = profile.parts
     n = _channels(profile, channels, "static_power_w")
     return {
-        "emitters": n * emitter_optical_power_w(profile) / v["energy.emitter_wall_plug_efficiency"],
-        "slm": float(v["energy.slm_power_w"]),
-        "detectors_tia": n * float(v["energy.detector_tia_power_w"]),
+        "emitters": n * emitter_optical_power_w(profile) / v.energy.emitter_wall_plug_efficiency,
+        "slm": float(v.energy.slm_power_w),
+        "detectors_tia": n * float(v.energy.detector_tia_power_w),
     }
 
 
@@ -139,22 +140,22 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     """
     if not isinstance(activity, Activity):
         raise InputError(f"activity = {short(activity)}; expected an aocsim.hardware.physics.energy.Activity")
-    v = profile.values
+    v = profile.parts
     if activity.channels is None and profile.channels is None and not np.any(np.asarray(activity.time_s) > 0):
         power = dict.fromkeys(STATIC, 0.0)  # nothing ran on the optics: none powered
     else:
         power = static_power_w(profile, activity.channels)
     modules = activity.modules or 1
     out: dict[str, Number] = {name: modules * p * activity.time_s for name, p in power.items()}
-    out["slm"] = out["slm"] + activity.weight_loads * v["energy.slm_reload_energy_j"]
-    out["dac"] = activity.dac_conversions * v["energy.dac_energy_j"]
-    out["adc"] = activity.adc_conversions * v["energy.adc_energy_j"]
-    out["digital"] = activity.digital_ops * v["energy.digital_energy_per_op_j"]
+    out["slm"] = out["slm"] + activity.weight_loads * v.energy.slm_reload_energy_j
+    out["dac"] = activity.dac_conversions * v.energy.dac_energy_j
+    out["adc"] = activity.adc_conversions * v.energy.adc_energy_j
+    out["digital"] = activity.digital_ops * v.energy.digital_energy_per_op_j
     out["total"] = sum(out[name] for name in COMPONENTS)
     return out
 
 
-def light_scale(values: sources.Values, bits_change: float) -> float:
+def light_scale(parts: Parts, bits_change: float) -> float:
     """Factor k on the light (`noise.power_per_unit_w`) that moves the detector noise by `bits_change` bits.
 
     At the bias light, in detector units, the shot noise's variance falls as 1 / k and the thermal and
@@ -163,8 +164,8 @@ def light_scale(values: sources.Values, bits_change: float) -> float:
     4^d when shot noise dominates, 2^d when the currents' noise does. Without detector noise, 4^d
     (shot-noise-limited light, the sizing convention).
     """
-    shot = sources.SHOT.variance_coefficients(values)[1]
-    total = sum(s.variance_coefficients(values)[1] for s in sources.DETECTOR_SOURCES)
+    shot = sources.SHOT.variance_coefficients(parts)[1]
+    total = sum(s.variance_coefficients(parts)[1] for s in sources.DETECTOR_SOURCES)
     s = shot / total if total > 0 else 1.0
     r = 4.0 ** -bits_change
     return (s + math.sqrt(s * s + 4.0 * (1.0 - s) * r)) / (2.0 * r)
@@ -180,14 +181,14 @@ def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
     injection.dac_bits, readout.adc_bits) is set separately.
     """
     bits = integer(bits, "bits", minimum=1)
-    v = profile.values
-    d = bits - v["energy.precision_bits"]
+    v = profile.parts
+    d = bits - v.energy.precision_bits
     if d == 0:
         return profile
     return profile.with_overrides({
-        "noise.power_per_unit_w": v["noise.power_per_unit_w"] * light_scale(v, d),
-        "energy.dac_energy_j": v["energy.dac_energy_j"] * 2.0 ** d,
-        "energy.adc_energy_j": v["energy.adc_energy_j"] * 2.0 ** d,
+        "noise.power_per_unit_w": v.noise.power_per_unit_w * light_scale(v, d),
+        "energy.dac_energy_j": v.energy.dac_energy_j * 2.0 ** d,
+        "energy.adc_energy_j": v.energy.adc_energy_j * 2.0 ** d,
         "energy.precision_bits": bits,
     })
 
@@ -207,10 +208,10 @@ def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting
         profile = at_precision(profile, bits)
     n = _channels(profile, channels, "tops_per_watt")
     if converting is None:
-        converting = bool(profile.values["energy.converts_every_round_trip"])
+        converting = bool(profile.parts.energy.converts_every_round_trip)
     # one round trip of the loop; converting: N values in through the DAC, N out through the ADC, and
     # N digital additions (each reading accumulated), as a tile pass of a full N x N tile records
-    activity = Activity(float(profile.values["loop.round_trip_s"]), *((n, n, n) if converting else (0, 0, 0)),
+    activity = Activity(float(profile.parts.loop.round_trip_s), *((n, n, n) if converting else (0, 0, 0)),
                         round_trips=1, channels=n)
     total = float(energy_j(profile, activity)["total"])
     return math.inf if total == 0 else 2.0 * n * n / total / 1e12
@@ -240,15 +241,15 @@ def format_inference(profile: DeviceProfile, inference: Activity, what: str, ite
 
 def format_energy(profile: DeviceProfile) -> str:
     """The energy figures, static powers and TOPS/W, as text (`aocsim devices show`)."""
-    v = profile.values
+    v = profile.parts
     n = profile.channels
     lines = ["Energy (docs/PHYSICS.md section 6; figures and sources in the profile's energy section)",
-             f"  emitters     wall-plug efficiency {v['energy.emitter_wall_plug_efficiency']:g}, optical link "
-             f"efficiency {v['energy.optical_link_efficiency']:g}: {si(emitter_optical_power_w(profile), 'W')} "
+             f"  emitters     wall-plug efficiency {v.energy.emitter_wall_plug_efficiency:g}, optical link "
+             f"efficiency {v.energy.optical_link_efficiency:g}: {si(emitter_optical_power_w(profile), 'W')} "
              f"optical per emitter",
-             f"  conversions  DAC {si(v['energy.dac_energy_j'], 'J')}, ADC {si(v['energy.adc_energy_j'], 'J')}; "
-             f"digital {si(v['energy.digital_energy_per_op_j'], 'J')} per op",
-             f"  weight load  {si(v['slm.reload_time_s'], 's')}, {si(v['energy.slm_reload_energy_j'], 'J')} (paid per "
+             f"  conversions  DAC {si(v.energy.dac_energy_j, 'J')}, ADC {si(v.energy.adc_energy_j, 'J')}; "
+             f"digital {si(v.energy.digital_energy_per_op_j, 'J')} per op",
+             f"  weight load  {si(v.slm.reload_time_s, 's')}, {si(v.energy.slm_reload_energy_j, 'J')} (paid per "
              f"tile and product by a time-multiplexed placement; weight-stationary modules load once)"]
     per = static_power_w(profile, channels=n or 1)
     if n is None:
@@ -258,8 +259,8 @@ def format_energy(profile: DeviceProfile) -> str:
         return "\n".join(lines)
     lines.append(f"  static power emitters {si(per['emitters'], 'W')}, SLM {si(per['slm'], 'W')}, detectors + TIA "
                  f"{si(per['detectors_tia'], 'W')}: {si(sum(per.values()), 'W')}")
-    conv = bool(v["energy.converts_every_round_trip"])
-    lines.append(f"  efficiency   {ops_per_watt(tops_per_watt(profile))} at {v['energy.precision_bits']} bits "
-                 f"(loop running, 2 N^2 ops per {si(v['loop.round_trip_s'], 's')} round trip; "
+    conv = bool(v.energy.converts_every_round_trip)
+    lines.append(f"  efficiency   {ops_per_watt(tops_per_watt(profile))} at {v.energy.precision_bits} bits "
+                 f"(loop running, 2 N^2 ops per {si(v.loop.round_trip_s, 's')} round trip; "
                  f"{'N DAC + N ADC conversions per round trip' if conv else 'no conversions per round trip'})")
     return "\n".join(lines)

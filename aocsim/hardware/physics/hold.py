@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
 from aocsim.hardware.physics.noise import BOLTZMANN_J_PER_K
+
+if TYPE_CHECKING:
+    from aocsim.hardware.profiles.parts import Parts
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,10 @@ class Hold:
                 raise ValueError(f"Hold.{name} = {getattr(self, name)!r}; expected a finite number >= 0")
 
     @classmethod
-    def from_values(cls, v: Mapping[str, Any]) -> "Hold":
-        c = v["readout.hold_capacitance_f"]
-        return cls(None if c is None else float(c), float(v["readout.hold_droop_per_s"]),
-                   float(v["noise.thermal.temperature_k"]), float(v["noise.multiplier"]))
+    def of(cls, v: Parts) -> "Hold":
+        c = v.readout.hold_capacitance_f
+        return cls(None if c is None else float(c), float(v.readout.hold_droop_per_s),
+                   float(v.noise.thermal.temperature_k), float(v.noise.multiplier))
 
     @property
     def noise_std_v(self) -> float:

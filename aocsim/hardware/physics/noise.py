@@ -21,9 +21,12 @@ How the engine combines them: `aocsim.hardware.physics.sources`.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from aocsim.hardware.profiles.parts import Noise
 
 ELECTRON_CHARGE_C = 1.602176634e-19
 BOLTZMANN_J_PER_K = 1.380649e-23
@@ -46,33 +49,33 @@ def rin_relative_std(rin_db_per_hz: float, bandwidth_hz: float) -> float:
     return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth_hz)
 
 
-def detector_light_w(d: torch.Tensor | float, v: Mapping[str, Any]) -> torch.Tensor | float:
+def detector_light_w(d: torch.Tensor | float, noise: Noise) -> torch.Tensor | float:
     """Light on one photodetector, W: P = P_unit (bias_units + D) for the signed detector signal D.
 
     The signal swings both ways around the bias light, so its mean is the bias light
-    P_unit bias_units (`detector_light_w(0.0, v)`), the light the energy model pays for
+    P_unit bias_units (`detector_light_w(0.0, noise)`), the light the energy model pays for
     (`aocsim.hardware.physics.energy.emitter_optical_power_w`). Negative where D < -bias_units: light
     the emitters cannot make (the bias is too small for the signal).
     """
-    return v["noise.power_per_unit_w"] * (d + v["noise.bias_units"])
+    return noise.power_per_unit_w * (d + noise.bias_units)
 
 
-def shot_noise_std(d: torch.Tensor, v: Mapping[str, Any]) -> torch.Tensor:
+def shot_noise_std(d: torch.Tensor, noise: Noise) -> torch.Tensor:
     """Per-iteration shot-noise std in detector units for signals d (either path) [B, N]: the shot noise
     of the photocurrent R `detector_light_w(d)` (none where that light would be negative)."""
-    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]  # A per detector unit
-    current = (v["noise.responsivity_a_per_w"] * detector_light_w(d, v)).clamp_min(0.0)
-    return shot_current_std_a(current, v["noise.bandwidth_hz"]) / unit_current
+    unit_current = noise.responsivity_a_per_w * noise.power_per_unit_w  # A per detector unit
+    current = (noise.responsivity_a_per_w * detector_light_w(d, noise)).clamp_min(0.0)
+    return shot_current_std_a(current, noise.bandwidth_hz) / unit_current
 
 
-def dark_shot_noise_std(v: Mapping[str, Any]) -> float:
+def dark_shot_noise_std(noise: Noise) -> float:
     """Per-iteration shot-noise std of the mean dark current, detector units."""
-    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
-    return shot_current_std_a(v["noise.dark.current_a"], v["noise.bandwidth_hz"]) / unit_current
+    unit_current = noise.responsivity_a_per_w * noise.power_per_unit_w
+    return shot_current_std_a(noise.dark.current_a, noise.bandwidth_hz) / unit_current
 
 
-def thermal_noise_std(v: Mapping[str, Any]) -> float:
+def thermal_noise_std(noise: Noise) -> float:
     """Per-iteration thermal (TIA) noise std in detector units."""
-    unit_current = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
-    return thermal_current_std_a(v["noise.thermal.temperature_k"], v["noise.thermal.feedback_resistance_ohm"],
-                                 v["noise.bandwidth_hz"]) / unit_current
+    unit_current = noise.responsivity_a_per_w * noise.power_per_unit_w
+    return thermal_current_std_a(noise.thermal.temperature_k, noise.thermal.feedback_resistance_ohm,
+                                 noise.bandwidth_hz) / unit_current

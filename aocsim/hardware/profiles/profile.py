@@ -13,6 +13,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -23,6 +24,7 @@ import yaml
 
 from aocsim.errors import ProfileError, UnknownNameError
 from aocsim.hardware.profiles.checks import _plain, check_complete, suggest
+from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.schema import BY_KEY, N, flatten, unflatten
 from aocsim.paths import devices_dir
 
@@ -61,6 +63,12 @@ class DeviceProfile:
     @property
     def channels(self) -> int | None:
         return self.values["channels"]
+
+    @cached_property
+    def parts(self) -> Parts:
+        """The device's typed components, built once from the values (aocsim/hardware/profiles/parts.py):
+        what the physics reads."""
+        return Parts.from_values(self.values)
 
     def array(self, key: str, n: int, *, dtype: torch.dtype = torch.float64,
               device: torch.device | str | None = None) -> torch.Tensor:

@@ -1,0 +1,166 @@
+"""The noise, the chip's static draws, the readout electronics and the energy figures (docs/PHYSICS.md
+sections 3 and 6; aocsim/hardware/profiles/parts.py gathers every component)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aocsim.hardware.profiles.part import Part, part, spec
+
+
+@dataclass(frozen=True)
+class ShotNoise(Part):
+    """Shot noise of the detected light."""
+
+    enabled: bool = spec('shot noise per iteration: var(I) = 2 q I B')
+
+
+@dataclass(frozen=True)
+class ThermalNoise(Part):
+    """Johnson noise of the TIAs."""
+
+    enabled: bool = spec('Johnson / TIA noise per iteration: var(I) = 4 k T B / R_f')
+    feedback_resistance_ohm: float = spec('TIA feedback resistance R_f', 'ohm', low=1e-300)
+    temperature_k: float = spec('temperature T', 'K', low=0.0)
+
+
+@dataclass(frozen=True)
+class Rin(Part):
+    """Relative intensity noise of the LEDs."""
+
+    enabled: bool = spec(
+        'LED relative intensity noise per iteration, multiplicative on p, q: var = 10^(RIN/10) B, one draw '
+        'per LED shared by both paths')
+    rin_db_per_hz: float = spec('relative intensity noise', 'dB/Hz', high=0.0)
+
+
+@dataclass(frozen=True)
+class DarkCurrent(Part):
+    """The photodetectors' dark current: a static offset and its shot noise."""
+
+    enabled: bool = spec(
+        'photodetector dark current: an offset I_dark per detector (static, per chip) and its shot noise '
+        'var(I) = 2 q I_dark B per iteration')
+    current_a: float = spec('mean dark current I_dark of one photodetector', 'A', low=0.0)
+    relative_spread: float = spec(
+        "detector-to-detector std of I_dark relative to its mean (static per chip; the paths' offsets cancel "
+        'only where their dark currents match)', low=0.0)
+
+
+@dataclass(frozen=True)
+class Noise(Part):
+    """The light on the detectors and every per-iteration noise source (docs/PHYSICS.md section 3)."""
+
+    bandwidth_hz: float = spec('detection bandwidth B of shot, thermal and RIN noise', 'Hz', low=1.0)
+    power_per_unit_w: float = spec(
+        'optical power on one photodetector per twin detector unit (assumption); bounded so that '
+        'photocurrents and their squares stay finite floats', 'W', low=1e-18, high=1000.0)
+    bias_units: float = spec(
+        'light on a detector at the LED bias point, in twin detector units: the light is P_unit (bias_units +'
+        ' D) for the signed signal D, its mean the bias light the energy model pays for; large enough that no'
+        ' signal makes it negative (assumption)', low=0.0)
+    responsivity_a_per_w: float = spec('photodetector responsivity R', 'A/W', low=1e-06, high=1000.0)
+    multiplier: float = spec(
+        'scales the std of every per-iteration noise source (1 = the figures above; for sensitivity studies)', low=0.0)
+    shot: ShotNoise = part()
+    thermal: ThermalNoise = part()
+    rin: Rin = part()
+    dark: DarkCurrent = part()
+
+
+@dataclass(frozen=True)
+class Variation(Part):
+    """Chip-to-chip variation of the calibrated arrays, and which chip."""
+
+    enabled: bool = spec(
+        'chip-to-chip variation: static multiplicative perturbation (1 + s n) of every calibrated per-channel'
+        ' array, drawn once per chip')
+    relative_std: float = spec('s', low=0.0)
+    chip_seed: int = spec('which simulated chip (seed of the static draw)', low=0)
+
+
+@dataclass(frozen=True)
+class Drift(Part):
+    """Slow random walks across inferences."""
+
+    enabled: bool = spec('slow random walk across inferences of the output gain and offset')
+    gain_std_per_inference: float = spec('std of the relative gain step per inference', low=0.0)
+    offset_std_v_per_inference: float = spec('std of the offset step per inference', 'V', low=0.0)
+    cubic_std_per_inference: float = spec(
+        "std of the relative step per inference of each emitter's t^3 and t^2 coefficients (a random walk of "
+        'the LED cubics away from what predistortion measured); 0 = stable', low=0.0, high=1.0)
+
+
+@dataclass(frozen=True)
+class Elementwise(Part):
+    """Analog elementwise function circuits (SiLU, softplus of an implicit SSM placed with elementwise 'analog':
+    aocsim/execute/elementwise.py)."""
+
+    gain_std: float = spec(
+        'std of the static per-channel relative gain error g_c of an analog function circuit', low=0.0, high=1.0)
+    offset_std: float = spec(
+        "std of the static per-channel offset o_c, as a fraction of the function's full scale", low=0.0, high=1.0)
+    shape_std: float = spec(
+        'std of each of the static per-channel shape errors of an analog function circuit, f((1 + a_c) x + '
+        'b_c): a_c scales the input axis (slope factor / input transconductance), b_c shifts the knee '
+        '(threshold), in units of x; a gain-and-offset calibration cannot remove them', low=0.0, high=1.0)
+    noise_std: float = spec(
+        "std of the noise n of one evaluation, as a fraction of the function's full scale", low=0.0, high=1.0)
+
+
+@dataclass(frozen=True)
+class Readout(Part):
+    """The readout: ADC, its settle window and samples, and the hold of an analog partial sum."""
+
+    adc_bits: int | None = spec('readout ADC bits over readout.range_v; null = ideal', low=1, high=24)
+    range_v: np.ndarray = spec('[low, high] ADC input range', 'V', shape=(2,))
+    samples: int = spec('K samples averaged after the settle window', low=1)
+    settle_iterations: int = spec('iterations before the first sample (2.5 us / 20 ns = 125)', low=0)
+    sample_interval_iterations: int = spec('iterations between samples (160 ns / 20 ns = 8)', low=1)
+    hold_capacitance_f: float | None = spec(
+        'hold capacitance C of an analog partial sum (tiled products, partial_sums analog): each sampling of '
+        'the sum onto the hold adds kT/C noise, std sqrt(k T / C) volts at the node with T = '
+        'noise.thermal.temperature_k, times noise.multiplier (docs/PHYSICS.md section 3); null = no hold '
+        'noise', 'F', low=1e-300)
+    hold_droop_per_s: float = spec(
+        'fractional droop rate r of a held analog partial sum: a value held t seconds (between the waves of a'
+        ' time-multiplexed product) keeps V exp(-r t); 0 = none', '1/s', low=0.0)
+
+
+@dataclass(frozen=True)
+class Energy(Part):
+    """What the machine's parts cost in power and energy (docs/PHYSICS.md section 6); read by
+    aocsim.hardware.physics.energy only, never by the loop."""
+
+    emitter_wall_plug_efficiency: float = spec(
+        'electrical-to-optical (wall-plug) efficiency of one emitter at its operating point, P_opt / P_el',
+        low=0.0001, high=1.0)
+    optical_link_efficiency: float = spec(
+        'fraction of the emitted light that reaches the photodetectors (fan-out optics, PBS, mean SLM '
+        'transmission). Each emitter then emits P_emit = 2 noise.power_per_unit_w noise.bias_units / link '
+        'efficiency (two paths; the mean light on a detector is the bias light)', low=1e-06, high=1.0)
+    detector_tia_power_w: float = spec(
+        "static electrical power of one channel's detection and loop electronics: photodetectors and TIAs of "
+        'both paths, subtraction, nonlinearity, summing node, LED driver', 'W', low=0.0, high=10.0)
+    slm_power_w: float = spec(
+        'static electrical power of the SLMs of both paths with their drive electronics, holding one weight '
+        'load', 'W', low=0.0, high=1000.0)
+    slm_reload_energy_j: float = spec(
+        'energy of writing one weight load onto the SLMs of both paths, beyond their static power', 'J',
+        low=0.0, high=1.0)
+    dac_energy_j: float = spec('energy of one injection DAC conversion', 'J', low=0.0, high=1e-06)
+    adc_energy_j: float = spec('energy of one readout ADC conversion', 'J', low=0.0, high=1e-06)
+    digital_energy_per_op_j: float = spec(
+        'energy of one digital operation (partial sums, averaging, the digital parts of a model)', 'J',
+        low=0.0, high=1e-06)
+    precision_bits: int = spec(
+        'precision the optical power and converter energies are sized for (the bits TOPS/W is quoted at; '
+        '`aocsim.hardware.physics.energy.at_precision` rescales: the optical power moves the detector noise '
+        'by the change in bits, thermal noise kept (x 4 per bit when shot noise dominates), and converter '
+        'energy x 2 per bit)', low=1, high=24)
+    converts_every_round_trip: bool = spec(
+        "the machine's intended use converts N inputs (DAC) and N outputs (ADC) every round trip (a tiled "
+        "matrix engine); false: only at injection and readout (the AOC's loop), so TOPS/W counts no "
+        'conversions')
