@@ -27,15 +27,7 @@ from aocsim.hardware.profiles.profile import load_device
 
 PACKAGE = Path(__file__).resolve().parents[2] / "aocsim"
 PARITY = torch.randint(0, 2, (4, 12), generator=torch.Generator().manual_seed(0))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Bit-for-bit comparisons on one torch thread (as tests/execute/test_snr_noise.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # bit-for-bit comparisons (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
