@@ -123,7 +123,8 @@ class TiledDEQ(PlacedModel):
     def load(self, seed: keys.Seed) -> DeviceLinear:
         """beta W on the tiles: programmed, loaded and calibrated with the draws of `seed`."""
         s = self.placement
-        return DeviceLinear(self.run_profile, self.operator, None, self.values, generator=seed_key(seed).fold(keys.Stream.LOAD),
+        return DeviceLinear(self.run_profile, self.operator, None, self.values,
+                            generator=seed_key(seed).fold(keys.Stream.LOAD),
                             program=self.program, tile=s.tile)
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:

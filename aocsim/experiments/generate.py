@@ -142,8 +142,8 @@ class DeviceNextLogits(ExactNextLogits):
         hybrid = place(model, device, placement, chip=chip,
                        calibration=default_calibration(model) if calibration is None else calibration)
         key, s = seed_key(seed), hybrid.placement
-        placed = place_ssm(hybrid.model, hybrid.run_profile, hybrid.calibration, s, generator=key.fold(keys.Stream.LOAD),
-                           programs=hybrid.programs)
+        placed = place_ssm(hybrid.model, hybrid.run_profile, hybrid.calibration, s,
+                           generator=key.fold(keys.Stream.LOAD), programs=hybrid.programs)
         self._keyed = placed.keyed(key.fold(keys.Stream.RUN), torch.zeros(1, dtype=torch.long), max_length)
         super().__init__(self._keyed.__enter__(), tau=s.damping, tol=s.rtol, max_iter=s.max_iter or 30)
 

@@ -143,3 +143,13 @@ def test_every_kind_builds_its_machine_from_the_run_profile(monkeypatch: pytest.
         assert torch.equal(run.outputs, quiet.outputs) and torch.equal(run.z, quiet.z), (name, device)
         assert placed.run_overrides().get("noise.multiplier") == 0.0, (name, device)
     assert kinds == {"native DEQ", "tiled DEQ", "hybrid SSM", "twin DEQ", "hybrid Mamba2"}
+
+
+def test_generation_on_a_device_refuses_the_noise_options_in_one_line() -> None:
+    """Token-by-token generation runs the device's own noise; the wrapper's parts key by a whole run, so the
+    options are refused (they were ignored before the wrapper), before any placement work."""
+    from aocsim.experiments.generate import DeviceNextLogits
+
+    with pytest.raises(InputError, match=r"^placement sets snr_db = 20\.0; generation on a device") as error:
+        DeviceNextLogits(load_model("parity-implicit"), "aoc48", max_length=8, placement={"snr_db": 20.0})
+    assert "\n" not in str(error.value)
