@@ -26,6 +26,16 @@ if _WORKERS > 1:
 
 
 @pytest.fixture
+def one_torch_thread():
+    """Bit-for-bit comparisons on one torch thread, as compare's parts run: with more, a product's rounding
+    follows the split of its reduction, which differs between batch shapes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def gen() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 

@@ -17,6 +17,9 @@ Per seed: every map loaded and calibrated, then the run, its noise keyed by the 
 token. A token's status is "converged" when its relative residual
 ||f(z) - z|| / ||f(z)|| is at most the placement's `rtol`, else "max_iter". Results on the bundled
 models: docs/DEVICE_RUNS.md.
+
+Noise set by an SNR and the EMA readout are not this kind's: they wrap it (aocsim/execute/noise_injection.py),
+through its noise sites (`noise_sites`, `run`'s `extras`) and its own noise measured in dB (`noise_db`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,7 @@ from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_token_inputs
 from aocsim.execute.placement import HYBRID, Placement, ssm_cap, ssm_cap_words
 from aocsim.execute.run import Run, seed_key
-from aocsim.execute.snr import parts_for, readout
-from aocsim.execute.snr_mapping import device_multiplier
+from aocsim.execute.snr_mapping import device_snr_db
 from aocsim.execute.seed_stack import stack_seeds, stackable
 from aocsim.execute.ssm_device import PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm, sized
 from aocsim.hardware.engine import keys
@@ -76,17 +78,8 @@ def per_token(out: Any, tol: float) -> SolveResult:
 
 
 def _check_explicit(model: ImplicitSSM, placement: Placement) -> None:
-    """What an explicit SSM (one pass of the map from z = 0) cannot take, as one-line errors before any work."""
-    if placement.snr_kind == "device" and placement.snr_db is not None:
-        raise InputError("snr_kind = 'device' on an explicit SSM: the mapping measures the noise at the implicit "
-                         "iteration's sites; expected an implicit SSM (run an explicit one on the profile with the "
-                         "noise.multiplier the implicit model's mapping gives)")
-    if placement.ema_alpha is not None:
-        raise InputError(f"ema_alpha = {placement.ema_alpha} on an explicit SSM: its one pass has no iterates to "
-                         "average; expected an implicit SSM, or no ema_alpha")
-    if placement.snr_convergence == "batch":
-        raise InputError("snr_convergence = 'batch' on an explicit SSM: its one pass per token has no iteration to "
-                         "stop; expected an implicit SSM, or snr_convergence 'token'")
+    """What an explicit SSM (one pass of the map from z = 0) cannot take, as one-line errors before any work
+    (the noise options it cannot take: aocsim/execute/noise_injection.py, through `one_pass`)."""
     if placement.on_tiles and not on_tiles(model, placement):
         raise InputError(f"on_tiles = {','.join(placement.on_tiles)!r} on an explicit SSM: its first block's input "
                          "projection multiplies RMSNorm(0) = 0 and stays digital, so no map would be on tiles; "
@@ -100,6 +93,7 @@ class HybridSSM(PlacedModel):
     residual = "rel_residual"
     residual_units = "relative, ||f(z) - z|| / ||f(z)|| per token"
     dims = ("sample", "position")
+    noise_sites = ("inputs", "states")  # the states: committed per token in sequential mode
 
     @classmethod
     def convergence_rule(cls, rtol: str, atol: str) -> str:
@@ -114,6 +108,10 @@ class HybridSSM(PlacedModel):
         return isinstance(model, ImplicitSSM)
 
     @staticmethod
+    def one_pass(model: ImplicitSSM) -> str:
+        return "" if model.config.implicit else "an explicit SSM"
+
+    @staticmethod
     def check_inputs(model: ImplicitSSM, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         return check_token_inputs(model, inputs, targets)
 
@@ -126,7 +124,7 @@ class HybridSSM(PlacedModel):
             raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
                              "calibration sequences, so expected token ids [B, L]")
         tokens = model.check_tokens(calibration)
-        return {**calibration_inputs(model, tokens), "tokens": tokens}  # the tokens: snr_kind 'device' measures on them
+        return {**calibration_inputs(model, tokens), "tokens": tokens}  # the tokens: `noise_db` measures on them
 
     @staticmethod
     def exact(model: ImplicitSSM, inputs: torch.Tensor, placement: Placement) -> Run:
@@ -150,10 +148,9 @@ class HybridSSM(PlacedModel):
         how = placement.tile.words()
         tiles += f" ({how})" if how else ""
         analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
-        noise = "".join(f"; {words}" for words in placement.noise.words())
         once = "" if model.config.implicit else "; explicit: one pass from z = 0 (the first block's in_proj, reading 0, digital)"
         return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
-                f"head digital{noise}{once}")
+                f"head digital{once}")
 
     @staticmethod
     def untrusted_cause(attrs: Mapping[str, Any]) -> str:
@@ -173,18 +170,15 @@ class HybridSSM(PlacedModel):
     def __init__(self, model: ImplicitSSM, profile: DeviceProfile, placement: Placement,
                  prepared: dict[str, torch.Tensor]) -> None:
         placement = sized(placement, profile)  # a tile size on a profile of any size
-        self.model, self.profile, self.placement, self.calibration = model, profile, placement, prepared
-        self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
-        self._run_profile, self.device_snr = profile, None  # (multiplier, measured dB, the profile's own dB)
-        if placement.snr_kind == "device" and placement.snr_db is not None:
-            self.device_snr = device_multiplier(model, profile, prepared, placement, prepared["tokens"],
-                                                programs=self.programs)  # once per chip (docs/LANGUAGE.md)
-            self._run_profile = profile.with_overrides({"noise.multiplier": self.device_snr[0]})
-        self.parts: list[Any] = []  # the last run's noise and readout (their tallies: the SNR drawn)
+        super().__init__(model, profile, placement, prepared)
+        self.calibration = prepared
+        self.programs = fit_programs(model, self.run_profile, prepared, placement)  # once per chip
 
-    @property
-    def run_profile(self) -> DeviceProfile:
-        return self._run_profile
+    def noise_db(self, profile: DeviceProfile, placement: Placement, site: str) -> float:
+        """The SNR in dB of this chip's noise at `site` on `profile` (aocsim/execute/snr_mapping.py), measured on
+        the calibration sequences with this chip's programs."""
+        return device_snr_db(self.model, profile, self.calibration, placement, self.calibration["tokens"], site,
+                             programs=self.programs)
 
     @property
     def program_error(self) -> float:
@@ -206,14 +200,14 @@ class HybridSSM(PlacedModel):
         return Run(out.logits, out.z, per_token(out, self.placement.rtol), placed.activity(passes),
                    median_over_positions(out.trace))
 
-    def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
+    def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None, extras: tuple[Any, ...] = ()) -> Run:
         """Load and calibrate every map with `seed`, then run all sequences (ids `samples`, default
-        0 ... B - 1, which key their noise) in the placement's mode."""
+        0 ... B - 1, which key their noise) in the placement's mode; `extras`: noise injection's parts
+        (PlacedModel.run)."""
         key, placed = seed_key(seed), self._load(seed)
-        self.parts = parts_for(self.placement.noise)
-        out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, extras=tuple(self.parts),
+        out = placed(inputs, generator=key.fold(keys.Stream.RUN), sequences=samples, extras=extras,
                      extras_key=key.fold(keys.Stream.SNR), **self._options(inputs))
-        return self._result(readout(out, placed.model, self.parts), placed)
+        return self._result(out, placed)
 
     @staticmethod
     def stacks(placement: Placement) -> bool:
@@ -228,5 +222,4 @@ class HybridSSM(PlacedModel):
         stack = stack_seeds(self.model, [self._load(seed) for seed in seeds])
         outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for seed in seeds], sequences=samples,
                      **self._options(inputs))
-        self.parts = []
         return [self._result(out, stack) for out in outs]

@@ -53,6 +53,7 @@ class HybridMamba2(PlacedModel):
     residual = "rel_residual"
     residual_units = "relative; 0: one pass per token, no fixed point"
     dims = ("sample", "position")
+    noise_sites = ("inputs",)  # its one pass commits no states per token (the chunked scan)
 
     @classmethod
     def convergence_rule(cls, rtol: str, atol: str) -> str:
@@ -65,6 +66,10 @@ class HybridMamba2(PlacedModel):
     @staticmethod
     def fits(model: Any, profile: DeviceProfile, placement: Placement) -> bool:
         return isinstance(model, Mamba2LM)
+
+    @staticmethod
+    def one_pass(model: Mamba2LM) -> str:
+        return "a plain Mamba2 model"
 
     @staticmethod
     def check_inputs(model: Mamba2LM, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -111,7 +116,7 @@ class HybridMamba2(PlacedModel):
         placement = sized(placement, profile)  # a tile size on a profile of any size
         super().__init__(model, profile, placement, prepared)
         self.calibration = prepared
-        self.programs = fit_programs(model, profile, prepared, placement)  # once per chip
+        self.programs = fit_programs(model, self.run_profile, prepared, placement)  # once per chip
 
     @property
     def program_error(self) -> float:
@@ -120,16 +125,17 @@ class HybridMamba2(PlacedModel):
 
     def _load(self, seed: int) -> PlacedSSM:
         """Every map loaded and calibrated with `seed` (its weight load)."""
-        return place_ssm(self.model, self.profile, self.calibration, self.placement,
+        return place_ssm(self.model, self.run_profile, self.calibration, self.placement,
                          generator=seed_key(seed).fold(keys.Stream.LOAD), programs=self.programs)
 
-    def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
+    def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None, extras: tuple[Any, ...] = ()) -> Run:
         """Load and calibrate every map with `seed`, then one pass of all sequences (ids `samples`, default
-        0 ... B - 1, which key their noise)."""
+        0 ... B - 1, which key their noise); `extras`: noise injection's parts (PlacedModel.run)."""
         key, placed = seed_key(seed), self._load(seed)
         tokens = self.model.check_tokens(inputs)
         ids = sequence_ids(samples, tokens.shape[0])
-        with torch.no_grad(), placed.keyed(key.fold(keys.Stream.RUN), ids, tokens.shape[1]) as model:
+        with torch.no_grad(), placed.keyed(key.fold(keys.Stream.RUN), ids, tokens.shape[1], extras,
+                                           key.fold(keys.Stream.SNR)) as model:
             z = model.hidden(tokens)
             logits = model.head(z)
         solve = one_pass(z)

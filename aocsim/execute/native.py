@@ -84,8 +84,8 @@ class NativeDEQ(PlacedModel):
         return stop_rule(profile.parts.readout, readout=placement.stop == "readout")
 
     def __init__(self, model: DEQ, profile: DeviceProfile, placement: Placement, prepared: Any) -> None:
-        self.model, self.profile, self.placement = model, profile, placement
-        self.compiled: Compiled = compile_deq(model, profile, fit=placement.fit, z_star=prepared)
+        super().__init__(model, profile, placement, prepared)
+        self.compiled: Compiled = compile_deq(model, self.run_profile, fit=placement.fit, z_star=prepared)
         self.inverse = torch.argsort(self.compiled.order)
 
     def injection(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,7 +97,7 @@ class NativeDEQ(PlacedModel):
     def load(self, seed: keys.Seed) -> OpticalLoop:
         """The program on the SLM: one weight load, its programming error keyed by `seed`."""
         p = self.compiled.program
-        return OpticalLoop(self.profile, p.weight, alpha=float(self.model.config.alpha), beta=p.beta,
+        return OpticalLoop(self.run_profile, p.weight, alpha=float(self.model.config.alpha), beta=p.beta,
                            generator=seed_key(seed).fold(keys.Stream.LOAD))
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:

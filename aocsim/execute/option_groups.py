@@ -195,20 +195,24 @@ class SolveOptions(OptionGroup):
 
 @dataclass(frozen=True)
 class NoiseInjection(OptionGroup):
-    """Noise set by an SNR and the EMA readout (docs/LANGUAGE.md, noise set by an SNR; aocsim/execute/snr.py)."""
+    """Noise set by an SNR and the EMA readout (docs/LANGUAGE.md, noise set by an SNR): honoured by one wrapper
+    around a placed model of any kind with noise sites (aocsim/execute/noise_injection.py, `NoiseInjected`;
+    the parts it attaches: aocsim/execute/snr.py)."""
 
     snr_db: float | None = option(
-        {HYBRID: None}, decibels,
-        "implicit SSMs: noise set by an SNR in dB at snr_site (inf: none) [default: off].", example=20.0)
+        {HYBRID: None, MAMBA2: None}, decibels,
+        "implicit SSMs and plain Mamba2 models: noise set by an SNR in dB at snr_site (inf: none) [default: off].",
+        example=20.0)
     snr_site: str | None = option(
-        {HYBRID: "inputs"}, choice("inputs", "states"),
-        "implicit SSMs: where snr_db's noise goes: 'inputs' (each block's input projection's input, every "
-        "iteration) or 'states' (the SSM states committed after each token; sequential mode).", example="states")
+        {HYBRID: "inputs", MAMBA2: "inputs"}, choice("inputs", "states"),
+        "implicit SSMs and plain Mamba2 models: where snr_db's noise goes: 'inputs' (each block's input "
+        "projection's input, every iteration) or 'states' (implicit SSMs: the SSM states committed after each "
+        "token; sequential mode).", example="states")
     snr_kind: str | None = option(
-        {HYBRID: "additive"}, choice("additive", "multiplicative", "device"),
-        "implicit SSMs: snr_db's noise 'additive' (std rms(x) 10^(-SNR/20)), 'multiplicative' (x (1 + e), std "
-        "of e 10^(-SNR/20)) or 'device' (the profile's own noise, noise.multiplier scaled to snr_db at snr_site).",
-        example="multiplicative")
+        {HYBRID: "additive", MAMBA2: "additive"}, choice("additive", "multiplicative", "device"),
+        "implicit SSMs and plain Mamba2 models: snr_db's noise 'additive' (std rms(x) 10^(-SNR/20)), "
+        "'multiplicative' (x (1 + e), std of e 10^(-SNR/20)) or 'device' (implicit SSMs: the profile's own noise, "
+        "noise.multiplier scaled to snr_db at snr_site).", example="multiplicative")
     snr_states_db: float | None = option(
         {HYBRID: None}, decibels,
         "implicit SSMs, sequential mode: a second noise on the SSM states with its own SNR in dB, drawn beside "
@@ -219,9 +223,10 @@ class NoiseInjection(OptionGroup):
         "implicit SSMs: read the iteration as an EMA of its iterates, z_read <- a z_k + (1 - a) z_read, a in "
         "(0, 1] [default: the last iterate].", example=0.2)
     snr_convention: str | None = option(
-        {HYBRID: "rms"}, choice("rms", "elementwise"),
-        "implicit SSMs: what snr_db and ema_alpha mean: 'rms' (std rms(x) 10^(-SNR/20) over each token's vector, every "
-        "token; the states committed from the last iterate) or 'elementwise' (the implicit-LM paper's code: std "
+        {HYBRID: "rms", MAMBA2: "rms"}, choice("rms", "elementwise"),
+        "implicit SSMs and plain Mamba2 models: what snr_db and ema_alpha mean: 'rms' (std rms(x) 10^(-SNR/20) "
+        "over each token's vector, every token; the states committed from the last iterate) or 'elementwise' (the "
+        "implicit-LM paper's code: std "
         "|x_i| 10^(-SNR/20) per element, multiplicative x + x |x| 10^(-SNR/20) e; the first token noise-free; with "
         "ema_alpha, sequential mode, the stop test reads the EMA m <- (1 - a) m + a f(z) from m = 0, and one more "
         "map call at m commits the states and gives z = f(m)) (docs/LANGUAGE.md).", example="elementwise")
@@ -230,6 +235,12 @@ class NoiseInjection(OptionGroup):
         "implicit SSMs, sequential mode: a token's iteration stops per sequence ('token': each at rtol) or for the "
         "whole batch at once ('batch', the implicit-LM paper's code: every sequence iterates until the batch's "
         "relative change is at most rtol).", example="batch")
+
+    def injects(self) -> bool:
+        """Whether the options set do anything: noise, a readout or a stop test over the batch (then runs go
+        through the wrapper, aocsim/execute/registry.py `Placed.build`); `words` says what."""
+        return (self.snr_db is not None or self.snr_states_db is not None or self.ema_alpha is not None
+                or self.snr_convergence == "batch")
 
     def words(self) -> list[str]:
         """What the noise options set do, in words for a Dataset attribute (none at their defaults)."""
@@ -249,7 +260,9 @@ class NoiseInjection(OptionGroup):
 
 
 def _states_need_sequential(s: Any) -> str | None:
-    if s.snr_db is not None and s.snr_kind != "device" and s.snr_site == "states" and s.mode != "sequential":
+    # mode None: a kind without modes (a plain Mamba2 model); the wrapper says whether it has the site
+    if (s.snr_db is not None and s.snr_kind != "device" and s.snr_site == "states"
+            and s.mode not in ("sequential", None)):
         return (f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token in sequential "
                 "mode only; expected mode 'sequential' or snr_site 'inputs'")
     return None

@@ -5,10 +5,18 @@ subclass: it declares its name and its Dataset's shape (`kind`, `residual`, `res
 and implements what only it can say (`fits`, `check_inputs`, `prepare`, `exact`, `describe`, `timing`,
 `run`); everything else has a default here that a kind overrides where it has more to say (a chip's
 seeds as one batch, tile programs and their error, Dataset attributes, the convergence rule its
-summary states, the likely cause of an untrusted result). A subclass missing a required member is
-refused when it is defined, not when a run first needs it; defining one registers it (`KINDS`), in
-the order the classes are defined, which is the order `placement_class` asks them whether they take a
-model. Adding a kind is its module and the import that defines it (docs/ARCHITECTURE.md).
+summary states, the likely cause of an untrusted result, the noise sites noise injection may use). A
+subclass missing a required member is refused when it is defined, not when a run first needs it; defining
+one registers it (`KINDS`), in the order the classes are defined, which is the order `placement_class`
+asks them whether they take a model. Adding a kind is its module and the import that defines it
+(docs/ARCHITECTURE.md).
+
+The base owns construction: every kind calls `super().__init__` and builds what touches the machine (its
+loops, compiled programs, fitted tiles, loads) from `run_profile`, never from `profile` (the profile it
+was placed on, which the Dataset records): so `run_profile` is the one place where an option every kind
+honours would change the machine its runs use, and `run_overrides` records what it changed. A wrapper
+(`register=False`: not a kind, neither checked nor registered) wraps a placed model of any kind:
+`aocsim.execute.noise_injection.NoiseInjected`, the SNR model and the EMA readout.
 """
 
 from __future__ import annotations
@@ -35,8 +43,15 @@ class PlacedModel:
     dims: ClassVar[tuple[str, ...]]  # the Dataset dimensions of one input: ("sample",) or ("sample", "position")
     state_words: ClassVar[str] = "model units"  # the iterated state, as the convergence rule names it
 
+    # Noise injection (aocsim/execute/noise_injection.py): the sites where it may draw noise set by an SNR
+    # ('inputs': each block's input projection's input; 'states': the states committed after each token).
+    # A kind with sites takes `extras` in `run` (parts attached to its model for the run); none: refused.
+    noise_sites: ClassVar[tuple[str, ...]] = ()
+
     def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if not register:  # a wrapper around placed models, not a kind
+            return
         missing = [name for name in REQUIRED if not hasattr(cls, name)]
         missing += [name for name in ABSTRACT if getattr(cls, name) is getattr(PlacedModel, name)]
         if missing:
@@ -48,7 +63,9 @@ class PlacedModel:
             KINDS.append(cls)
 
     def __init__(self, model: Any, profile: DeviceProfile, placement: Placement, prepared: Any) -> None:
+        """Every kind's construction starts here (module docstring); `prepared`: what `prepare` returned."""
         self.model, self.profile, self.placement = model, profile, placement
+        self._run_profile = profile  # an option every kind honours would change the machine here, once
 
     # -- what every kind must say ------------------------------------------------------------------------
 
@@ -83,7 +100,9 @@ class PlacedModel:
         raise NotImplementedError
 
     def run(self, inputs: torch.Tensor, seed: int) -> Run:
-        """One weight load with `seed`, then the inputs through it."""
+        """One weight load with `seed`, then the inputs through it. A kind with `noise_sites` also takes
+        `samples` (the inputs' ids, which key their noise) and `extras` (noise injection's parts, attached to its
+        model for the run and keyed by the run's key folded with `keys.Stream.SNR`)."""
         raise NotImplementedError
 
     # -- defaults a kind may override -------------------------------------------------------------------
@@ -105,9 +124,14 @@ class PlacedModel:
 
     @property
     def run_profile(self) -> DeviceProfile:
-        """The profile this chip's runs use: the one it was placed on, unless the kind derives another (a
-        hybrid whose noise is set in dB scales the profile's noise.multiplier per chip)."""
-        return self.profile
+        """The profile every kind builds this chip's machine from and runs it on (module docstring): the one
+        it was placed on, with what a wrapper derived (`derive`: noise set in dB on the device's own noise
+        scales noise.multiplier per chip)."""
+        return self._run_profile
+
+    def derive(self, values: Mapping[str, Any]) -> None:
+        """Runs from now on use `run_profile` with `values` (a wrapper's derived profile, built on this one)."""
+        self._run_profile = self._run_profile.with_overrides(dict(values))
 
     def run_overrides(self) -> dict[str, Any]:
         """The profile keys whose values this chip's runs use differently from the profile it was placed on
@@ -137,6 +161,19 @@ class PlacedModel:
     def iteration_cap(mode: str | None) -> str:
         """The iteration cap in words when the placement leaves it to the kind."""
         return "the kind's default"
+
+    @staticmethod
+    def one_pass(model: Any) -> str:
+        """'' when `model` iterates to a fixed point per token, so that noise injection may read its iterates
+        (ema_alpha), stop them over the batch (snr_convergence 'batch') and measure its own noise (snr_kind
+        'device', `noise_db`); else what it is, in words for the wrapper's refusals ('an explicit SSM')."""
+        return ""
+
+    def noise_db(self, profile: DeviceProfile, placement: Placement, site: str) -> float:
+        """The SNR in dB that this chip's own noise puts at `site` on `profile` (a variant of `run_profile`),
+        with `placement`'s other options: what snr_kind 'device' scales noise.multiplier by (an iterating kind
+        with `noise_sites`)."""
+        raise NotImplementedError
 
     @staticmethod
     def untrusted_cause(attrs: Mapping[str, Any]) -> str:

@@ -7,7 +7,9 @@ happens when it is built; what it does per seed (a weight load and its calibrati
 inferences' noise) in `run`. The exact path of every kind is the same class's `exact`.
 
 Every kind is a subclass of `aocsim.execute.placed.PlacedModel`, registered when it is defined
-(`KINDS`); its options are declared in aocsim/execute/placement.py.
+(`KINDS`); its options are declared in aocsim/execute/option_groups.py. Where the placement's noise options
+ask for anything, the kind is wrapped in `NoiseInjected` (aocsim/execute/noise_injection.py), here alone:
+`Placed.build`, and its checks, seed stacking and words through `Placed`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from aocsim.errors import InputError
 from aocsim.execute import hybrid, mamba2, native, tiled, twin  # noqa: F401 - defining the kinds registers them
+from aocsim.execute.noise_injection import NoiseInjected
 from aocsim.execute.placed import KINDS, PlacedModel
 from aocsim.execute.placement import Placement, as_placement
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
@@ -55,14 +58,28 @@ def placement_class(model: Any, profile: DeviceProfile, placement: Placement | N
 @dataclass(frozen=True)
 class Placed:
     """What `place` resolves once for a model on a device: its placement class and the placement
-    with the kind's defaults filled in."""
+    with the kind's defaults filled in; it builds the placed model of each chip (`build`), wrapped in
+    noise injection where the placement asks for it (the one place it is applied)."""
 
-    cls: type
+    cls: type[PlacedModel]
     placement: Placement
 
     @property
     def kind(self) -> str:
         return self.cls.kind
+
+    def build(self, model: Any, profile: DeviceProfile, prepared: Any) -> PlacedModel:
+        """`model` placed on the chip `profile` describes (`prepared`: the kind's `prepare`)."""
+        placed = self.cls(model, profile, self.placement, prepared)
+        return NoiseInjected(placed) if self.placement.noise.injects() else placed
+
+    def stacks(self) -> bool:
+        """Whether a chip's seeds run as one batch: where the kind stacks them and no noise is drawn per run."""
+        return self.cls.stacks(self.placement) and not NoiseInjected.draws(self.placement.noise)
+
+    def describe(self, model: Any) -> str:
+        """How the model is placed, in words (the Dataset's `placement`): the kind's, then noise injection's."""
+        return self.cls.describe(model, self.placement) + NoiseInjected.words(self.placement.noise)
 
 
 def resolve(model: Any, profile: DeviceProfile, placement: Any = None) -> Placed:
@@ -71,7 +88,9 @@ def resolve(model: Any, profile: DeviceProfile, placement: Any = None) -> Placed
     placement = as_placement(placement)
     cls = placement_class(model, profile, placement)
     name = (getattr(model, "card", None) or {}).get("name", f"this {type(model).__name__}")
-    return Placed(cls, placement.resolved(cls.kind, f"{name} on {profile.name}"))
+    resolved = placement.resolved(cls.kind, f"{name} on {profile.name}")
+    NoiseInjected.check(cls, model, resolved)  # what the kind cannot take of it, before any work
+    return Placed(cls, resolved)
 
 
 def place(model: Any, device: DeviceProfile | str, placement: Any = None, *, chip: int | None = None,
@@ -93,4 +112,4 @@ def place(model: Any, device: DeviceProfile | str, placement: Any = None, *, chi
     """
     profile = resolve_profile(device, chip)
     placed = resolve(model, profile, placement)
-    return placed.cls(model, profile, placed.placement, placed.cls.prepare(model, calibration, placed.placement))
+    return placed.build(model, profile, placed.cls.prepare(model, calibration, placed.placement))

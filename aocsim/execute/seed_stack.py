@@ -12,10 +12,10 @@ with the batch size below 4 rows, so a load's group is padded to the rows a pass
 would have had: `ssm_token.MIN_ROWS`).
 
 What only a run alone can do (`stackable`): simultaneous mode (its frozen prefixes are the batch's),
-noise added at a site for an SNR and the EMA readout (their streams are a run's; `snr_kind`
-'device' only scales the profile's noise, and stacks), a stop test over the batch (`snr_convergence`
-'batch': a seed's batch, not the stack's), analog elementwise functions, and compiled
-tile products (a graph per batch size) run seed by seed.
+analog elementwise functions, and compiled tile products (a graph per batch size) run seed by seed;
+so do runs with noise injection's parts (noise drawn at a site for an SNR, the EMA readout, a stop test
+over the batch: their streams and stop tests are a run's), which its wrapper runs seed by seed
+(aocsim/execute/noise_injection.py; `snr_kind` 'device' only scales the profile's noise, and stacks).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.device_linear import DeviceLinear
 from aocsim.execute.placement import Placement
-from aocsim.execute.snr import parts_for
 from aocsim.execute.ssm_device import PlacedSSM, install, linear_maps, plain_copy, sequence_ids
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.hardware.engine import keys
@@ -46,7 +45,7 @@ OVERHEAD = 600
 def stackable(placement: Placement) -> bool:
     """Whether a placement's runs can be stacked over seeds (module docstring)."""
     s = placement
-    return (s.mode == "sequential" and not parts_for(s.noise)  # no noise drawn per run, no readout, no own solve
+    return (s.mode == "sequential"
             and s.elementwise != "analog" and not s.compile and bool(s.on_tiles))
 
 

@@ -1,8 +1,11 @@
 """Noise set by an SNR in dB, and an EMA readout of the implicit iteration (docs/LANGUAGE.md, "Noise set
 by an SNR").
 
-The protocol of the AOC group's noise study of implicit language models, as placement options of an
-implicit SSM (aocsim/execute/placement.py: `snr_db`, `snr_site`, `snr_kind`, `ema_alpha`):
+The protocol of the AOC group's noise study of implicit language models, as placement options
+(aocsim/execute/option_groups.py, `NoiseInjection`: `snr_db`, `snr_site`, `snr_kind`, `ema_alpha`, ...) honoured
+by a wrapper around a placed model with noise sites (aocsim/execute/noise_injection.py, `NoiseInjected`). The
+parts here attach to the placed model's own model for a run (`attach`, `detach`, `reset`: `PlacedSSM.keyed`) and
+may read its output anew (`output`):
 
 - `SiteNoise` draws Gaussian noise at one site of the model: `inputs`, the input of every block's
   input projection (RMSNorm(z), what the block's mixer reads) at every application of the map, or
@@ -77,7 +80,15 @@ def perturb(x: torch.Tensor, normal: torch.Tensor, snr_db: float, kind: str, con
     raise InputError(f"snr_kind = {kind!r}; expected 'additive' or 'multiplicative' for drawn noise")
 
 
-class SiteNoise:
+class Part:
+    """What every part of a run shares: the output read as the model gave it (`output`)."""
+
+    def output(self, out: Any, model: Any) -> Any:
+        """The run's output as this part reads it (the model's own, unless it reads another z)."""
+        return out
+
+
+class SiteNoise(Part):
     """Noise at one site of a placed model (module docstring); `signal` and `noise` tally the sums of
     squares of what it perturbed and of what it added (their ratio: the SNR drawn, `measured_db`)."""
 
@@ -142,7 +153,7 @@ class SiteNoise:
         return out
 
 
-class EmaReadout:
+class EmaReadout(Part):
     """z_read <- alpha z_k + (1 - alpha) z_read over the iterates entering the map (module docstring).
 
     Seen at the input of the first block's norm, per token (positions from the pass hook): an input
@@ -190,8 +201,15 @@ class EmaReadout:
             return z
         return torch.where(torch.isnan(self.read), z, self.read)
 
+    def output(self, out: Any, model: Any) -> Any:
+        """The model's output with z (and the logits) read through the EMA."""
+        if self.read is None:
+            return out
+        z = self.z(out.z)
+        return type(out)(model.head(z), z, out.iterations, out.residuals, out.trace)
 
-class ReferenceSolve:
+
+class ReferenceSolve(Part):
     """A token's iteration in sequential mode as the reference code runs it (the model's `token_solver`;
     docs/LANGUAGE.md, the two conventions): damped Picard z <- (1 - tau) z + tau f(z) from z = 0, and
 
@@ -283,6 +301,5 @@ def readout(out: Any, model: ImplicitSSM, parts: list[Any]) -> Any:
     """The model's output with z (and the logits) read through an `EmaReadout` among `parts`."""
     for part in parts:
         if isinstance(part, EmaReadout) and part.read is not None:
-            z = part.z(out.z)
-            return type(out)(model.head(z), z, out.iterations, out.residuals, out.trace)
+            return part.output(out, model)
     return out

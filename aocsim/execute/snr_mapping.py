@@ -17,14 +17,15 @@ the same weight load (so the load's static errors, which are not noise, cancel);
 the exact path's mean square there; SNR = 10 log10(signal / noise) over all samples and tokens
 (`snr_of`). `device_multiplier` scales the profile's `noise.multiplier` (the std of every
 per-iteration source) so that this measures the target: x dB on a profile is then the same power
-ratio at the same site as x dB of the abstract model.
+ratio at the same site as x dB of the abstract model. The measurement is the placed kind's own
+(`PlacedModel.noise_db`: an implicit SSM's is `device_snr_db`); noise injection
+(aocsim/execute/noise_injection.py) asks for the multiplier once per chip and runs on the profile it gives.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -101,24 +102,20 @@ def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[
     return snr_of(float(signal.square().sum()), noise)
 
 
-def device_multiplier(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[str, torch.Tensor],
-                      placement: Placement, tokens: torch.Tensor, *, seed: int = 0,
-                      programs: dict[str, MapProgram] | None = None) -> tuple[float, float, float]:
+def device_multiplier(noise_db: Callable[[DeviceProfile], float], profile: DeviceProfile, target: float,
+                      site: str) -> tuple[float, float, float]:
     """(noise.multiplier, the SNR it measures, the profile's own SNR) that put `profile`'s noise at
-    the placement's `snr_db` at its `snr_site`: the std of the noise taken as proportional to the
-    multiplier (m <- m 10^((measured - target) / 20)), re-measured up to STEPS times until within
-    TOLERANCE_DB (converters and static errors do not scale; a one-line error if the target is
-    not reached)."""
-    target, site = placement.snr_db, placement.snr_site
+    `target` dB at `site`, `noise_db` measuring a variant of `profile` there: the std of the noise taken
+    as proportional to the multiplier (m <- m 10^((measured - target) / 20)), re-measured up to STEPS
+    times until within TOLERANCE_DB (converters and static errors do not scale; a one-line error if the
+    target is not reached)."""
     base = float(profile.parts.noise.multiplier)
     if base <= 0.0:
         raise InputError(f"snr_kind = 'device' on {profile.name}: noise.multiplier = {base}; expected a profile with "
                          "per-iteration noise to scale")
-    quiet = dataclasses.replace(placement, snr_db=None, ema_alpha=None)
 
     def measure(m: float) -> float:
-        scaled = profile.with_overrides({"noise.multiplier": m})
-        return device_snr_db(model, scaled, calibration, quiet, tokens, site, seed=seed, programs=programs)
+        return noise_db(profile.with_overrides({"noise.multiplier": m}))
 
     own = measured = measure(base)
     if target == math.inf:

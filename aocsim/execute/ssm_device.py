@@ -138,8 +138,8 @@ class PlacedSSM:
               extras_key: keys.Seed = None) -> Iterator[ImplicitSSM]:
         """While open, the placed model's passes draw noise keyed by `generator` (`reset`), the
         sequences' ids [B] and their positions in sequences of `length` tokens; yields the model.
-        `extras`: parts attached to the model for the run and keyed per token too (aocsim/execute/snr.py:
-        noise set by an SNR, drawing from `extras_key`; an EMA readout)."""
+        `extras`: parts attached to the model for the run and keyed per token too (noise injection's,
+        aocsim/execute/noise_injection.py: noise set by an SNR, drawing from `extras_key`; an EMA readout)."""
         self.reset(generator)
         context = self.token_keys(sequences.long(), length)
         parts = [*self.maps.values(), *self.functions.values(), *extras]
@@ -170,12 +170,15 @@ class PlacedSSM:
 
         `sequences`: the ids [B] of the sequences (default 0 ... B - 1), which key their noise: run a
         sequence with the id it has in a larger batch and it draws what it draws there. `extras`,
-        `extras_key`: as for `keyed`.
+        `extras_key`: as for `keyed`; each part then reads the output anew (`output`: an EMA readout's z).
         """
         tokens = self.model.check_tokens(tokens)
         with self.keyed(generator, sequence_ids(sequences, tokens.shape[0]), tokens.shape[1], extras,
                         extras_key) as model:
-            return model(tokens, **options)
+            out = model(tokens, **options)
+        for part in extras:
+            out = part.output(out, self.model)
+        return out
 
 
 def sequence_ids(sequences: torch.Tensor | None, batch: int) -> torch.Tensor:

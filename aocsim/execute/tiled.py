@@ -108,10 +108,12 @@ class TiledDEQ(PlacedModel):
                 "and the iteration digital)")
 
     def __init__(self, model: DEQ, profile: DeviceProfile, placement: Placement, prepared: torch.Tensor) -> None:
-        self.model, self.profile, self.placement, self.values = model, profile, placement, prepared
+        super().__init__(model, profile, placement, prepared)
+        self.values = prepared
         with torch.no_grad():
             self.operator = model.operator().detach()
-        self.program, = fit_maps(profile, [(self.operator, prepared, fit_key(profile))], placement.tile)  # per chip
+        chip = self.run_profile
+        self.program, = fit_maps(chip, [(self.operator, prepared, fit_key(chip))], placement.tile)  # per chip
 
     @property
     def program_error(self) -> float:
@@ -121,7 +123,8 @@ class TiledDEQ(PlacedModel):
     def load(self, seed: keys.Seed) -> DeviceLinear:
         """beta W on the tiles: programmed, loaded and calibrated with the draws of `seed`."""
         s = self.placement
-        return DeviceLinear(self.profile, self.operator, None, self.values, generator=seed_key(seed).fold(keys.Stream.LOAD),
+        return DeviceLinear(self.run_profile, self.operator, None, self.values,
+                            generator=seed_key(seed).fold(keys.Stream.LOAD),
                             program=self.program, tile=s.tile)
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:

@@ -88,14 +88,15 @@ class TwinPlaced(PlacedModel):
 
     def __init__(self, model: TwinDEQ, profile: DeviceProfile, placement: Placement, prepared: Probes | None
                  ) -> None:
-        self.model, self.profile, self.placement, self.probes = model, profile, placement, prepared
+        super().__init__(model, profile, placement, prepared)
+        self.probes = prepared
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None) -> Run:
         """Load W with `seed`'s programming draws, then solve every input on the loop and read out."""
         s, key = self.placement, seed_key(seed)
         run_key = key.fold(keys.Stream.RUN)
         with torch.no_grad():
-            loop = self.model.loop(self.profile, generator=key.fold(keys.Stream.LOAD)).drifted(run_key)
+            loop = self.model.loop(self.run_profile, generator=key.fold(keys.Stream.LOAD)).drifted(run_key)
             solve = dict(stop=s.stop, max_iter=s.max_iter, atol=s.atol, rtol=s.rtol)
             result = loop.solve(self.model.injection(inputs), generator=run_key, samples=samples,
                                 trace=s.stop == "tolerance", **solve)

@@ -25,7 +25,7 @@ import xarray as xr
 
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
-from aocsim.execute.registry import resolve, resolve_profile
+from aocsim.execute.registry import Placed, resolve, resolve_profile
 from aocsim.experiments.results import ACTIVITY, comparison_dataset, is_regression, nll_bits, predictions
 from aocsim.hardware.physics.energy import Activity, energy_j
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -113,7 +113,7 @@ class _Plan:
     def parts(self) -> list[tuple[Any, ...]]:
         """`chip_runs`'s arguments for every part."""
         p = self.placed
-        return [(p.cls, self.model, resolve_profile(self.base, self.chips[ci]), p.placement, self.prepared,
+        return [(p, self.model, resolve_profile(self.base, self.chips[ci]), self.prepared,
                  self.inputs, self.exact.z, [self.seeds[i] for i in range(s.start, s.stop)], self.targets)
                 for ci, s in self.where]
 
@@ -129,7 +129,7 @@ def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets
     placed = resolve(m, base, placement)
     x, y = placed.cls.check_inputs(m, inputs, targets)
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
-    stacked = placed.cls.stacks(placed.placement)  # a chip's seeds as one batch
+    stacked = placed.stacks()  # a chip's seeds as one batch
     return _Plan(placed, m, base, x, y, seed_ids, chip_ids,
                  _parts(len(chip_ids), len(seed_ids), workers, split=split and not stacked), calibration)
 
@@ -215,11 +215,12 @@ def _parts(chips: int, seeds: int, workers: int, split: bool = True) -> list[tup
             + [(ci, s) for ci in range(whole, chips) for s in split_rows(seeds, pieces)])
 
 
-def chip_runs(cls: type, model: Any, profile: DeviceProfile, placement: Any, prepared: Any, x: torch.Tensor,
+def chip_runs(resolved: Placed, model: Any, profile: DeviceProfile, prepared: Any, x: torch.Tensor,
               exact_z: torch.Tensor, seeds: list[int], targets: torch.Tensor | None = None) -> list[dict[str, Any]]:
-    """One chip: the model placed once, then run with every seed; what `compare` records per run, as
-    numpy arrays (a module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
-    placed = cls(model, profile, placement, prepared)
+    """One chip: the model placed once (`Placed.build`: the kind, with noise injection where the placement
+    asks for it), then run with every seed; what `compare` records per run, as numpy arrays (a
+    module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
+    cls, placed = resolved.cls, resolved.build(model, profile, prepared)
     overrides = json.dumps(placed.run_overrides(), sort_keys=True, default=str)  # the chip's, for every seed
     out = []
     for run in placed.run_seeds(x, seeds):  # one by one, or as one batch where the kind stacks them

@@ -124,6 +124,7 @@ class DeviceNextLogits(ExactNextLogits):
     def __init__(self, model: Any, device: Any, *, max_length: int, chip: int = 0, seed: int = 0,
                  placement: Any = None, calibration: Any = None) -> None:
         from aocsim.execute import place
+        from aocsim.execute.placement import as_placement
         from aocsim.execute.run import seed_key
         from aocsim.execute.ssm_device import place_ssm
         from aocsim.experiments.workloads import default_calibration
@@ -133,11 +134,16 @@ class DeviceNextLogits(ExactNextLogits):
             raise InputError(f"{(getattr(model, 'card', None) or {}).get('name', 'this model')} is a plain Mamba2 "
                              "model: generation on a device takes implicit SSMs (token by token in sequential mode); "
                              "generate it without a device, or run it on one with aocsim compare")
+        noise = as_placement(placement).noise
+        if noise.injects():  # its parts key by a whole run's sequences and passes, not one growing sequence
+            given = ", ".join(f"{name} = {value!r}" for name, value in noise.given().items())
+            raise InputError(f"placement sets {given}; generation on a device runs the device's own noise token by "
+                             "token, so expected no snr_db, snr_states_db, ema_alpha or snr_convergence 'batch'")
         hybrid = place(model, device, placement, chip=chip,
                        calibration=default_calibration(model) if calibration is None else calibration)
         key, s = seed_key(seed), hybrid.placement
-        placed = place_ssm(hybrid.model, hybrid.profile, hybrid.calibration, s, generator=key.fold(keys.Stream.LOAD),
-                           programs=hybrid.programs)
+        placed = place_ssm(hybrid.model, hybrid.run_profile, hybrid.calibration, s,
+                           generator=key.fold(keys.Stream.LOAD), programs=hybrid.programs)
         self._keyed = placed.keyed(key.fold(keys.Stream.RUN), torch.zeros(1, dtype=torch.long), max_length)
         super().__init__(self._keyed.__enter__(), tau=s.damping, tol=s.rtol, max_iter=s.max_iter or 30)
 

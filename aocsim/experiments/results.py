@@ -122,14 +122,14 @@ def comparison_dataset(placed: Any, model: torch.nn.Module, profile: DeviceProfi
         "model_sha256": model_checksum(model), "device": profile.name,
         "device_sha256": hashlib.sha256(profile.to_json().encode()).hexdigest(), "device_json": profile.to_json(),
         "seeds": np.asarray(seeds, dtype=np.int64), "chips": np.asarray(chips, dtype=np.int64),
-        "kind": cls.kind, "max_program_error": float(program_error), "placement": cls.describe(model, placed.placement), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
+        "kind": cls.kind, "max_program_error": float(program_error), "placement": placed.describe(model), "modules": int(activity.modules or 1), **placed.placement.attributes(), **extra,
         **({"task": "regression"} if regression else {"classes": int(exact.outputs.shape[-1]),
                                                        "task": str(card.get("task", "classification"))}),
     })
     ds["run_overrides"] = ("chip", list(run_overrides or ["{}"] * len(chips)))
     ds["run_overrides"].attrs["description"] = (
-        "the profile keys each chip's runs used with other values than device_json's (JSON; {} where none): a "
-        "hybrid whose noise is set in dB (snr_kind device) runs with its chip's scaled noise.multiplier")
+        "the profile keys each chip's runs used with other values than device_json's (JSON; {} where none): noise "
+        "set in dB on the device's own noise (snr_kind device) runs with its chip's scaled noise.multiplier")
     for name in ds.variables:  # CF: every variable has units ("1": a count, a fraction, a class or a flag)
         if ds[name].dtype.kind in "iufb":
             ds[name].attrs.setdefault("units", "1")

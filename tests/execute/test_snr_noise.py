@@ -80,8 +80,8 @@ def test_set_db_is_the_db_measured_on_aoc48_through_the_mapping(model, monkeypat
                        chip=0, calibration=CALIBRATION)
         multiplier, measured, own = placed.device_snr
         assert abs(measured - db) <= 0.25 and multiplier > 1.0 and own > db  # noisier than aoc48's own
-        again = device_snr_db(model, placed.run_profile, placed.calibration, placed.placement, CALIBRATION, site,
-                              seed=7, programs=placed.programs)
+        again = device_snr_db(model, placed.run_profile, placed.inner.calibration, placed.placement, CALIBRATION, site,
+                              seed=7, programs=placed.inner.programs)
         assert abs(again - db) < 0.5, (site, again)
 
 
@@ -90,7 +90,7 @@ def test_the_mapping_measures_the_db_set_on_the_abstract_model(model, kind: str)
     """The device measurement (two draws of one step from the exact states) on noise whose dB is known:
     the abstract model's on the states reads the dB set."""
     placed = _abstract(model, snr_db=18.0, snr_site="states", snr_kind=kind, max_iter=8)
-    measured = device_snr_db(model, placed.profile, placed.calibration, placed.placement, CALIBRATION, "states")
+    measured = device_snr_db(model, placed.profile, placed.inner.calibration, placed.placement, CALIBRATION, "states")
     assert abs(measured - 18.0) < 0.5, measured
 
 
