@@ -267,5 +267,5 @@ def _screened(ds: xr.Dataset) -> str:
     if "fidelity" not in ds:
         return ""
     screened = ds.fidelity.values < 1.0
-    share = f" ({float(ds.fidelity.values[screened].max()):.0%} of the workload)" if screened.any() else ""
+    share = f" ({100 * float(ds.fidelity.values[screened].max()):g}% of the workload)" if screened.any() else ""
     return f", {int(screened.sum())} screened only{share}, {int((~screened).sum())} on the whole workload"
