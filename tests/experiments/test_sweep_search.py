@@ -113,6 +113,26 @@ def test_the_results_mark_the_front_of_the_feasible_trials_and_its_hypervolume(r
     assert len(set(_trials(ds))) > 1 and 0 < feasible.sum() < 6  # the constraint bites
 
 
+# SEARCH's trials and objectives (means over chips x seeds) as main asked and scored them before search.fidelity
+# (bed2c3f, one thread on the 2-core machine): a search without the block is that search, bit for bit.
+MAIN = {"slm.bits": [6, 2, 3, 6, 3, 6],
+        "noise.power_per_unit_w": [4.414266879685234e-07, 1.4816285294767154e-06, 2.9051513038005256e-06,
+                                   2.295357385942331e-07, 1.4816285294767154e-06, 1.4816285294767154e-06],
+        "agreement": [1.0, 0.95, 0.975, 0.975, 1.0, 1.0],
+        "energy_per_inference_j": [1.4122481255708786e-06, 1.4186391256851048e-06, 1.4273852496105503e-06,
+                                   1.4109462675779229e-06, 1.4186391256851048e-06, 1.4186391256851048e-06],
+        "pareto": [True, False, False, True, False, False]}
+
+
+def test_without_fidelity_a_search_asks_and_scores_what_main_did(reference: xr.Dataset) -> None:
+    assert "fidelity" not in reference and "samples" not in reference and "fidelity" not in reference.attrs["search"]
+    for name, expected in MAIN.items():
+        values = reference[name].values if name in SEARCH["space"] or name == "pareto" else \
+            reference[name].mean(("model", "chip", "seed")).values
+        assert values.tolist() == expected, name
+    assert reference.attrs["hypervolume"] == 5.099399572528148e-10
+
+
 def test_what_a_trial_asks_depends_on_the_seed_and_its_number_only() -> None:
     import optuna
 

@@ -189,8 +189,11 @@ def plot_front(ds: xr.Dataset, path: str | Path, *, other: xr.Dataset | None = N
         values, feasible, front = compared["values"][k], compared["feasible"][k], compared["front"][k]
         x = values[:, ix] if ix is not None else np.arange(len(values))
         y = values[:, iy]
-        ax.scatter(x[feasible], y[feasible], s=18, alpha=0.45, color=color, marker=marker,
-                   label=f"{label}: {len(values)} points ({int(feasible.sum())} feasible)")
+        for shown, fill, words in ((compared["full"][k], color, f"{len(values)} points ({int(feasible.sum())} "
+                                    "feasible)"), (~compared["full"][k], "none", "screened only (search.fidelity)")):
+            if shown.any():  # screened trials hollow: scored on part of the workload, never on the front
+                ax.scatter(x[feasible & shown], y[feasible & shown], s=18, alpha=0.45, facecolors=fill,
+                           edgecolors=color, marker=marker, label=f"{label}: {words}")
         ax.scatter(x[~feasible], y[~feasible], s=20, marker="x", color=color, alpha=0.45)
         bad = untrusted_points(search_ds if k == 0 else other, len(values))
         if bad.any():

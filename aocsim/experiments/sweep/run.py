@@ -20,6 +20,7 @@ import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.experiments.metrics import point_metrics as metrics_of
+from aocsim.experiments.sweep.fidelity import check_screen, prefix, with_fidelity
 from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
 from aocsim.experiments.sweep.search import results, run_search
 from aocsim.experiments.sweep.store import SweepStore, write_results
@@ -68,15 +69,18 @@ def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None)
     torch.set_num_threads(1)
     try:
         model = _model(point.model)
-        w = point_workload(model, spec.data)
+        w = prefix(point_workload(model, spec.data), point.fraction)  # a screened trial: the first samples
         device = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
         profile = base.with_overrides(device)
         placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
-        seeds = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
+        seeds = [noise_seed(spec.root_seed, point.seeds_of or point.key, s) for s in spec.seeds]
         with disk_memo.use(fits) if fits is not None else contextlib.nullcontext():
             ds = compare(model, profile, w.inputs, w.targets, placement=placement, seeds=seeds, chips=list(spec.chips),
                          calibration=w.calibration)
-        return point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
+        out = point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
+        if spec.search is not None and spec.search.fidelity is not None:
+            out = with_fidelity(out, point.fraction, ds.sizes["sample"])
+        return out
     finally:
         torch.set_num_threads(before)
 
@@ -211,7 +215,9 @@ def check_models(spec: SweepSpec, base: Any) -> None:
 
     for name in spec.models:
         model = _model(name)
-        point_workload(model, spec.data)
+        w = point_workload(model, spec.data)
+        if spec.search is not None and spec.search.fidelity is not None:
+            check_screen(len(w.inputs), spec.search.fidelity)
         kind = placement_class(model, base).kind
         for path in (p for a in spec.axes for p in a.values if p in PLACEMENT):
             kinds = DECLARATIONS[path.split(".", 1)[1]].kinds

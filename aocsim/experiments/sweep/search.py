@@ -17,13 +17,14 @@ import json
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import xarray as xr
 
 from aocsim.errors import InputError
 from aocsim.experiments.sweep.axes import Axis
+from aocsim.experiments.sweep.fidelity import Evaluate, full, mark, run_points, run_round
 from aocsim.experiments.sweep.front import default_reference, hypervolume, pareto_mask
 from aocsim.experiments.sweep.search_spec import Search
 from aocsim.experiments.sweep.spec import Point, SweepSpec, point_key
@@ -33,7 +34,6 @@ STUDY_FILE = "search.journal"
 STUDY_NAME = "aocsim-search"
 VIOLATION = "constraint_violation"  # a trial's user attribute: Optuna's constraint values (<= 0 feasible)
 
-Evaluate = Callable[[list[Point]], Iterable[tuple[str, xr.Dataset]]]
 
 
 def _optuna() -> Any:
@@ -149,37 +149,47 @@ def _rounds(spec: SweepSpec, store: SweepStore, study: Any, evaluate: Evaluate) 
             if number < len(search.start):  # a start trial: enqueued, it is the next asked, as given
                 study.enqueue_trial(search.start[number])
             study.ask(space)
-        batch = [t for t in study.get_trials(deepcopy=False)[start:end] if _running(t)]
-        points, done = {p.key: p for p in (trial_point(spec, t) for t in batch)}, store.done()
-        todo = [p for key, p in points.items() if key not in done]
-        for key, ds in evaluate(todo):
-            store.write_point(key, ds)
+        trials = study.get_trials(deepcopy=False)[start:end]
+        batch = [t for t in trials if _running(t)]
+        if search.fidelity is None:
+            run_points([trial_point(spec, t) for t in batch], store, evaluate)
+            files = {t.number: (trial_point(spec, t).key, []) for t in batch}
+        else:  # the whole round screened, told or not: a resumed round promotes what the first run did
+            told = run_round([trial_point(spec, t) for t in trials], store, evaluate, search,
+                             lambda key: scores(store.read_point(key), search, violations=True))
+            files = {t.number: file for t, file in zip(trials, told)}
         for t in batch:
-            key = trial_point(spec, t).key
+            key, promoted = files[t.number]
             (values,), (violation,) = scores(store.read_point(key), search, violations=True)
             handle = optuna.trial.Trial(study, t._trial_id)
             handle.set_user_attr("point_key", key)
-            handle.set_user_attr(VIOLATION, violation.tolist())
+            handle.set_user_attr(VIOLATION, [*violation.tolist(), *promoted])
             study.sampler = sampler(search, t.number)  # tell's after_trial uses the sampler of the trial
             study.tell(t.number, values.tolist())
             yield t.number
 
 
-def trials_spec(spec: SweepSpec, store: SweepStore) -> SweepSpec:
-    """The spec with the trials asked so far as its one axis (`trial`): what `assemble` reads."""
+def trials_spec(spec: SweepSpec, store: SweepStore) -> tuple[SweepSpec, list[str]]:
+    """The spec with the trials asked so far as its one axis (`trial`): what `assemble` reads; and each
+    trial's point file (the one it was told from: a screen's with fidelity; its own point's before its tell)."""
     study = open_study(store, spec.search, writer=False)
     trials = [] if study is None else study.get_trials(deepcopy=False)
     values = {p.path: tuple(t.params[p.path] for t in trials) for p in spec.search.space}
-    return dataclasses.replace(spec, axes=(Axis("trial", values),))
+    files = [t.user_attrs.get("point_key") or trial_point(spec, t).key for t in trials]
+    return dataclasses.replace(spec, axes=(Axis("trial", values),)), files
 
 
 def results(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, partial: bool = False) -> xr.Dataset:
     """A sweep's Dataset (store.assemble): a grid's points, or a search's trials along `trial` with its
-    front marked (`mark_front`; not for `partial`, the points finished so far)."""
+    front marked (`mark_front`; not for `partial`, the points finished so far) and, with fidelity, what
+    each trial was scored on (`fidelity.mark`)."""
     if spec.search is None:
         return assemble(spec, store, provenance, partial=partial)
-    ds = assemble(trials_spec(spec, store), store, provenance, partial=partial)
-    return ds if partial else mark_front(ds, spec.search)
+    trials, files = trials_spec(spec, store)
+    ds = assemble(trials, store, provenance, partial=partial, files=files)
+    if partial:
+        return ds
+    return mark_front(ds if spec.search.fidelity is None else mark(ds, store, files), spec.search)
 
 
 def status(root: str | Path) -> dict[str, object]:
@@ -194,7 +204,7 @@ def status(root: str | Path) -> dict[str, object]:
         raise InputError(f"DIR = {str(root)!r} holds no sweep ({SPEC_FILE} missing or not a sweep's); expected a "
                          "folder written by aocsim sweep")
     spec = parse_spec(json.loads(saved["spec"]), where=str(store.root / SPEC_FILE), check=False)
-    keys = [p.key for p in (trials_spec(spec, store) if spec.search else spec).points()]
+    keys = trials_spec(spec, store)[1] if spec.search else [p.key for p in spec.points()]
     done = store.done()
     total = spec.search.budget if spec.search else len(keys)
     return {"done": sum(k in done for k in keys), "total": total, "results": store.results.is_file(),
@@ -248,12 +258,14 @@ def against(search_ds: xr.Dataset, other: xr.Dataset) -> dict[str, Any]:
     if missing:
         raise InputError(f"the other results lack {missing[0]!r}; expected the search's metrics ({', '.join(search.metrics)})")
     (a, fa), (b, fb) = scores(search_ds, search), scores(other, search)
-    ref = reference_point(search, (a, fa), (b, fb))
+    whole = (full(search_ds, len(a)), full(other, len(b)))  # a front and its volume: whole-workload trials only
+    ea, eb = fa & whole[0], fb & whole[1]
+    ref = reference_point(search, (a, ea), (b, eb))
     directions = list(search.objectives.values())
     return {"reference": dict(zip(search.objectives, map(float, ref))), "points": (len(a), len(b)),
-            "hypervolume": (hypervolume(a, directions, ref, fa), hypervolume(b, directions, ref, fb)),
-            "front": (pareto_mask(a, directions, fa), pareto_mask(b, directions, fb)), "values": (a, b),
-            "feasible": (fa, fb)}
+            "hypervolume": (hypervolume(a, directions, ref, ea), hypervolume(b, directions, ref, eb)),
+            "front": (pareto_mask(a, directions, ea), pareto_mask(b, directions, eb)), "values": (a, b),
+            "feasible": (fa, fb), "full": whole}
 
 
 def repeats(ds: xr.Dataset) -> np.ndarray:
@@ -272,15 +284,18 @@ def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
     """The search's Dataset with each trial's feasibility and Pareto membership, and the front's
     hypervolume (in the attributes, with its reference point)."""
     values, feasible = scores(ds, search)
+    eligible = feasible & full(ds, len(values))  # a screened trial is never on the front, nor in its volume
     directions = list(search.objectives.values())
-    front = pareto_mask(values, directions, feasible)
-    reference = reference_point(search, (values, feasible))
+    front = pareto_mask(values, directions, eligible)
+    reference = reference_point(search, (values, eligible))
     out = ds.copy()
     out["feasible"] = ("trial", feasible)
     out["feasible"].attrs.update(units="1", description=(
         "the trial meets every constraint of the search (mean over chips x seeds) and compare trusted it (trusted)"))
     out["pareto"] = ("trial", front)
-    out["pareto"].attrs.update(units="1", description="no feasible trial is as good in every objective and better in one")
+    out["pareto"].attrs.update(units="1", description="no feasible trial is as good in every objective and better in one"
+                               + (" (of the trials scored on the whole workload, fidelity 1: only they are on the "
+                                  "front)" if search.fidelity else ""))
     out["repeat_of"] = ("trial", repeats(ds))
     out["repeat_of"].attrs.update(units="1", description=(
         "the first earlier trial with the same settings (the sampler asked them again; the point ran once), -1 for "
@@ -288,8 +303,9 @@ def mark_front(ds: xr.Dataset, search: Search) -> xr.Dataset:
     out.attrs.update({
         "search": json.dumps({"objectives": search.objectives, "sampler": search.sampler, "budget": search.budget,
                               "seed": search.seed, "batch": search.batch,
+                              **({"fidelity": dataclasses.asdict(search.fidelity)} if search.fidelity else {}),
                               "constraints": {c.metric: f"{c.op} {c.bound!r}" for c in search.constraints}}),
-        "hypervolume": hypervolume(values, directions, reference, feasible) if np.all(np.isfinite(reference))
+        "hypervolume": hypervolume(values, directions, reference, eligible) if np.all(np.isfinite(reference))
         else 0.0,
         "hypervolume_reference": json.dumps(dict(zip(search.objectives, map(float, reference)))),
     })

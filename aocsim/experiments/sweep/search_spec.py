@@ -11,6 +11,8 @@
       batch: 4                                       # optional: points asked together (default 4)
       reference: {agreement: 0.9, energy_j: 1.0e-5}  # optional: the hypervolume's reference point
       start: [{slm.bits: 9, noise.power_per_unit_w: 1.0e-4}]   # optional: the first trials' settings
+      fidelity: {screen: 0.25, promote: 0.5}         # optional: each trial first on the workload's first quarter,
+                                                     #   the best half of each round then on all of it (fidelity.py)
     space:
       slm.bits: {int: [2, 9]}
       noise.power_per_unit_w: {log: [1.0e-6, 1.0e-3]}
@@ -34,7 +36,8 @@ from aocsim.experiments.sweep.axes import count, mapping, short
 SAMPLERS = ("nsga2", "tpe", "random")
 DIRECTIONS = ("max", "min")
 KINDS = ("int", "float", "log", "choice")  # a range of integers, of reals (linear or log-uniform), a list
-SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference", "start")
+SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference", "start", "fidelity")
+FIDELITY_KEYS = ("screen", "promote")
 _CONSTRAINT = re.compile(r"\s*(>=|<=)\s*([^\s%]+)\s*(%?)\s*")
 
 
@@ -59,6 +62,15 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Fidelity:
+    """Successive halving in each round (fidelity.py): every trial scored first on the first `screen` of the
+    workload's samples, the best `promote` of the round's trials then on all of them."""
+
+    screen: float  # in (0, 1)
+    promote: float  # in (0, 1); at least one trial of a round is promoted, never all of a full round
+
+
+@dataclass(frozen=True)
 class Search:
     objectives: dict[str, str]  # metric -> max or min
     constraints: tuple[Constraint, ...]
@@ -69,6 +81,7 @@ class Search:
     reference: dict[str, float] | None
     space: tuple[Param, ...]
     start: tuple[dict[str, Any], ...] = ()  # the first trials' settings, asked as given (a known-good machine)
+    fidelity: Fidelity | None = None  # None: every trial on the whole workload
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -117,7 +130,31 @@ def parse_search(raw: Any, space: Any, known: tuple[str, ...]) -> Search:
         raise InputError(f"search.batch = {batch}; expected >= 2 with sampler nsga2 (its population)")
     params = _space(space)
     return Search(goals, constraints, budget, sampler, count("search.seed", raw.get("seed", 0)), batch,
-                  _reference(raw.get("reference"), goals, known), params, _start(raw.get("start", []), params, budget))
+                  _reference(raw.get("reference"), goals, known), params, _start(raw.get("start", []), params, budget),
+                  _fidelity(raw.get("fidelity"), batch))
+
+
+def _fidelity(raw: Any, batch: int) -> Fidelity | None:
+    """{screen, promote}, both fractions in (0, 1); promote must leave a round of `batch` some trial unpromoted."""
+    if raw is None:
+        return None
+    raw = mapping("search.fidelity", raw)
+    if set(raw) != set(FIDELITY_KEYS):
+        raise InputError(f"search.fidelity = {short(raw)}; expected {{screen: FRACTION, promote: FRACTION}}, "
+                         "e.g. {screen: 0.25, promote: 0.5}")
+    for name, what in (("screen", "of the workload each trial is first run on"),
+                       ("promote", "of each round's screened trials run on the whole workload")):
+        value = raw[name]
+        if not (_finite(value) and 0 < value < 1):
+            raise InputError(f"search.fidelity.{name} = {short(value)}; expected a fraction in (0, 1) {what}, "
+                             "such as 0.25")
+    if batch < 2:
+        raise InputError(f"search.batch = {batch} with search.fidelity: a round of one trial has none to screen out; "
+                         "expected search.batch >= 2")
+    if math.ceil(raw["promote"] * batch) >= batch:  # then the screen would only add work
+        raise InputError(f"search.fidelity.promote = {short(raw['promote'])} promotes every trial of a round of "
+                         f"search.batch = {batch}; expected a fraction at most {(batch - 1) / batch:.3g}")
+    return Fidelity(float(raw["screen"]), float(raw["promote"]))
 
 
 def _start(raw: Any, params: tuple[Param, ...], budget: int) -> tuple[dict[str, Any], ...]:

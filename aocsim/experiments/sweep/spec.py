@@ -67,7 +67,9 @@ class Point:
     model: str
     settings: dict[str, Any]
     index: tuple[int, ...]  # model, then one index per axis
-    key: str  # a hash of the resolved configuration (`point_key`)
+    key: str  # a hash of the resolved configuration (`point_key`): its file's name
+    seeds_of: str = ""  # the key its noise seeds derive from ("": its own); a screened trial's is its full point's
+    fraction: float = 1.0  # the share of the workload's samples it runs, the first ones (search.fidelity.screen)
 
 
 @dataclass(frozen=True)

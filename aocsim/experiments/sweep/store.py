@@ -123,11 +123,14 @@ def _atomic_netcdf(ds: xr.Dataset, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, partial: bool = False) -> xr.Dataset:
+def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, partial: bool = False,
+             files: list[str] | None = None) -> xr.Dataset:
     """Every point's metrics in one Dataset [model, axes..., chip, seed] with coordinates and provenance;
-    `partial`: the points finished so far, NaN where a point is missing (`aocsim sweep status`)."""
-    done = store.done()
-    points = [p for p in spec.points() if not partial or p.key in done]
+    `partial`: the points finished so far, NaN where a point is missing (`aocsim sweep status`). `files`:
+    each point's file, where it is not its own key (a search's screened trial: fidelity.py)."""
+    done, every = store.done(), spec.points()
+    named = zip(every, files if files is not None else [p.key for p in every])
+    points = [(p, file) for p, file in named if not partial or file in done]
     dims = ("model", *(a.dim for a in spec.axes), "chip", "seed")
     shape = (*spec.shape, len(spec.chips), len(spec.seeds))
     data = {m: np.full(shape, np.nan) for m in spec.metrics}
@@ -135,8 +138,8 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
     trusted = np.full(spec.shape, NOT_RUN, dtype=np.int8)  # compare's verdict per point (trust.py)
     warnings = np.full(spec.shape, "", dtype=object)
     attrs: dict[str, dict[str, str]] = {}
-    for point in points:
-        ds = store.read_point(point.key)
+    for point, file in points:
+        ds = store.read_point(file)
         for m in spec.metrics:
             data[m][point.index] = ds[m].transpose("chip", "seed").values
             attrs.setdefault(m, {k: str(v) for k, v in ds[m].attrs.items()})

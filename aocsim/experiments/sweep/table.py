@@ -253,9 +253,19 @@ def front_table(ds: xr.Dataset) -> str:
     untrusted = int((ds.trusted.values == 0).sum()) if "trusted" in ds else 0
     head = (f"search ({search['sampler']}, seed {search['seed']}): {ds.sizes['trial']} trials{distinct}, "
             f"{int(ds.feasible.sum())} feasible" + (f" ({untrusted} untrusted, infeasible)" if untrusted else "")
+            + _screened(ds)
             + f", {len(front)} on the Pareto front of {goals}; "
             f"hypervolume {float(ds.attrs['hypervolume']):.4g} (reference {ds.attrs['hypervolume_reference']})")
     if not len(order):
         return head + "\nno feasible trial: the constraints hold nowhere the search looked"
     table = point_table(ds.isel(trial=order), limit=len(order))
     return f"{head}\nthe front, trials {', '.join(map(str, order))}:\n{table}"
+
+
+def _screened(ds: xr.Dataset) -> str:
+    """With search.fidelity: how many trials were scored only on the screen (never on the front)."""
+    if "fidelity" not in ds:
+        return ""
+    screened = ds.fidelity.values < 1.0
+    share = f" ({100 * float(ds.fidelity.values[screened].max()):g}% of the workload)" if screened.any() else ""
+    return f", {int(screened.sum())} screened only{share}, {int((~screened).sum())} on the whole workload"
