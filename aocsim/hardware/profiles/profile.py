@@ -19,13 +19,12 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
-import torch
 import yaml
 
 from aocsim.errors import ProfileError, UnknownNameError
 from aocsim.hardware.profiles.checks import _plain, check_complete, suggest
 from aocsim.hardware.profiles.parts import Parts
-from aocsim.hardware.profiles.schema import BY_KEY, N, flatten, unflatten
+from aocsim.hardware.profiles.schema import BY_KEY, flatten, unflatten
 from aocsim.paths import devices_dir
 
 VARIANT_KEYS = {"name", "description", "provenance", "base", "overrides"}
@@ -69,16 +68,6 @@ class DeviceProfile:
         """The device's typed components, built once from the values (aocsim/hardware/profiles/parts.py):
         what the physics reads."""
         return Parts.from_values(self.values)
-
-    def array(self, key: str, n: int, *, dtype: torch.dtype = torch.float64,
-              device: torch.device | str | None = None) -> torch.Tensor:
-        """A per-channel field as a tensor with leading size n (broadcast if stored as one value)."""
-        spec = BY_KEY[key]
-        value = np.asarray(self.values[key], dtype=np.float64)
-        shape = tuple(n if s == N else s for s in spec.shape or ())
-        if value.ndim < len(shape):
-            value = np.broadcast_to(value, shape)
-        return torch.as_tensor(np.array(value), dtype=dtype, device=device)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as plain data (worker processes receive profiles); rebuilt read-only."""
