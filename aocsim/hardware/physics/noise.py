@@ -49,6 +49,12 @@ def rin_relative_std(rin_db_per_hz: float, bandwidth_hz: float) -> float:
     return math.sqrt(10.0 ** (rin_db_per_hz / 10.0) * bandwidth_hz)
 
 
+def unit_current_a(noise: Noise) -> float:
+    """Photocurrent of one twin detector unit of light: R P_unit (A); a current noise sigma_I is
+    sigma_I / unit_current_a detector units."""
+    return noise.responsivity_a_per_w * noise.power_per_unit_w
+
+
 def detector_light_w(d: torch.Tensor | float, noise: Noise) -> torch.Tensor | float:
     """Light on one photodetector, W: P = P_unit (bias_units + D) for the signed detector signal D.
 
@@ -63,19 +69,16 @@ def detector_light_w(d: torch.Tensor | float, noise: Noise) -> torch.Tensor | fl
 def shot_noise_std(d: torch.Tensor, noise: Noise) -> torch.Tensor:
     """Per-iteration shot-noise std in detector units for signals d (either path) [B, N]: the shot noise
     of the photocurrent R `detector_light_w(d)` (none where that light would be negative)."""
-    unit_current = noise.responsivity_a_per_w * noise.power_per_unit_w  # A per detector unit
     current = (noise.responsivity_a_per_w * detector_light_w(d, noise)).clamp_min(0.0)
-    return shot_current_std_a(current, noise.bandwidth_hz) / unit_current
+    return shot_current_std_a(current, noise.bandwidth_hz) / unit_current_a(noise)
 
 
 def dark_shot_noise_std(noise: Noise) -> float:
     """Per-iteration shot-noise std of the mean dark current, detector units."""
-    unit_current = noise.responsivity_a_per_w * noise.power_per_unit_w
-    return shot_current_std_a(noise.dark.current_a, noise.bandwidth_hz) / unit_current
+    return shot_current_std_a(noise.dark.current_a, noise.bandwidth_hz) / unit_current_a(noise)
 
 
 def thermal_noise_std(noise: Noise) -> float:
     """Per-iteration thermal (TIA) noise std in detector units."""
-    unit_current = noise.responsivity_a_per_w * noise.power_per_unit_w
     return thermal_current_std_a(noise.thermal.temperature_k, noise.thermal.feedback_resistance_ohm,
-                                 noise.bandwidth_hz) / unit_current
+                                 noise.bandwidth_hz) / unit_current_a(noise)

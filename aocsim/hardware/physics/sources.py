@@ -25,14 +25,10 @@ from typing import Any, Callable, Mapping
 
 from aocsim.hardware.profiles.parts import Noise, Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
-from aocsim.hardware.physics.noise import BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, detector_light_w, rin_relative_std
+from aocsim.hardware.physics.noise import (BOLTZMANN_J_PER_K, ELECTRON_CHARGE_C, detector_light_w, rin_relative_std,
+                                           unit_current_a)
 
 PER_ITERATION, STATIC, PER_INFERENCE, PER_READOUT = "per iteration", "static", "per inference", "per readout"
-
-
-def unit_current_a(noise: Noise) -> float:
-    """Photocurrent of one twin detector unit of light: R P_unit (A)."""
-    return noise.responsivity_a_per_w * noise.power_per_unit_w
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ is its attribute path (`readout.adc_bits`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import field
@@ -47,6 +48,13 @@ def _kind(hint: Any) -> tuple[str, bool]:
                     "them | None")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A component class's annotations resolved to types, once per class (a profile builds its tree per
+    variant: `DeviceProfile.parts`)."""
+    return typing.get_type_hints(cls)
+
+
 class Part:
     """A component of the device: a frozen dataclass of typed leaves and nested components (module
     docstring)."""
@@ -54,7 +62,7 @@ class Part:
     @classmethod
     def leaves(cls, prefix: str = "") -> Iterator[tuple[str, str, bool, dict[str, Any]]]:
         """(dotted key, kind, nullable, spec) of every leaf, in declaration order, nested components in place."""
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             if "part" in f.metadata:
                 yield from hints[f.name].leaves(f"{prefix}{f.name}.")
@@ -64,7 +72,7 @@ class Part:
     @classmethod
     def from_values(cls: type[_P], values: Mapping[str, Any], prefix: str = "") -> _P:
         """The component from {dotted key: value} (a validated profile's values)."""
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         return cls(**{f.name: (hints[f.name].from_values(values, f"{prefix}{f.name}.") if "part" in f.metadata
                                else values[f"{prefix}{f.name}"])
                       for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
