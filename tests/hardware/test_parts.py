@@ -31,9 +31,17 @@ def _leaf_values(part: Part, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def test_the_schema_is_the_components_and_what_a_profile_says_about_itself() -> None:
+def test_the_schema_reads_each_fields_type_and_nullability_from_its_annotation() -> None:
+    # Fault guarded (seen failing with nullability dropped from the annotation's reading): a schema whose
+    # kinds or nulls drift from the types the physics is promised.
+    by_key = {f.key: f for f in FIELDS}
+    assert (by_key["slm.bits"].kind, by_key["slm.bits"].nullable) == ("int", True)
+    assert (by_key["noise.shot.enabled"].kind, by_key["noise.shot.enabled"].nullable) == ("bool", False)
+    assert (by_key["readout.range_v"].kind, by_key["readout.range_v"].shape) == ("array", (2,))
+    assert (by_key["loop.bandwidth_hz"].kind, by_key["loop.bandwidth_hz"].nullable) == ("float", True)
+    assert (by_key["nonlinearity.kind"].kind, by_key["nonlinearity.kind"].choices) == (
+        "str", ("tanh", "algebraic_sigmoid"))
     assert [f.key for f in FIELDS] == [f.key for f in ABOUT] + [key for key, *_ in Parts.leaves()]
-    assert len({f.key for f in FIELDS}) == len(FIELDS)
 
 
 @pytest.mark.parametrize("name", available_devices())
