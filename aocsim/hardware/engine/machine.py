@@ -14,17 +14,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aocsim.errors import InputError
+from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
+
+
+def pass_time_s(parts: Parts) -> float:
+    """One tile pass: a round trip, or longer where the converters cannot keep up (docs/PHYSICS.md section 6):
+    every channel of a module takes one input through its DACs and gives one output to its ADCs per pass,
+    and a converter makes one conversion per interval, so a pass lasts at least an interval over the
+    converters of a channel (the conversions pipelined with the light: a pass's outputs convert while the
+    next pass runs)."""
+    rt = float(parts.loop.round_trip_s)
+    adc = parts.readout.sample_interval_iterations * rt / parts.readout.adcs_per_channel
+    dac = parts.injection.dac_interval_iterations * rt / parts.injection.dacs_per_channel
+    return max(rt, adc, dac)
+
+
+def product_latency_s(parts: Parts) -> float:
+    """What a product adds to its passes (docs/PHYSICS.md section 6): its first inputs' DAC conversion before
+    the first pass, its last outputs' ADC conversion after the last, and the digital stage that makes the
+    next product's inputs (`readout.digital_latency_s`)."""
+    rt = float(parts.loop.round_trip_s)
+    return ((parts.injection.dac_interval_iterations + parts.readout.sample_interval_iterations) * rt
+            + float(parts.readout.digital_latency_s))
 
 
 def machine_words(profile: DeviceProfile, modules: int | None) -> str:
     """What a product's time counts on the machine of `modules` (None: one per tile), in words."""
-    rt = f"{float(profile.parts.loop.round_trip_s) * 1e9:.3g} ns"
+    v = profile.parts
+    paced = f"{pass_time_s(v) * 1e9:.3g} ns per pass (the converters' pace; a round trip is " \
+            f"{float(v.loop.round_trip_s) * 1e9:.3g} ns), {product_latency_s(v) * 1e9:.3g} ns of conversion and " \
+            "digital latency per product"
     if modules is None:
-        return f"on one module per tile (weight-stationary): all tiles at once, {rt} per pass"
-    reload = float(profile.parts.slm.reload_time_s)
+        return f"on one module per tile (weight-stationary): all tiles at once, {paced}"
+    reload = float(v.slm.reload_time_s)
     return (f"on {modules} module{'s' * (modules > 1)} (time-multiplexed where it has more tiles: every product "
-            f"writes each tile again, {reload:g} s per weight load, then waves of {modules} tiles, {rt} per pass)")
+            f"writes each tile again, {reload:g} s per weight load, then waves of {modules} tiles, {paced})")
 
 
 def waves(tiles: int, size: int) -> list[int]:
@@ -32,10 +57,10 @@ def waves(tiles: int, size: int) -> list[int]:
     return [min(size, tiles - start) for start in range(0, tiles, size)]
 
 
-def wave_time_s(tiles: int, passes: int, round_trip_s: float, reload_s: float) -> float:
+def wave_time_s(tiles: int, passes: int, pass_s: float, reload_s: float) -> float:
     """One wave: its `tiles` written onto their modules one after another (`reload_s` each; 0 where they
-    are held), then `passes` round trips with all of them at once."""
-    return tiles * reload_s + passes * round_trip_s
+    are held), then `passes` passes of `pass_s` (`pass_time_s`) with all of them at once."""
+    return tiles * reload_s + passes * pass_s
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ import torch
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal
-from aocsim.hardware.engine.machine import wave_time_s, waves
+from aocsim.hardware.engine.machine import pass_time_s, wave_time_s, waves
 from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.profiles.parts import Parts
 
 
-def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, round_trip_s: float,
+def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, pass_s: float,
               reload_s: float) -> tuple[list[list[bool]], list[list[float]]]:
     """(sampled, held_s), each [rows][cols]: whether row r's running sum is sampled onto the hold after tile
     (r, c) (the row's last tile in its wave), and how long that sample waits before the next wave adds to it
@@ -47,7 +47,7 @@ def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, round_trip_s
                 sampled[r][c] = True
                 if c < cols - 1:  # until the next wave has run (`machine.wave_time_s`)
                     next_wave = waves(tiles, wave)[(i + 1) // wave]
-                    held[r][c] = wave_time_s(next_wave, passes, round_trip_s, reload_s)
+                    held[r][c] = wave_time_s(next_wave, passes, pass_s, reload_s)
     return sampled, held
 
 
@@ -77,7 +77,7 @@ def hold_gates(parts: Parts, grid: tuple[int, int], tile_size: int, outputs: int
     if not hold.acts or grid[1] == 1:
         return None
     reload_s = float(parts.slm.reload_time_s) if wave is not None else 0.0
-    sampled, held = hold_plan(grid, wave, passes, float(parts.loop.round_trip_s), reload_s)
+    sampled, held = hold_plan(grid, wave, passes, pass_time_s(parts), reload_s)
 
     def per_output(table: list[list]) -> torch.Tensor:  # [rows][cols] -> [cols, M]: row r's on its outputs
         return torch.tensor(table, dtype=dtype, device=device).T.repeat_interleave(tile_size, dim=1)[:, :outputs]

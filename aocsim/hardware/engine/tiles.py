@@ -45,7 +45,7 @@ from aocsim._checks import short
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
-from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
+from aocsim.hardware.engine.machine import Mount, pass_time_s, product_latency_s, wave_time_s, waves
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, stack_constants
 from aocsim.hardware.engine.tile_pass import input_scale  # noqa: F401 (re-exported)
@@ -169,7 +169,8 @@ class TiledMatrix:
         loads = tiles if self.multiplexed else 0
         added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
         reload = float(v.slm.reload_time_s) if self.multiplexed else 0.0
-        time = sum(wave_time_s(n, passes, float(v.loop.round_trip_s), reload) for n in waves(tiles, self.modules))
+        time = (sum(wave_time_s(n, passes, pass_time_s(v), reload) for n in waves(tiles, self.modules))
+                + product_latency_s(v))
         return Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
                         weight_loads=loads, channels=self.channels,
                         modules=self.mount.count if self.multiplexed else tiles)

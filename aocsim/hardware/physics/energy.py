@@ -148,11 +148,32 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     modules = activity.modules or 1
     out: dict[str, Number] = {name: modules * p * activity.time_s for name, p in power.items()}
     out["slm"] = out["slm"] + activity.weight_loads * v.energy.slm_reload_energy_j
-    out["dac"] = activity.dac_conversions * v.energy.dac_energy_j
-    out["adc"] = activity.adc_conversions * v.energy.adc_energy_j
+    out["dac"] = activity.dac_conversions * conversion_energy_j(v, "dac")
+    out["adc"] = activity.adc_conversions * conversion_energy_j(v, "adc")
     out["digital"] = activity.digital_ops * v.energy.digital_energy_per_op_j
     out["total"] = sum(out[name] for name in COMPONENTS)
     return out
+
+
+def converter_rate_hz(parts: Parts, kind: str) -> float:
+    """Sample rate of one converter (`kind` "dac" or "adc"): one conversion per interval of its round trips
+    (`injection.dac_interval_iterations`, `readout.sample_interval_iterations`)."""
+    every = parts.injection.dac_interval_iterations if kind == "dac" else parts.readout.sample_interval_iterations
+    return 1.0 / (every * float(parts.loop.round_trip_s))
+
+
+def conversion_energy_j(parts: Parts, kind: str) -> float:
+    """Energy of one conversion of the injection DAC (`kind` "dac") or the readout ADC ("adc") at its bits
+    and rate (docs/PHYSICS.md section 6): the profile's energy at `energy.precision_bits` times
+    2^(bits - precision_bits) (a constant Walden figure of merit: energy per conversion step; null bits, an
+    ideal converter, priced at precision_bits), times rate / knee above `energy.converter_knee_hz`
+    (Murmann's ADC Performance Survey: the state of the art's figure of merit worsens in proportion to
+    the rate above about 100 MS/s)."""
+    e = parts.energy
+    reference, bits = ((e.dac_energy_j, parts.injection.dac_bits) if kind == "dac" else
+                       (e.adc_energy_j, parts.readout.adc_bits))
+    steps = 2.0 ** ((e.precision_bits if bits is None else bits) - e.precision_bits)
+    return float(reference) * steps * max(1.0, converter_rate_hz(parts, kind) / float(e.converter_knee_hz))
 
 
 def light_scale(parts: Parts, bits_change: float) -> float:
@@ -176,20 +197,24 @@ def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
 
     The light (`noise.power_per_unit_w`) moves the detector noise at the bias light by the change in
     bits, thermal and dark-current noise kept (`light_scale`: x 4 per bit when shot noise dominates);
-    converters at a constant Walden figure of merit (energy per conversion step, Murmann's ADC survey)
-    scale by 2 per bit. Electronics and SLM stay. The simulated precision (slm.bits,
-    injection.dac_bits, readout.adc_bits) is set separately.
+    converters become b-bit converters (`injection.dac_bits`, `readout.adc_bits` where they are set; their
+    reference energies move with the precision they are quoted at, x 2 per bit, so that one figure of
+    merit prices them: `conversion_energy_j`). Electronics and SLM stay; the SLM's bits are set
+    separately.
     """
     bits = integer(bits, "bits", minimum=1)
     v = profile.parts
     d = bits - v.energy.precision_bits
     if d == 0:
         return profile
+    converters = {key: bits for key, now in (("injection.dac_bits", v.injection.dac_bits),
+                                             ("readout.adc_bits", v.readout.adc_bits)) if now is not None}
     return profile.with_overrides({
         "noise.power_per_unit_w": v.noise.power_per_unit_w * light_scale(v, d),
         "energy.dac_energy_j": v.energy.dac_energy_j * 2.0 ** d,
         "energy.adc_energy_j": v.energy.adc_energy_j * 2.0 ** d,
         "energy.precision_bits": bits,
+        **converters,
     })
 
 

@@ -118,7 +118,16 @@ class Readout(Part):
     range_v: np.ndarray = spec('[low, high] ADC input range', 'V', shape=(2,))
     samples: int = spec('K samples averaged after the settle window', low=1)
     settle_iterations: int = spec('iterations before the first sample (2.5 us / 20 ns = 125)', low=0)
-    sample_interval_iterations: int = spec('iterations between samples (160 ns / 20 ns = 8)', low=1)
+    sample_interval_iterations: int = spec(
+        "iterations between samples (160 ns / 20 ns = 8): the ADC's interval, one conversion of its channel "
+        "each; a tile pass waits for its outputs' conversions (docs/PHYSICS.md section 6)", low=1)
+    adcs_per_channel: int = spec(
+        'ADCs on each output channel, interleaved: the channel converts this many samples per ADC interval',
+        low=1)
+    digital_latency_s: float = spec(
+        "time of the digital stage between one product's ADC readings and the next product's DAC inputs "
+        '(partial sums, scaling, the digital parts of a model): with one DAC and one ADC interval, the '
+        "latency a tiled product adds to its passes (docs/PHYSICS.md section 6)", 's', low=0.0, high=1.0)
     hold_capacitance_f: float | None = spec(
         'hold capacitance C of an analog partial sum (tiled products, partial_sums analog): each sampling of '
         'the sum onto the hold adds kT/C noise, std sqrt(k T / C) volts at the node with T = '
@@ -150,8 +159,18 @@ class Energy(Part):
     slm_reload_energy_j: float = spec(
         'energy of writing one weight load onto the SLMs of both paths, beyond their static power', 'J',
         low=0.0, high=1.0)
-    dac_energy_j: float = spec('energy of one injection DAC conversion', 'J', low=0.0, high=1e-06)
-    adc_energy_j: float = spec('energy of one readout ADC conversion', 'J', low=0.0, high=1e-06)
+    dac_energy_j: float = spec(
+        'energy of one injection DAC conversion at energy.precision_bits bits, below the knee; at b = '
+        'injection.dac_bits bits (precision_bits when null) x 2^(b - precision_bits) (a constant Walden figure '
+        'of merit), above the knee x rate / knee', 'J', low=0.0, high=1e-06)
+    adc_energy_j: float = spec(
+        'energy of one readout ADC conversion at energy.precision_bits bits, below the knee; at b = '
+        'readout.adc_bits bits x 2^(b - precision_bits), above the knee x rate / knee', 'J', low=0.0,
+        high=1e-06)
+    converter_knee_hz: float = spec(
+        "sample rate of one converter above which its energy per conversion grows in proportion to the rate "
+        "(Murmann's ADC Performance Survey: the Walden figure of merit's state of the art is flat up to "
+        'about 100 MS/s and grows with the rate above)', 'Hz', low=1.0)
     digital_energy_per_op_j: float = spec(
         'energy of one digital operation (partial sums, averaging, the digital parts of a model)', 'J',
         low=0.0, high=1e-06)
