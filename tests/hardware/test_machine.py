@@ -23,6 +23,15 @@ from aocsim.errors import InputError
 AOC48 = load_device("aoc48")
 V = AOC48.values
 RT, RELOAD = float(V["loop.round_trip_s"]), float(V["slm.reload_time_s"])
+# A pass waits for its conversions: each channel's ADC and DAC convert once per 8 round trips (one of each
+# per channel); a product adds one DAC and one ADC interval and the digital stage (docs/PHYSICS.md section 6).
+PASS = RT * max(1, V["readout.sample_interval_iterations"] / V["readout.adcs_per_channel"],
+                V["injection.dac_interval_iterations"] / V["injection.dacs_per_channel"])
+LATENCY = (V["readout.sample_interval_iterations"] + V["injection.dac_interval_iterations"]) * RT + V[
+    "readout.digital_latency_s"]
+# 12-bit converters priced at a constant Walden figure of merit from their energy at the quoted 9 bits
+E_DAC = V["energy.dac_energy_j"] * 2.0 ** (V["injection.dac_bits"] - V["energy.precision_bits"])
+E_ADC = V["energy.adc_energy_j"] * 2.0 ** (V["readout.adc_bits"] - V["energy.precision_bits"])
 
 
 def module_power_w(v, n: int) -> float:
@@ -36,14 +45,14 @@ def _weight(m: int, k: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 0.1
 
 
-def test_weight_stationary_pays_every_modules_static_power_for_one_round_trip_per_pass() -> None:
+def test_weight_stationary_pays_every_modules_static_power_for_its_passes_at_the_converters_pace() -> None:
     tiles = TiledMatrix(AOC48, _weight(100, 70), generator=1)  # a 3 x 2 grid: six modules
     act = tiles.activity("analog", passes=2)
     assert act.modules == 6 and act.weight_loads == 0
-    assert act.time_s == pytest.approx(2 * RT)  # all tiles at once, two passes
+    assert act.time_s == pytest.approx(2 * PASS + LATENCY)  # all tiles at once, two passes
     e = energy_j(AOC48, act)
-    static = 6 * module_power_w(V, 48) * 2 * RT
-    converted = act.dac_conversions * V["energy.dac_energy_j"] + act.adc_conversions * V["energy.adc_energy_j"]
+    static = 6 * module_power_w(V, 48) * (2 * PASS + LATENCY)
+    converted = act.dac_conversions * E_DAC + act.adc_conversions * E_ADC
     assert float(e["total"]) == pytest.approx(static + converted + act.digital_ops * V["energy.digital_energy_per_op_j"])
 
 
@@ -53,7 +62,7 @@ def test_time_multiplexing_pays_a_reload_per_tile_and_product(count: int) -> Non
     act = tiles.activity("digital")
     waves = math.ceil(6 / count)
     assert act.modules == count and act.weight_loads == 6
-    assert act.time_s == pytest.approx(waves * RT + 6 * RELOAD)
+    assert act.time_s == pytest.approx(waves * PASS + 6 * RELOAD + LATENCY)
     e = energy_j(AOC48, act)
     slm = count * V["energy.slm_power_w"] * act.time_s + 6 * V["energy.slm_reload_energy_j"]
     assert float(e["slm"]) == pytest.approx(slm)
@@ -100,7 +109,9 @@ def test_compare_reports_the_machine_time_multiplexed_on_one_module(parity) -> N
     loads, time = ds.weight_loads.values, ds.hardware_time_s.sel(path="device").values
     assert ds.attrs["modules"] == 1 and (loads > 0).all()
     assert (time >= loads * RELOAD).all()
-    assert np.allclose(time, loads * RELOAD + ds.round_trips.values * RT)  # one module: every pass in turn
+    products = 1 + 2 * ds.iterations.sel(path="device").values  # the injection once, both projections per iteration
+    # one module: every tile's pass in turn, at the converters' pace, and each product's latency
+    assert np.allclose(time, loads * RELOAD + ds.round_trips.values * PASS + products * LATENCY)
     assert "time-multiplexed" in ds.hardware_time_s.attrs["description"]
 
 
@@ -109,7 +120,7 @@ def test_compare_counts_one_module_per_tile_when_weight_stationary(parity) -> No
     # parity on 48 channels: inject 4 x 1, in_proj 4 x 1, out_proj 1 x 2 tiles, each on a module of its own
     assert ds.attrs["modules"] == 10 and float(ds.weight_loads.max()) == 0
     its = ds.iterations.sel(path="device").values
-    assert np.allclose(ds.hardware_time_s.sel(path="device").values, (1 + 2 * its) * RT)
+    assert np.allclose(ds.hardware_time_s.sel(path="device").values, (1 + 2 * its) * (PASS + LATENCY))
     assert "weight-stationary" in ds.hardware_time_s.attrs["description"]
 
 

@@ -14,29 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aocsim.errors import InputError
-from aocsim.hardware.profiles.parts import Parts
+from aocsim.hardware.physics.converters import pass_time_s, product_latency_s
 from aocsim.hardware.profiles.profile import DeviceProfile
-
-
-def pass_time_s(parts: Parts) -> float:
-    """One tile pass: a round trip, or longer where the converters cannot keep up (docs/PHYSICS.md section 6):
-    every channel of a module takes one input through its DACs and gives one output to its ADCs per pass,
-    and a converter makes one conversion per interval, so a pass lasts at least an interval over the
-    converters of a channel (the conversions pipelined with the light: a pass's outputs convert while the
-    next pass runs)."""
-    rt = float(parts.loop.round_trip_s)
-    adc = parts.readout.sample_interval_iterations * rt / parts.readout.adcs_per_channel
-    dac = parts.injection.dac_interval_iterations * rt / parts.injection.dacs_per_channel
-    return max(rt, adc, dac)
-
-
-def product_latency_s(parts: Parts) -> float:
-    """What a product adds to its passes (docs/PHYSICS.md section 6): its first inputs' DAC conversion before
-    the first pass, its last outputs' ADC conversion after the last, and the digital stage that makes the
-    next product's inputs (`readout.digital_latency_s`)."""
-    rt = float(parts.loop.round_trip_s)
-    return ((parts.injection.dac_interval_iterations + parts.readout.sample_interval_iterations) * rt
-            + float(parts.readout.digital_latency_s))
 
 
 def machine_words(profile: DeviceProfile, modules: int | None) -> str:

@@ -25,7 +25,8 @@ import torch
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal
-from aocsim.hardware.engine.machine import pass_time_s, wave_time_s, waves
+from aocsim.hardware.engine.machine import wave_time_s, waves
+from aocsim.hardware.physics.converters import pass_time_s
 from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.profiles.parts import Parts
 

@@ -45,7 +45,8 @@ from aocsim._checks import short
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
-from aocsim.hardware.engine.machine import Mount, pass_time_s, product_latency_s, wave_time_s, waves
+from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
+from aocsim.hardware.physics.converters import pass_time_s, product_latency_s
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, stack_constants
 from aocsim.hardware.engine.tile_pass import input_scale  # noqa: F401 (re-exported)

@@ -26,6 +26,7 @@ import numpy as np
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
 from aocsim.hardware.physics import sources
+from aocsim.hardware.physics.converters import conversion_energy_j, converter_lines
 from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -155,27 +156,6 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     return out
 
 
-def converter_rate_hz(parts: Parts, kind: str) -> float:
-    """Sample rate of one converter (`kind` "dac" or "adc"): one conversion per interval of its round trips
-    (`injection.dac_interval_iterations`, `readout.sample_interval_iterations`)."""
-    every = parts.injection.dac_interval_iterations if kind == "dac" else parts.readout.sample_interval_iterations
-    return 1.0 / (every * float(parts.loop.round_trip_s))
-
-
-def conversion_energy_j(parts: Parts, kind: str) -> float:
-    """Energy of one conversion of the injection DAC (`kind` "dac") or the readout ADC ("adc") at its bits
-    and rate (docs/PHYSICS.md section 6): the profile's energy at `energy.precision_bits` times
-    2^(bits - precision_bits) (a constant Walden figure of merit: energy per conversion step; null bits, an
-    ideal converter, priced at precision_bits), times rate / knee above `energy.converter_knee_hz`
-    (Murmann's ADC Performance Survey: the state of the art's figure of merit worsens in proportion to
-    the rate above about 100 MS/s)."""
-    e = parts.energy
-    reference, bits = ((e.dac_energy_j, parts.injection.dac_bits) if kind == "dac" else
-                       (e.adc_energy_j, parts.readout.adc_bits))
-    steps = 2.0 ** ((e.precision_bits if bits is None else bits) - e.precision_bits)
-    return float(reference) * steps * max(1.0, converter_rate_hz(parts, kind) / float(e.converter_knee_hz))
-
-
 def light_scale(parts: Parts, bits_change: float) -> float:
     """Factor k on the light (`noise.power_per_unit_w`) that moves the detector noise by `bits_change` bits.
 
@@ -272,8 +252,8 @@ def format_energy(profile: DeviceProfile) -> str:
              f"  emitters     wall-plug efficiency {v.energy.emitter_wall_plug_efficiency:g}, optical link "
              f"efficiency {v.energy.optical_link_efficiency:g}: {si(emitter_optical_power_w(profile), 'W')} "
              f"optical per emitter",
-             f"  conversions  DAC {si(v.energy.dac_energy_j, 'J')}, ADC {si(v.energy.adc_energy_j, 'J')}; "
-             f"digital {si(v.energy.digital_energy_per_op_j, 'J')} per op",
+             *(f"  {'converters' if i == 0 else '':12s} {line}" for i, line in enumerate(converter_lines(v))),
+             f"  digital      {si(v.energy.digital_energy_per_op_j, 'J')} per op",
              f"  weight load  {si(v.slm.reload_time_s, 's')}, {si(v.energy.slm_reload_energy_j, 'J')} (paid per "
              f"tile and product by a time-multiplexed placement; weight-stationary modules load once)"]
     per = static_power_w(profile, channels=n or 1)
