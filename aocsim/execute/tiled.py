@@ -139,5 +139,6 @@ class TiledDEQ(PlacedModel):
             feedback.token_keys = context
             result = solve(_Iteration(self.model, feedback, u, context), torch.zeros_like(u), solver="picard",
                            atol=s.atol, rtol=s.rtol, max_iter=s.max_iter, trace=True)
-        activity = feedback.activity() * result.iterations.double().numpy()  # one product per iteration
+        # one product per evaluation of the map: k iterations evaluate it k + 1 times (the last shows the residual)
+        activity = feedback.activity() * (result.iterations.double().numpy() + 1)
         return Run(self.model.readout(result.z), result.z, result, activity, result.trace)

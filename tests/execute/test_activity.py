@@ -19,6 +19,10 @@ from aocsim.hardware.profiles.profile import load_device
 
 AOC48 = load_device("aoc48")
 RT = float(AOC48["loop.round_trip_s"])
+# a tile pass at the converters' pace (one ADC and one DAC per channel, a conversion each 8 round trips) and a
+# product's DAC, ADC and digital latency (docs/PHYSICS.md section 6)
+PASS = 8 * RT
+LATENCY = 16 * RT + AOC48["readout.digital_latency_s"]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +66,7 @@ def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, m
     x = torch.rand(70, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     placed = place(model, AOC48, Placement(averaging=averaging, max_iter=6, rtol=0.0, modules=modules), calibration=x)
     run = placed.run(x[:4], 1)
-    its = run.solve.iterations.double().numpy()
+    its = run.solve.iterations.double().numpy() + 1  # k iterations evaluate the map k + 1 times
     m, width = placed.program.weight.shape  # 96 outputs; the program's columns (a dead input skipped)
     rows, cols = math.ceil(m / 48), math.ceil(width / 48)
     tiles = rows * cols
@@ -73,7 +77,7 @@ def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, m
     loads = 0 if held else tiles
     np.testing.assert_allclose(a.round_trips, its * tiles * averaging)
     np.testing.assert_allclose(a.weight_loads, its * loads)
-    np.testing.assert_allclose(a.time_s, its * (waves * averaging * RT + loads * RELOAD))
+    np.testing.assert_allclose(a.time_s, its * (waves * averaging * PASS + loads * RELOAD + LATENCY))
     np.testing.assert_allclose(a.dac_conversions, its * rows * width * averaging)
     np.testing.assert_allclose(a.adc_conversions, its * m * averaging)
     np.testing.assert_allclose(a.digital_ops, its * m * averaging if averaging > 1 else 0)
@@ -85,7 +89,7 @@ def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(av
     w = default_workload(model, sequences=3, length_factor=1)
     placed = place(model, AOC48, Placement(averaging=averaging, partial_sums="digital"), calibration=w.calibration)
     run = placed.run(w.inputs, 5)
-    its = run.solve.iterations.double().numpy()
+    its = run.solve.iterations.double().numpy() + 1  # k iterations evaluate the map k + 1 times
 
     def per_product(name: str) -> tuple[float, float, float, float]:
         m, width = placed.programs[name].weight.shape
@@ -99,7 +103,7 @@ def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(av
     expected = once[:, None, None] + each[:, None, None] * its[None]
     a = run.activity
     np.testing.assert_allclose(a.round_trips, expected[0])
-    np.testing.assert_allclose(a.time_s, expected[3] * RT)
+    np.testing.assert_allclose(a.time_s, expected[3] * PASS + (1 + 2 * its) * LATENCY)
     np.testing.assert_allclose(a.dac_conversions, expected[1])
     np.testing.assert_allclose(a.adc_conversions, expected[2])
     # digital partial sums: every reading added into its output; averaged passes: every pass's too
@@ -124,3 +128,30 @@ def test_devices_show_and_compare_price_the_same_inference_alike(digits) -> None
     shown = CliRunner().invoke(main, ["devices", "show", "aoc48"]).output
     line = next(row for row in shown.splitlines() if "readout stop" in row)
     assert f"{time_s * 1e6:.3g} us" in line and f"{energy * 1e6:.3g} uJ" in line, (line, time_s, energy)
+
+
+def test_every_evaluation_of_the_map_is_charged() -> None:
+    """A solve of k iterations evaluates the map k + 1 times (the last evaluation shows the residual that stops
+    it), and each is a product on the machine: the products charged are the map calls counted here.
+    Fault guarded (seen failing with main's k: 8 products charged for 12 calls over 4 tokens)."""
+    from aocsim.execute.device_linear import DeviceLinear
+
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=2, length_factor=1)
+    placed = place(model, AOC48, Placement(on_tiles=("in_proj",)), calibration=w.calibration)
+    calls: list[int] = []
+    original = DeviceLinear.__call__
+
+    def counted(self, x, *args, **kwargs):
+        calls.append(1)
+        return original(self, x, *args, **kwargs)
+
+    tiles = math.ceil(placed.programs["blocks.0.in_proj"].weight.shape[0] / 48)
+    try:
+        DeviceLinear.__call__ = counted
+        run = placed.run(w.inputs[:1, :4], 3)  # one sequence, token by token: one call per evaluation
+    finally:
+        DeviceLinear.__call__ = original
+    products = run.activity.round_trips / tiles  # one pass of every tile of in_proj per product
+    assert float(products.sum()) == len(calls)
+    assert np.all(products == run.solve.iterations.double().numpy() + 1)
