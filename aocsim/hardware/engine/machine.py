@@ -37,9 +37,10 @@ def waves(tiles: int, size: int) -> list[int]:
 
 
 def wave_time_s(tiles: int, passes: int, pass_s: float, reload_s: float) -> float:
-    """One wave: its `tiles` written onto their modules one after another (`reload_s` each; 0 where they
-    are held), then `passes` passes of `pass_s` (`pass_time_s`) with all of them at once."""
-    return tiles * reload_s + passes * pass_s
+    """One wave: its `tiles` written onto their modules at once (each module its own SLM drivers: one
+    `reload_s`; 0 where they are held), then `passes` passes of `pass_s` (`pass_time_s`) with all of them
+    at once."""
+    return (reload_s if tiles else 0.0) + passes * pass_s
 
 
 @dataclass(frozen=True)

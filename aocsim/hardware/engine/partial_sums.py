@@ -9,9 +9,9 @@ that adds to it:
   sampled once before the ADC, one kT/C per output and pass; no droop (nothing waits);
 - time-multiplexed (waves of `wave` tiles, tile i in wave i // wave): after each wave that holds some of
   the row's tiles the running sum is sampled (one kT/C) and held until the next wave adds to it: that
-  wave's tiles are written onto their modules one after another (`slm.reload_time_s` each, as
-  `TiledMatrix.activity` counts them) and run their K passes, so a pass's held value waits
-  K t_rt + n_next t_reload and keeps exp(-r t) of itself. The last sampling is converted at once.
+  wave's tiles are written onto their modules at once (one `slm.reload_time_s`, as
+  `TiledMatrix.activity` counts them) and run their K passes at the converters' pace, so a pass's held
+  value waits K t_pass + t_reload and keeps exp(-r t) of itself. The last sampling is converted at once.
 
 A product with one tile column has no analog sum (its tile outputs go to the ADC as they are): no hold.
 kT/C draws: key.fold(HOLD, call, i) of each pass's key, i the tile after which the row is sampled,

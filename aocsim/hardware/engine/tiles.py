@@ -159,22 +159,25 @@ class TiledMatrix:
                 .cubics_drifted(key and key.fold(keys.Stream.DRIFT, i)) for i, block in enumerate(self.blocks)]
 
     def activity(self, partial_sums: str, passes: int = 1) -> Activity:
-        """What one product does per sample on the machine (`machine`): every tile `passes` times
-        (a round trip each) in waves of `modules` tiles (one wave when weight-stationary), each tile
-        written onto its module first when time-multiplexed (a weight load and its reload time), the
-        DAC conversions of every tile row's input, the ADC conversions of the outputs (`conversions`),
-        and each reading added into its output digitally (digital partial sums; the K passes' mean)."""
+        """What one product does per sample on the machine (`machine`; docs/PHYSICS.md section 6): every tile
+        `passes` times (a round trip each, at the converters' pace) in waves of `modules` tiles (one wave
+        when weight-stationary), each wave's tiles written onto their modules at once first when
+        time-multiplexed (a weight load per tile, one reload time per wave), the product's conversion and
+        digital latency, the DAC conversions of every tile row's input, the ADC conversions of the outputs
+        (`conversions`), each reading added into its output digitally (digital partial sums; the K passes'
+        mean), and each module busy for its tile's passes alone (`busy_s`: idle otherwise)."""
         v = self.profile.parts
         dac, adc = self.conversions(partial_sums)
         tiles = self.grid[0] * self.grid[1]
         loads = tiles if self.multiplexed else 0
         added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
         reload = float(v.slm.reload_time_s) if self.multiplexed else 0.0
-        time = (sum(wave_time_s(n, passes, pass_time_s(v), reload) for n in waves(tiles, self.modules))
-                + product_latency_s(v))
+        time = sum(wave_time_s(n, passes, pass_time_s(v), reload) for n in waves(tiles, self.modules))
+        time += product_latency_s(v)
+        busy = tiles * passes * pass_time_s(v)  # each tile's module lit for its passes, idle otherwise
         return Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
                         weight_loads=loads, channels=self.channels,
-                        modules=self.mount.count if self.multiplexed else tiles)
+                        modules=self.mount.count if self.multiplexed else tiles, busy_s=busy)
 
     def conversions(self, partial_sums: str) -> tuple[int, int]:
         """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and

@@ -65,6 +65,10 @@ class Activity:
         round_trips: loop iterations and tile passes (one round trip each).
         weight_loads: SLM weight patterns loaded during this inference (a time-multiplexed module's
             reloads; `time_s` includes their `slm.reload_time_s`).
+        busy_s: module-seconds during which a module runs a pass (its emitters lit, its electronics
+            active); the rest of `modules x time_s` its emitters and electronics idle at
+            `energy.idle_power_fraction` of their power. None: every powered module busy all along
+            (the AOC's loop runs the whole time).
         channels: channels lit; None = the profile's channel count.
         modules: optical modules powered for the whole `time_s` (each with its emitters, SLMs,
             detectors and electronics); None = one. Adding two activities of one machine keeps the
@@ -79,8 +83,11 @@ class Activity:
     weight_loads: Number = 0
     channels: int | None = None
     modules: int | None = None
+    busy_s: Number | None = None
 
     def __post_init__(self) -> None:
+        if self.busy_s is None:
+            object.__setattr__(self, "busy_s", (self.modules or 1) * self.time_s)
         for name in COUNTS:
             object.__setattr__(self, name, _counts(getattr(self, name), f"Activity.{name}"))
         if self.channels is not None:
@@ -103,7 +110,7 @@ class Activity:
     __rmul__ = __mul__
 
 
-COUNTS = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads")
+COUNTS = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads", "busy_s")
 
 
 def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
@@ -147,7 +154,12 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     else:
         power = static_power_w(profile, activity.channels)
     modules = activity.modules or 1
-    out: dict[str, Number] = {name: modules * p * activity.time_s for name, p in power.items()}
+    # emitters and electronics at full power while a module runs a pass, at the idle fraction otherwise;
+    # the SLMs hold their pattern (and draw their power) all along
+    idle = np.maximum(modules * np.asarray(activity.time_s, dtype=np.float64) - activity.busy_s, 0.0)
+    lit = activity.busy_s + float(v.energy.idle_power_fraction) * idle
+    out: dict[str, Number] = {name: (modules * p * activity.time_s if name == "slm" else p * lit)
+                              for name, p in power.items()}
     out["slm"] = out["slm"] + activity.weight_loads * v.energy.slm_reload_energy_j
     out["dac"] = activity.dac_conversions * conversion_energy_j(v, "dac")
     out["adc"] = activity.adc_conversions * conversion_energy_j(v, "adc")

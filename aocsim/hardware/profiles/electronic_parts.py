@@ -171,6 +171,10 @@ class Energy(Part):
         "sample rate of one converter above which its energy per conversion grows in proportion to the rate "
         "(Murmann's ADC Performance Survey: the Walden figure of merit's state of the art is flat up to "
         'about 100 MS/s and grows with the rate above)', 'Hz', low=1.0)
+    idle_power_fraction: float = spec(
+        "fraction of a module's emitter and electronics power it draws while it runs no pass (drivers gated, "
+        "TIAs in standby; docs/PHYSICS.md section 6); its SLMs hold their pattern at full power", low=0.0,
+        high=1.0)
     digital_energy_per_op_j: float = spec(
         'energy of one digital operation (partial sums, averaging, the digital parts of a model)', 'J',
         low=0.0, high=1e-06)

@@ -28,6 +28,7 @@ LAB_ENERGY: dict[str, Any] = {
     "dac_energy_j": 1e-11,
     "adc_energy_j": 1e-11,
     "converter_knee_hz": 1e8,
+    "idle_power_fraction": 0.1,
     "digital_energy_per_op_j": 1e-12,
     "precision_bits": 9,
     "converts_every_round_trip": False,
