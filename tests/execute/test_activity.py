@@ -58,8 +58,8 @@ RELOAD = float(AOC48["slm.reload_time_s"])
 @pytest.mark.parametrize(("averaging", "modules"), [(1, None), (3, None), (1, 1), (3, 2)])
 def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, modules: int | None) -> None:
     """Weight-stationary (one module per tile): all tiles of a product at once, `averaging` round trips;
-    time-multiplexed on fewer modules: every tile written again each product (a weight load and its
-    reload time), then waves of `modules` tiles."""
+    time-multiplexed on fewer modules: every tile written again each product (a weight load each; a
+    wave's tiles written at once, one reload time), then waves of `modules` tiles."""
     model = DEQ(DEQConfig(96, 64, 10, split=48), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         model.weight.mul_(0.45 / torch.linalg.matrix_norm(model.operator(), ord=2))
@@ -77,7 +77,10 @@ def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, m
     loads = 0 if held else tiles
     np.testing.assert_allclose(a.round_trips, its * tiles * averaging)
     np.testing.assert_allclose(a.weight_loads, its * loads)
-    np.testing.assert_allclose(a.time_s, its * (waves * averaging * PASS + loads * RELOAD + LATENCY))
+    # a wave's tiles are written at once (each module its own drivers): one reload time per wave
+    np.testing.assert_allclose(a.time_s, its * (waves * averaging * PASS + (0 if held else waves) * RELOAD + LATENCY))
+    # each tile's module lit for its passes alone
+    np.testing.assert_allclose(a.busy_s, its * tiles * averaging * PASS)
     np.testing.assert_allclose(a.dac_conversions, its * rows * width * averaging)
     np.testing.assert_allclose(a.adc_conversions, its * m * averaging)
     np.testing.assert_allclose(a.digital_ops, its * m * averaging if averaging > 1 else 0)

@@ -75,8 +75,9 @@ def test_hold_noise_std_is_kt_over_c_per_sampling(mount: Mount | None, passes: i
 
 @pytest.mark.parametrize("count, passes", [(1, 1), (2, 1), (1, 3), (4, 2)])
 def test_a_held_partial_sum_droops_by_exp_minus_rate_times_its_hold_time(count: int, passes: int) -> None:
-    """Time-multiplexed, noise off: a sampling after tile i waits K t_rt + n t_reload (n: the next wave's
-    tiles, written one after another) and keeps exp(-r t) of itself; weight-stationary holds nothing back."""
+    """Time-multiplexed, noise off: a sampling after tile i waits K t_pass + t_reload (the next wave's tiles
+    written at once; on ideal a pass is a round trip: its converters keep up) and keeps exp(-r t) of itself;
+    weight-stationary holds nothing back."""
     rate, reload = 100.0, 5e-3
     dev = load_device("ideal", {"readout.hold_droop_per_s": rate, "slm.reload_time_s": reload})
     rt = float(dev.values["loop.round_trip_s"])
@@ -92,8 +93,7 @@ def test_a_held_partial_sum_droops_by_exp_minus_rate_times_its_hold_time(count: 
             i = r * cols + c
             held = held + partials[c][:, r * ts:(r + 1) * ts]
             if c < cols - 1 and (i + 1) // count != i // count:  # the next tile is in the next wave
-                next_wave = min(count, rows * cols - (i + 1) // count * count)
-                held = held * math.exp(-rate * (passes * rt + next_wave * reload))
+                held = held * math.exp(-rate * (passes * rt + reload))  # the next wave's tiles written at once
         expected[:, r * ts:(r + 1) * ts] = held
     torch.testing.assert_close(out.y, expected * out.input_scale[:, None], rtol=1e-12, atol=1e-12)
     assert (out.y - partials.sum(0) * out.input_scale[:, None]).abs().max() > 0.1  # 5 ms at 100 /s: visible
