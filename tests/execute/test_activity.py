@@ -19,10 +19,11 @@ from aocsim.hardware.profiles.profile import load_device
 
 AOC48 = load_device("aoc48")
 RT = float(AOC48["loop.round_trip_s"])
-# a tile pass at the converters' pace (one ADC and one DAC per channel, a conversion each 8 round trips) and a
+# a tile pass at the converters' pace (one ADC per channel, a conversion each 8 round trips) and a
 # product's DAC, ADC and digital latency (docs/PHYSICS.md section 6)
 PASS = 8 * RT
-LATENCY = 16 * RT + AOC48["readout.digital_latency_s"]
+LATENCY = (AOC48["injection.dac_interval_iterations"] + AOC48["readout.sample_interval_iterations"]) * RT + AOC48[
+    "readout.digital_latency_s"]
 
 
 @pytest.fixture(scope="module")

@@ -105,7 +105,7 @@ def test_a_tiled_deq_averages_its_passes_and_counts_them(big) -> None:
     per_iteration = {k: ds.sel(path="device").hardware_time_s.values / (ds.sel(path="device").iterations.values + 1)
                      for k, ds in runs.items()}  # per evaluation of the map: K passes of 8 round trips and the latency
     rt = float(load_device("aoc48").values["loop.round_trip_s"])
-    latency = 16 * rt + 1e-7  # a DAC and an ADC interval, the digital stage
+    latency = (1 + 8) * rt + 1e-7  # a DAC and an ADC interval, the digital stage
     assert abs((per_iteration[1] - latency) / (8 * rt) - 1).max() < 1e-9
     assert abs((per_iteration[4] - latency) / (8 * rt) - 4).max() < 1e-9
     assert runs[1].attrs["modules"] == 6  # 2 x 3 tiles on aoc48 (a dead input adds a tile column)

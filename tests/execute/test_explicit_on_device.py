@@ -42,10 +42,10 @@ def test_an_explicit_model_on_tiles_is_priced_as_one_pass(data) -> None:
     tokens, targets = data
     ds = compare("parity-explicit1", "aoc48", tokens, targets)
     # weight-stationary, a product one pass at the converters' pace (8 round trips of 20 ns) and its latency
-    # (a DAC and an ADC interval, 16 round trips, and the 100 ns digital stage): the injection and the output
+    # (a DAC and an ADC interval, 1 + 8 round trips, and the 100 ns digital stage): the injection and the output
     # projection, once per token; the input projection multiplies RMSNorm(0) = 0 in a one-block explicit
     # model, so it has no tiles
-    assert np.allclose(ds.hardware_time_s.sel(path="device"), 2 * (8 * 20e-9 + 16 * 20e-9 + 100e-9))
+    assert np.allclose(ds.hardware_time_s.sel(path="device"), 2 * (8 * 20e-9 + 9 * 20e-9 + 100e-9))
     assert float(ds.energy_j.min()) > 0
     assert ds.attrs["modules"] == 4 + 2  # inject 4 x 1 tiles, out_proj 1 x 2
     assert ds.attrs["maps_on_tiles"] == "inject, blocks.0.out_proj"

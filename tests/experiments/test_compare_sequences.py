@@ -49,10 +49,10 @@ def test_noisy_aoc48_is_reproducible_on_any_number_of_workers_and_keeps_parity(d
     assert not np.array_equal(first.residual.sel(path="device", seed=0), first.residual.sel(path="device", seed=1))
     # device time, weight-stationary (each tile on a module of its own, a map's tiles at once): the
     # injection's product once, the two projections' every evaluation of the map (k + 1 for k iterations),
-    # each a pass at the converters' pace (160 ns) and a product's latency (DAC, ADC, digital: 420 ns)
+    # each a pass at the converters' pace (160 ns) and a product's latency (DAC, ADC, digital: 280 ns)
     hw = first.hardware_time_s.sel(path="device")
     it = first.iterations.sel(path="device")
-    assert np.allclose(hw, (1 + 2 * (it + 1)) * (160e-9 + 420e-9))
+    assert np.allclose(hw, (1 + 2 * (it + 1)) * (160e-9 + 280e-9))
     assert first.attrs["modules"] == 10  # parity on 48 channels: inject 4 x 1, in 4 x 1, out 1 x 2 tiles
 
 
@@ -121,7 +121,7 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     assert ds.attrs["maps_on_tiles"] == "blocks.0.out_proj" and ds.attrs["placement"].startswith("hybrid: out_proj")
     it = ds.iterations.sel(path="device") + 1  # evaluations of the map: k + 1 for k iterations
     # out_proj: 1 x 2 tiles at once, a pass at the converters' pace and a product's latency
-    assert np.allclose(ds.hardware_time_s.sel(path="device"), it * (160e-9 + 420e-9))
+    assert np.allclose(ds.hardware_time_s.sel(path="device"), it * (160e-9 + 280e-9))
     assert ds.attrs["modules"] == 2
     # converters per token: the whole input into the tile row, one ADC per output (analog partial
     # sums) or one per output and tile column (digital)

@@ -72,6 +72,6 @@ def test_a_tiled_sequence_models_time_per_token_covers_its_adc_conversions(parit
 def test_devices_show_prints_the_converter_budget() -> None:
     out = CliRunner().invoke(main, ["devices", "show", "aoc48"])
     assert out.exit_code == 0, out.output
-    assert "DAC 12 bits at 6.25 MS/s x 1 per channel, 80 pJ per conversion" in out.output
+    assert "DAC 12 bits at 50 MS/s x 1 per channel, 80 pJ per conversion" in out.output
     assert "ADC 12 bits at 6.25 MS/s x 1 per channel, 80 pJ per conversion" in out.output
-    assert "a tile pass 160 ns (a round trip 20 ns); 420 ns latency per product" in out.output
+    assert "a tile pass 160 ns (a round trip 20 ns); 280 ns latency per product" in out.output

@@ -155,9 +155,9 @@ def test_loop_and_tile_activities_broadcast_add_and_scale() -> None:
     assert e["total"].shape == (3,) and e["total"][0] < e["total"][1] < e["total"][2]
     one = TiledMatrix(dev, torch.ones(48, 40, dtype=torch.float64), generator=0).activity("analog")
     tiled = one * np.array([1, 6])  # 1 and 6 products
-    # a pass waits for its conversions (one ADC and one DAC per channel, each one conversion per 8 round
-    # trips: 160 ns), and a product adds a DAC and an ADC interval and 100 ns of digital stage: 580 ns
-    product = 8 * 2e-8 + (8 + 8) * 2e-8 + 1e-7
+    # a pass waits for its conversions (one ADC per channel, one conversion per 8 round trips: 160 ns; the
+    # 50 MS/s DAC keeps up), and a product adds a DAC and an ADC interval and 100 ns of digital stage: 440 ns
+    product = 8 * 2e-8 + (1 + 8) * 2e-8 + 1e-7
     np.testing.assert_allclose(tiled.time_s, [product, 6 * product])
     np.testing.assert_allclose(tiled.round_trips, [1, 6])
     np.testing.assert_allclose(tiled.dac_conversions, [40, 240])

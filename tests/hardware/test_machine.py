@@ -127,7 +127,6 @@ def test_compare_reports_the_machine_time_multiplexed_on_one_module(parity) -> N
     assert ds.attrs["modules"] == 1 and (loads > 0).all()
     assert (time >= loads * RELOAD).all()
     products = 3 + 2 * ds.iterations.sel(path="device").values  # the injection, both projections per evaluation
-    # one module: every tile's pass in turn, at the converters' pace, and each product's latency
     # one module: every tile written in turn (a wave of one) and its pass, and each product's latency
     assert np.allclose(time, loads * RELOAD + ds.round_trips.values * PASS + products * LATENCY)
     assert "time-multiplexed" in ds.hardware_time_s.attrs["description"]

@@ -35,9 +35,9 @@ LAB_ENERGY: dict[str, Any] = {
 }
 
 # The lab machines' converters and digital stage (assumptions, commented in devices/aoc48-twin.yaml): one ADC
-# per channel at the readout's 6.25 MS/s, injection DACs of the same family, a 200 MHz FPGA between products.
+# per channel at the readout's 6.25 MS/s, 50 MS/s injection DACs, a 200 MHz FPGA between products.
 LAB_CONVERTERS: dict[str, dict[str, Any]] = {
-    "injection": {"dac_interval_iterations": 8, "dacs_per_channel": 1},
+    "injection": {"dac_interval_iterations": 1, "dacs_per_channel": 1},
     "readout": {"adcs_per_channel": 1, "digital_latency_s": 1e-7},
 }
 
