@@ -23,6 +23,7 @@ import dataclasses
 from dataclasses import dataclass, replace
 from typing import Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -77,6 +78,18 @@ class MapReport:
     dead_positions: tuple[int, ...]
 
 
+def load_shares(evaluations: np.ndarray) -> np.ndarray:
+    """[B, L]: each sequence's share of the weight loads of the products it took part in, per token: the
+    B sequences run each token together, the k-th product of token t among the sequences still
+    iterating there (a sequence that stopped takes no more part), so a sequence pays 1 / (how many took
+    part) of each of its `evaluations[b, t]` products' loads (docs/PHYSICS.md section 6)."""
+    evals = np.asarray(evaluations, dtype=np.float64)
+    steps = np.arange(int(evals.max(initial=0)))
+    taking = steps[None, None, :] < evals[..., None]  # [B, L, E]: sequence b in the k-th product of token t
+    count = taking.sum(0, keepdims=True)
+    return (taking / np.maximum(count, 1)).sum(-1)
+
+
 class PlacedSSM:
     """An `ImplicitSSM` (or a `Mamba2LM`) whose linear maps run on a device (module docstring). Call it
     like the model."""
@@ -108,12 +121,18 @@ class PlacedSSM:
         once (tokens enter once), then every iteration the projections' products and the analog
         functions' conversions (`DeviceLinear.activity`, `AnalogElementwise.activity`). Each map has
         its own modules: the machine powers all of them."""
-        each = [layer.activity() for name, layer in self.maps.items() if name != "inject"]
+        each = [layer.activity(loads=False) for name, layer in self.maps.items() if name != "inject"]
         each += [functions.activity() for functions in self.functions.values()]
         per_iteration = sum(each[1:], each[0]) if each else Activity(0.0)
         its = iterations.double().cpu().numpy()
         total = per_iteration * its
-        total = total + self.maps["inject"].activity() if "inject" in self.maps else total
+        # a time-multiplexed product's weight loads are shared by the sequences run together in it
+        loads = [layer.load_activity() for name, layer in self.maps.items() if name != "inject"]
+        if loads:
+            total = total + sum(loads[1:], loads[0]) * load_shares(its)
+        if "inject" in self.maps:
+            inject = self.maps["inject"]
+            total = total + inject.activity(loads=False) + inject.load_activity() * load_shares(np.ones_like(its))
         return dataclasses.replace(total, modules=self.modules or None)
 
     @property

@@ -77,9 +77,12 @@ def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, m
     waves = 1 if held else math.ceil(tiles / modules)
     loads = 0 if held else tiles
     np.testing.assert_allclose(a.round_trips, its * tiles * averaging)
-    np.testing.assert_allclose(a.weight_loads, its * loads)
-    # a wave's tiles are written at once (each module its own drivers): one reload time per wave
-    np.testing.assert_allclose(a.time_s, its * (waves * averaging * PASS + (0 if held else waves) * RELOAD + LATENCY))
+    # rtol 0: every sample makes all max_iter + 1 evaluations, so the 4 samples share each product's loads
+    share = 1 / 4
+    np.testing.assert_allclose(a.weight_loads, its * loads * share)
+    # a wave's tiles are written at once (each module its own drivers): one reload time per wave, shared
+    np.testing.assert_allclose(a.time_s, its * (waves * averaging * PASS + (0 if held else waves) * RELOAD * share
+                                                + LATENCY))
     # each tile's module lit for its passes alone
     np.testing.assert_allclose(a.busy_s, its * tiles * averaging * PASS)
     np.testing.assert_allclose(a.dac_conversions, its * rows * width * averaging)
@@ -159,3 +162,27 @@ def test_every_evaluation_of_the_map_is_charged() -> None:
     products = run.activity.round_trips / tiles  # one pass of every tile of in_proj per product
     assert float(products.sum()) == len(calls)
     assert np.all(products == run.solve.iterations.double().numpy() + 1)
+
+
+def test_the_sequences_run_together_share_each_products_weight_loads() -> None:
+    """A time-multiplexed product writes its tiles once for the rows run together in it: each row pays its
+    share, and a batch pays each product's loads once (docs/PHYSICS.md section 6). Fault guarded (seen
+    failing with every row charged the whole load: the batch's loads wrong on all 16 tokens)."""
+    from aocsim.execute.ssm_device import load_shares
+
+    evals = np.array([[1, 3], [2, 3], [2, 1]])
+    shares = load_shares(evals)
+    np.testing.assert_allclose(shares.sum(0), evals.max(0))  # each product's loads paid once by the batch
+    # token 0: its first product taken by all three (1/3 each), its second by the two still iterating
+    np.testing.assert_allclose(shares[:, 0], [1 / 3, 1 / 3 + 1 / 2, 1 / 3 + 1 / 2])
+    np.testing.assert_allclose(load_shares(evals[:1]), evals[:1])  # alone, a sequence pays its loads whole
+
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=4, length_factor=1)
+    placed = place(model, AOC48, Placement(modules=2), calibration=w.calibration)
+    run = placed.run(w.inputs, 5)
+    tiles = {name: math.prod(math.ceil(d / 48) for d in p.weight.shape) for name, p in placed.programs.items()}
+    evaluations = run.solve.iterations.double().numpy() + 1
+    per_token = run.activity.weight_loads.sum(0)  # the batch's loads per token
+    expected = tiles["inject"] + (tiles["blocks.0.in_proj"] + tiles["blocks.0.out_proj"]) * evaluations.max(0)
+    np.testing.assert_allclose(per_token, expected)
