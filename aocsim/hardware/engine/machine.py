@@ -1,12 +1,12 @@
 """The machine a tiled product runs on (docs/PHYSICS.md section 6).
 
 A machine of optical modules of N channels each. Weight-stationary (one module per tile) holds every
-tile for good, and all tiles of a product run at once: `passes` round trips per product.
-Time-multiplexed (fewer modules than tiles): the tiles run in waves of as many tiles as modules, and every
-tile is written onto its module again for each product (a weight load: `slm.reload_time_s` and
-`energy.slm_reload_energy_j`), with a new programming error drawn from key.fold(RELOAD, call) of the
-call's key; a load serves one product of the samples run together, and each sample is charged the whole
-load (no sharing is counted).
+tile for good, and all tiles of a product run at once: `passes` passes per product at the converters'
+pace (aocsim/hardware/physics/converters.py). Time-multiplexed (fewer modules than tiles): the tiles run
+in waves of as many tiles as modules, and every tile is written onto its module again for each product
+(a weight load: `slm.reload_time_s` and `energy.slm_reload_energy_j`; a wave's tiles at once), with a new
+programming error drawn from key.fold(RELOAD, call) of the call's key; a load serves one product of the
+samples run together, and they share it (`TiledMatrix.load_activity`).
 """
 
 from __future__ import annotations
