@@ -34,7 +34,7 @@ from aocsim.execute.device_linear import DeviceLinear, MapProgram, fit_key, fit_
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
-from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.physics.energy import Activity, load_shares
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.nn.mamba2_lm import Mamba2LM
@@ -76,18 +76,6 @@ class MapReport:
     program_error: float
     calibration_error: float
     dead_positions: tuple[int, ...]
-
-
-def load_shares(evaluations: np.ndarray) -> np.ndarray:
-    """[B, L]: each sequence's share of the weight loads of the products it took part in, per token: the
-    B sequences run each token together, the k-th product of token t among the sequences still
-    iterating there (a sequence that stopped takes no more part), so a sequence pays 1 / (how many took
-    part) of each of its `evaluations[b, t]` products' loads (docs/PHYSICS.md section 6)."""
-    evals = np.asarray(evaluations, dtype=np.float64)
-    steps = np.arange(int(evals.max(initial=0)))
-    taking = steps[None, None, :] < evals[..., None]  # [B, L, E]: sequence b in the k-th product of token t
-    count = taking.sum(0, keepdims=True)
-    return (taking / np.maximum(count, 1)).sum(-1)
 
 
 class PlacedSSM:

@@ -36,7 +36,8 @@ from aocsim.execute.inputs import check_deq_inputs
 from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement
 from aocsim.execute.run import Run, seed_key
-from aocsim.execute.ssm_device import CALIBRATION_ROWS, load_shares
+from aocsim.execute.ssm_device import CALIBRATION_ROWS
+from aocsim.hardware.physics.energy import load_shares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile

@@ -168,7 +168,7 @@ def test_the_sequences_run_together_share_each_products_weight_loads() -> None:
     """A time-multiplexed product writes its tiles once for the rows run together in it: each row pays its
     share, and a batch pays each product's loads once (docs/PHYSICS.md section 6). Fault guarded (seen
     failing with every row charged the whole load: the batch's loads wrong on all 16 tokens)."""
-    from aocsim.execute.ssm_device import load_shares
+    from aocsim.hardware.physics.energy import load_shares
 
     evals = np.array([[1, 3], [2, 3], [2, 1]])
     shares = load_shares(evals)

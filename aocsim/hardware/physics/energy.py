@@ -113,6 +113,18 @@ class Activity:
 COUNTS = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads", "busy_s")
 
 
+def load_shares(evaluations: np.ndarray) -> np.ndarray:
+    """[B, L]: each sequence's share of the weight loads of the products it took part in, per token: the
+    B sequences run each token together, the k-th product of token t among the sequences still
+    iterating there (a sequence that stopped takes no more part), so a sequence pays 1 / (how many took
+    part) of each of its `evaluations[b, t]` products' loads (docs/PHYSICS.md section 6)."""
+    evals = np.asarray(evaluations, dtype=np.float64)
+    steps = np.arange(int(evals.max(initial=0)))
+    taking = steps[None, None, :] < evals[..., None]  # [B, L, E]: sequence b in the k-th product of token t
+    count = taking.sum(0, keepdims=True)
+    return (taking / np.maximum(count, 1)).sum(-1)
+
+
 def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
     if channels is not None:
         return integer(channels, f"{where}: channels", minimum=1)
