@@ -149,7 +149,7 @@ class TiledMatrix:
         self._stacked: tuple[Constants, torch.Tensor] | None = None
         self._reloaded: dict[int, tuple[Constants, torch.Tensor]] = {}  # by reload key: a run repeats its calls
         self._shapes: tuple | None = None  # ((dtype, device), the tiles' emitter cubics)
-        self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep) by passes, dtype and device
+        self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep, shift) by passes, dtype and device
         self._passes: tuple = (None, [])  # ((key value, passes), their pass keys): `pass_keys`
         self._alone: LoadStack | None = None  # this load as a stack of one (`__call__`)
 

@@ -139,3 +139,6 @@ def _check_relations(v: dict[str, Any], where: str) -> None:
         if v[key] is not None:
             need(v[key][0] < v[key][1], key, "expected [low, high] with low < high")
     need(v["saturation.low_v"] < v["saturation.high_v"], "saturation.low_v", "expected low_v < high_v")
+    for key in ("readout.hold_leakage_a", "readout.hold_injection_c", "readout.hold_injection_c_per_v"):
+        need(v[key] == 0 or v["readout.hold_capacitance_f"] is not None, key,
+             "expected 0 without a hold capacitance (readout.hold_capacitance_f = null)")

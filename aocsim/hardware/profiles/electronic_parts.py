@@ -133,9 +133,39 @@ class Readout(Part):
         'the sum onto the hold adds kT/C noise, std sqrt(k T / C) volts at the node with T = '
         'noise.thermal.temperature_k, times noise.multiplier (docs/PHYSICS.md section 3); null = no hold '
         'noise', 'F', low=1e-300)
-    hold_droop_per_s: float = spec(
-        'fractional droop rate r of a held analog partial sum: a value held t seconds (between the waves of a'
-        ' time-multiplexed product) keeps V exp(-r t); 0 = none', '1/s', low=0.0)
+    hold_leakage_a: float = spec(
+        'leakage current I out of the hold capacitor of an analog partial sum, independent of the held level '
+        '(reverse-biased switch junctions): a value held t seconds (between the waves of a time-multiplexed '
+        'product) moves by -I t / C; negative = into the hold; needs hold_capacitance_f unless 0 (docs/PHYSICS.md '
+        'section 3)', 'A', low=-1e-3, high=1e-3)
+    hold_injection_c: float = spec(
+        "charge q0 the sampling switch injects onto the hold as it opens, at a held level of 0 V: each sampling "
+        'moves the sum by (q0 + k V) / C (k = hold_injection_c_per_v); needs hold_capacitance_f unless 0',
+        'C', low=-1e-9, high=1e-9)
+    hold_injection_c_per_v: float = spec(
+        "signal-dependent part k of the switch's injected charge (its channel charge W L C_ox (V_gs - V_t) / 2 "
+        'falls as the held level V raises the source): (q0 + k V) / C per sampling', 'C/V', low=-1e-9, high=1e-9)
+
+
+@dataclass(frozen=True)
+class Environment(Part):
+    """The chip's temperature after calibration and how the analog parts follow it (docs/PHYSICS.md
+    section 3): every coefficient 0 by default, so a bundled figure does not move with the temperature."""
+
+    temperature_delta_k: float = spec(
+        'temperature change of the chip since it was calibrated (the analog functions fitted, the emitters '
+        'measured, the tiles predistorted)', 'K', low=-200.0, high=200.0)
+    function_gain_per_k: float = spec(
+        "relative gain change of the analog function circuits (elementwise.*) per kelvin: each channel's gain "
+        '(1 + g_c) becomes (1 + g_c)(1 + c dT), which their gain-and-offset calibration no longer removes',
+        '1/K', low=-0.1, high=0.1)
+    led_cubic_per_k: float = spec(
+        "relative change of the LEDs' nonlinearity per kelvin: every emitter's t^3 and t^2 coefficients times "
+        '(1 + c dT), away from what the chip measured and the tiles predistort for (as emitter.cubic_spread)',
+        '1/K', low=-0.1, high=0.1)
+    hold_leakage_per_k: float = spec(
+        "logarithmic temperature coefficient of the hold's leakage: I exp(c dT) (junction leakage doubles about "
+        'every 10 K: c = ln 2 / 10 K = 0.069 /K)', '1/K', low=0.0, high=1.0)
 
 
 @dataclass(frozen=True)
