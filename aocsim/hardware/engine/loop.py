@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware.engine import keys, probes
 from aocsim.hardware.physics import sources
-from aocsim.hardware.engine.dynamics import LoopMap, LoopSolve, loop_activity
+from aocsim.hardware.engine.dynamics import PATIENCE, LoopMap, LoopSolve, loop_activity
+from aocsim.hardware.engine import keys, probes
+from aocsim.hardware.engine.sampling import sampled_solve
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.programming import (channel_arrays, dark_offsets, drift_cubics, emitter_cubics,
@@ -266,39 +267,38 @@ class OpticalLoop:
 
     def solve(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
               samples: Any = None, stop: str = "tolerance", atol: float = 1e-6, rtol: float = 1e-5,
-              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int = 10
+              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int = PATIENCE
               ) -> LoopSolve:
         """Run the loop to its fixed point through `aocsim.solve`; per-sample status and hardware time.
 
-        stop="tolerance": until ||z[k+1] - z[k]|| <= atol + rtol ||z[k+1]|| (converged), or the mean square
-        residual over `patience` iterations says the state is within `floor_spreads` (default
-        `aocsim.solve.core.FLOOR_SPREADS`) stationary spreads of its fixed point (noise_floor;
-        `settling`), or it diverges, or `max_iter` (max_iter: out of budget). stop="readout": what the
-        machine reports, `readout.settle_iterations` then `readout.samples` ADC samples averaged (the
-        result's z is that reading; the status says where the residual ended).
+        stop="tolerance": the early stop on the ADC's samples, one every m = `readout.sample_interval_iterations`
+        round trips (`sampling`): until ||s[j+1] - s[j]|| <= atol + rtol ||s[j+1]|| for converted samples s
+        (converted), or their mean square over `patience` samples puts the state within `floor_spreads`
+        (default `FLOOR_SPREADS`) spreads of its fixed point (noise_floor; `settling`), or it diverges, or
+        `max_iter` round trips pass; z the last converted sample, iterations round trips (samples x m), trace per
+        sample. stop="readout": settle, then `readout.samples` ADC samples averaged (z that reading).
         """
         from aocsim.solve.core import FLOOR_SPREADS, solve
 
         if stop not in ("tolerance", "readout"):
             raise InputError(f"stop = {stop!r}; expected 'tolerance' or 'readout'")
         x = check_state("x", x, self.n, allow_1d=True)
-        batch = x.shape[0] if x.ndim == 2 else 1
-        z = torch.zeros(batch, self.n, dtype=self.weight.dtype, device=self.weight.device) if z0 is None else z0
+        z = torch.zeros(x.shape[0] if x.ndim == 2 else 1, self.n, dtype=self.weight.dtype) if z0 is None else z0
         m, z = self._map(z, x, generator, samples, readout=stop == "readout")
+        spreads = FLOOR_SPREADS if floor_spreads is None else floor_spreads
+        options = dict(atol=atol, rtol=rtol, trace=trace, patience=patience, floor_spreads=spreads)
         if stop == "readout":
-            max_iter = m.total
-        result = solve(m, z, solver="picard", atol=atol, rtol=rtol, max_iter=max_iter, trace=trace,
-                       return_best=False, early_stop=stop == "tolerance",
-                       floor_spreads=FLOOR_SPREADS if floor_spreads is None else floor_spreads, patience=patience)
-        activity = loop_activity(self.parts, self.n, result.iterations.cpu().numpy(), readout=stop == "readout")
-        z_out = m.reading() if stop == "readout" else result.z
+            result = solve(m, z, solver="picard", max_iter=m.total, return_best=False, early_stop=False, **options)
+            its, z_out = result.iterations, m.reading()
+        else:
+            (result, its), z_out = sampled_solve(m, z, max_iter, **options), None  # the ADC's samples
+        activity = loop_activity(self.parts, self.n, its.cpu().numpy(), readout=stop == "readout")
         solved = {f.name: getattr(result, f.name) for f in fields(SolveResult)}
-        return LoopSolve(**{**solved, "z": z_out}, activity=activity)
+        return LoopSolve(**{**solved, "z": result.z if z_out is None else z_out, "iterations": its}, activity=activity)
 
     def readout(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
                 samples: Any = None) -> torch.Tensor:
-        """What the machine reports: settle, then the mean of K ADC samples taken every
-        `readout.sample_interval_iterations` iterations (AOC paper: 2.5 us settle, 40 samples at 6.25 MHz)."""
+        """What the machine reports: settle, then the mean of K ADC samples, one every m round trips (AOC paper)."""
         result = self.solve(x, z0, generator=generator, samples=samples, stop="readout")
         return self._finite(result.z, int(result.iterations.max()))
 
