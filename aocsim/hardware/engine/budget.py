@@ -87,6 +87,11 @@ def _converter_std(profile: DeviceProfile, source: sources.Source) -> float:
     return lsb / math.sqrt(12) / math.sqrt(v.readout.samples)
 
 
+def _at_bias(v: Parts, loop: OpticalLoop) -> Parts:
+    """The profile's components with the reference load's bias (its own where noise.bias_units is auto)."""
+    return v.map_leaves(("noise.bias_units",), lambda key, value: loop.load_parts.noise.bias_units)
+
+
 def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
     """Rows for every enabled source (`aocsim.hardware.physics.sources.SOURCES`), then `total (per iteration)`."""
     v = profile.parts
@@ -95,11 +100,12 @@ def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
     loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
     rows: list[BudgetRow] = []
     per_iteration_var = 0.0
+    at_bias = _at_bias(v, loop)
     for source in sources.SOURCES:
         if not source.enabled(v):
             continue
         if source.when == sources.PER_ITERATION:
-            std = _per_iteration_std(source, v, loop, z)
+            std = _per_iteration_std(source, at_bias, loop, z)
             rows.append(_row(source.label(v), source.when, float(std.median()), amp))
             per_iteration_var += float(std.pow(2).mean())
         elif source in (sources.DAC, sources.ADC):
@@ -119,14 +125,16 @@ class ReferenceLight:
     """The light on the detectors at the budget's reference point (`noise.detector_light_w` of each path's signal).
 
     mean_w: mean light on one detector, W (the bias light plus the signals' mean).
-    bias_w: the bias light P_unit bias_units, W: what the energy model pays for.
+    bias_w: the bias light P_unit bias_units, W (the reference load's own with `auto`).
     negative: fraction of detector readings (both paths, every channel and state) whose light would be
         negative, D < -bias_units: the bias is too small for the signal there.
+    parts: the reference load's components (`OpticalLoop.load_parts`: its bias resolved).
     """
 
     mean_w: float
     bias_w: float
     negative: float
+    parts: Parts
 
 
 def reference_light(profile: DeviceProfile) -> ReferenceLight:
@@ -135,8 +143,10 @@ def reference_light(profile: DeviceProfile) -> ReferenceLight:
     loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
     c = loop.constants()
     p, q = led_light(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led, constant=True)
-    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), profile.parts.noise)
-    return ReferenceLight(float(light.mean()), detector_light_w(0.0, profile.parts.noise), float((light < 0).double().mean()))
+    at_bias = _at_bias(profile.parts, loop)
+    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), at_bias.noise)
+    return ReferenceLight(float(light.mean()), detector_light_w(0.0, at_bias.noise), float((light < 0).double().mean()),
+                          at_bias)
 
 
 def format_budget(rows: list[BudgetRow]) -> str:
