@@ -19,6 +19,7 @@ from aocsim.hardware.physics.energy import energy_j
 from aocsim.hardware.physics.sources import without_noise
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.errors import InputError
+from _light import emitter_w_by_hand
 
 AOC48 = load_device("aoc48")
 V = AOC48.values
@@ -35,9 +36,9 @@ E_ADC = V["energy.adc_energy_j"] * 2.0 ** (V["readout.adc_bits"] - V["energy.pre
 
 
 def lit_power_w(v, n: int) -> float:
-    """One module's emitters and electronics from the figures: N emitters at 2 P_unit bias / eta_link optical
+    """One module's emitters and electronics from the figures: N emitters at 2 N P_unit d / eta_link optical
     power over their wall-plug efficiency, N channels of detection electronics (idle: a fraction of it)."""
-    emit = 2 * v["noise.power_per_unit_w"] * v["noise.bias_units"] / v["energy.optical_link_efficiency"]
+    emit = emitter_w_by_hand(v, n)
     return n * (emit / v["energy.emitter_wall_plug_efficiency"] + v["energy.detector_tia_power_w"])
 
 

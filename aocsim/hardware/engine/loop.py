@@ -23,12 +23,11 @@ import torch
 from aocsim.errors import ConvergenceError, InputError
 from aocsim.hardware.physics import sources
 from aocsim.hardware.engine.dynamics import PATIENCE, LoopMap, LoopSolve, loop_activity
-from aocsim.hardware.engine import keys, probes
+from aocsim.hardware.engine import keys, load_light, probes
 from aocsim.hardware.engine.sampling import sampled_solve
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.hardware.engine.programming import (channel_arrays, dark_offsets, drift_cubics, emitter_cubics,
-                                                program_slm)
+from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, drift_cubics, emitter_cubics, program_slm
 from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
@@ -99,7 +98,9 @@ class OpticalLoop:
         self.poly_pos_f = tuple(float(c) for c in v.emitter.poly_pos)
         self.poly_neg_f = tuple(float(c) for c in v.emitter.poly_neg)
         self.rin_std = sources.rin_std(v.noise)
-        self._var_a, self._var_b = sources.detector_coefficients(v)
+        self.load_parts = load_light.load_parts(v, self.optics, torch.stack([self.poly_pos, self.poly_neg]),
+                                                f"profile {self.device.name!r}, tile {tile}")
+        self._var_a, self._var_b = sources.detector_coefficients(self.load_parts)
         bw = v.loop.bandwidth_hz
         self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v.loop.round_trip_s)
         zero = torch.zeros(n, dtype=dtype, device=dev)
@@ -315,6 +316,5 @@ def loop_step(device: DeviceProfile | str, weight: torch.Tensor, z: torch.Tensor
 
     The static draws (programming error) and then the iteration's noise take keys from `generator`.
     """
-    loop = OpticalLoop(device, weight, bias=bias, alpha=alpha, beta=beta, gamma=gamma, gain=gain,
-                       generator=generator)
+    loop = OpticalLoop(device, weight, bias=bias, alpha=alpha, beta=beta, gamma=gamma, gain=gain, generator=generator)
     return loop.step(z, x, z_prev=z_prev, generator=generator, iteration=iteration)

@@ -43,6 +43,10 @@ def _check_value(spec: Field, value: Any, where: str, channels: int | None) -> A
         if spec.choices and value not in spec.choices:
             raise ProfileError(f"{bad}; expected one of {list(spec.choices)}")
         return value
+    if spec.kind == "float" and spec.choices and isinstance(value, str):
+        if value not in spec.choices:
+            raise ProfileError(f"{bad}; expected a number or one of {list(spec.choices)}")
+        return value
     if spec.kind in ("int", "float"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if spec.kind == "int":

@@ -57,10 +57,12 @@ class Noise(Part):
     power_per_unit_w: float = spec(
         'optical power on one photodetector per twin detector unit (assumption); bounded so that '
         'photocurrents and their squares stay finite floats', 'W', low=1e-18, high=1000.0)
-    bias_units: float = spec(
+    bias_units: float | str = spec(
         'light on a detector at the LED bias point, in twin detector units: the light is P_unit (bias_units +'
-        ' D) for the signed signal D, its mean the bias light the energy model pays for; large enough that no'
-        ' signal makes it negative (assumption)', low=0.0)
+        ' D) for the signed signal D, its mean the bias light whose shot noise the loop draws; large enough that'
+        ' no full-scale signal makes it negative (a load that needs more is warned of), or auto: each weight'
+        " load's own need, the fullest column's light at the emitters' bias (docs/PHYSICS.md section 6)",
+        low=0.0, choices=("auto",))
     responsivity_a_per_w: float = spec('photodetector responsivity R', 'A/W', low=1e-06, high=1000.0)
     multiplier: float = spec(
         'scales the std of every per-iteration noise source (1 = the figures above; for sensitivity studies)', low=0.0)
@@ -177,9 +179,11 @@ class Energy(Part):
         'electrical-to-optical (wall-plug) efficiency of one emitter at its operating point, P_opt / P_el',
         low=0.0001, high=1.0)
     optical_link_efficiency: float = spec(
-        'fraction of the emitted light that reaches the photodetectors (fan-out optics, PBS, mean SLM '
-        'transmission). Each emitter then emits P_emit = 2 noise.power_per_unit_w noise.bias_units / link '
-        'efficiency (two paths; the mean light on a detector is the bias light)', low=1e-06, high=1.0)
+        "fraction of the emitted light that reaches the SLM planes (fan-out optics, PBS: the optics before the "
+        "SLMs; the SLM's transmission excluded, it is the weights, counted once in the detectors' bias light). "
+        'An emitter lights 2N pixels with P_unit d each at its bias drive d (the LED cubics\' full-scale swing, '
+        '1 for tanh and identity emitters), so it emits P_emit = 2 N noise.power_per_unit_w d / link '
+        'efficiency (docs/PHYSICS.md section 6)', low=1e-06, high=1.0)
     detector_tia_power_w: float = spec(
         "static electrical power of one channel's detection and loop electronics: photodetectors and TIAs of "
         'both paths, subtraction, nonlinearity, summing node, LED driver', 'W', low=0.0, high=10.0)
