@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware.physics import sources
+from aocsim.hardware.physics import sources, temperature
 from aocsim.hardware.engine.dynamics import PATIENCE, LoopMap, LoopSolve, loop_activity
 from aocsim.hardware.engine import keys, load_light, probes
 from aocsim.hardware.engine.sampling import sampled_solve
@@ -92,7 +92,7 @@ class OpticalLoop:
         self.programming_error, self.m = slm.error, slm.scale
         dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=module)
         self.optics: FoldedOptics = fold(self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
-        self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(v.nonlinearity.coeffs)
+        self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(temperature.loop_sigmoid(v))  # at dT
         # each emitter's cubics [4, N] per path (the chip's spread about the profile's; `emitter_cubics`)
         self.poly_pos, self.poly_neg = emitter_cubics(v, n, dtype=dtype, device=dev, tile=module).unbind(0)
         self.poly_pos_f = tuple(float(c) for c in v.emitter.poly_pos)

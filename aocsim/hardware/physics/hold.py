@@ -7,7 +7,7 @@ tiles adds to it on a time-multiplexed machine (`aocsim.hardware.engine.partial_
 sampling adds the capacitor's thermal noise and the charge its switch injects as it opens, and a held
 value moves with the leakage current while it waits:
 
-    kT/C        std(V) = sqrt(k T / C)                 per sampling, volts at the node
+    kT/C        std(V) = sqrt(k T / C)                 per sampling, volts at the node, T the chip's (T + dT)
     injection   V -> V + (q0 + k V) / C                per sampling: the switch's channel charge, half of
                                                        W L C_ox (V_gs - V_t), falls as V raises its source
     leakage     V(t) = V(0) - I t / C                  I out of the hold, independent of the held level
@@ -41,7 +41,8 @@ class Hold:
             (`readout.hold_leakage_a` times exp(`environment.hold_leakage_per_k` dT)).
         injection_c: charge q0 injected per sampling at 0 V, coulombs (`readout.hold_injection_c`).
         injection_c_per_v: its signal-dependent part k, coulombs per volt (`readout.hold_injection_c_per_v`).
-        temperature_k: T, kelvin (`noise.thermal.temperature_k`).
+        temperature_k: the chip's temperature, kelvin (`noise.thermal.temperature_k` plus
+            `environment.temperature_delta_k`).
         multiplier: scales the kT/C noise's std like every other drawn noise (`noise.multiplier`).
     """
 
@@ -71,7 +72,7 @@ class Hold:
         c, r = v.readout.hold_capacitance_f, v.readout
         leakage = float(r.hold_leakage_a) * temperature.leakage(v.environment)
         return cls(None if c is None else float(c), leakage, float(r.hold_injection_c),
-                   float(r.hold_injection_c_per_v), float(v.noise.thermal.temperature_k), float(v.noise.multiplier))
+                   float(r.hold_injection_c_per_v), temperature.kelvin(v), float(v.noise.multiplier))
 
     @property
     def noise_std_v(self) -> float:

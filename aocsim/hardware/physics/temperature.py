@@ -5,8 +5,12 @@ analog functions fitted, its emitters measured). Each law has its own coefficien
 profile, so no bundled figure moves with dT until a study sets them:
 
     analog function gain   (1 + g_c) -> (1 + g_c)(1 + c_f dT)          c_f = environment.function_gain_per_k
+    loop sigmoid amplitude d -> d (1 + c_n dT)                          c_n = environment.loop_gain_per_k
     LED cubic shape        a3, a2 -> (a3, a2)(1 + c_e dT)               c_e = environment.led_cubic_per_k
     hold leakage           I -> I exp(c_l dT)                           c_l = environment.hold_leakage_per_k
+
+and the thermal noise of the hold's capacitor, kT/C, is drawn at the chip's temperature T + dT (T =
+`noise.thermal.temperature_k`, the temperature it was calibrated at): physics, no coefficient.
 
 Where a factor is exactly 1 (dT = 0 or its coefficient 0) the callers skip it, so the bits stay as before.
 """
@@ -15,7 +19,12 @@ from __future__ import annotations
 
 import math
 
-from aocsim.hardware.profiles.parts import Environment
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from aocsim.hardware.profiles.parts import Environment, Parts
 
 
 def _linear(env: Environment, per_k: float, name: str) -> float:
@@ -29,6 +38,29 @@ def _linear(env: Environment, per_k: float, name: str) -> float:
 def function_gain(env: Environment) -> float:
     """1 + c_f dT: what the analog function circuits' gain is multiplied by since their calibration."""
     return _linear(env, env.function_gain_per_k, "function_gain_per_k")
+
+
+def loop_sigmoid(v: Parts) -> np.ndarray | None:
+    """The loop nonlinearity's coefficients [a, b, c, d, f(, g)] on the chip at dT: the calibrated sigmoid's
+    amplitude d times 1 + c_n dT (the profile's own array where the factor is 1; None for tanh, which takes
+    no coefficient: `checks`)."""
+    coeffs = v.nonlinearity.coeffs
+    factor = _linear(v.environment, v.environment.loop_gain_per_k, "loop_gain_per_k")
+    if coeffs is None or factor == 1.0:
+        return coeffs
+    warm = np.array(coeffs, dtype=np.float64)
+    warm[3] *= factor
+    return warm
+
+
+def kelvin(v: Parts) -> float:
+    """T + dT: the chip's temperature now, kelvin (`noise.thermal.temperature_k` is where it was calibrated)."""
+    t = float(v.noise.thermal.temperature_k) + float(v.environment.temperature_delta_k)
+    if t < 0:
+        raise ValueError(f"environment.temperature_delta_k = {v.environment.temperature_delta_k!r} at "
+                         f"noise.thermal.temperature_k = {v.noise.thermal.temperature_k!r} gives {t:g} K; "
+                         "expected a temperature >= 0 K")
+    return t
 
 
 def led_shape(env: Environment) -> float:

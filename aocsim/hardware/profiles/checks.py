@@ -128,6 +128,9 @@ def _check_relations(v: dict[str, Any], where: str) -> None:
         need(v["nonlinearity.coeffs"] is not None, "nonlinearity.coeffs",
              "expected 5 or 6 coefficients for the algebraic sigmoid")
         need(v["nonlinearity.coeffs"][2] > 0, "nonlinearity.coeffs", "expected the exponent c (third) > 0")
+    else:  # the exact stage has no circuit to warm
+        need(v["environment.loop_gain_per_k"] == 0, "environment.loop_gain_per_k",
+             "expected 0 on a tanh nonlinearity (a temperature gain applies to the calibrated algebraic_sigmoid)")
     if v["closed_loop.enabled"]:
         for k in ("solution_to_adc_ratio", "dc_offset", "linear_offset", "scaling"):
             need(v[f"closed_loop.{k}"] is not None, f"closed_loop.{k}", "required when closed_loop.enabled")

@@ -156,11 +156,16 @@ class Environment(Part):
 
     temperature_delta_k: float = spec(
         'temperature change of the chip since it was calibrated (the analog functions fitted, the emitters '
-        'measured, the tiles predistorted)', 'K', low=-200.0, high=200.0)
+        'measured, the tiles predistorted); the hold\'s kT/C noise is drawn at noise.thermal.temperature_k plus '
+        'it', 'K', low=-200.0, high=200.0)
     function_gain_per_k: float = spec(
         "relative gain change of the analog function circuits (elementwise.*) per kelvin: each channel's gain "
         '(1 + g_c) becomes (1 + g_c)(1 + c dT), which their gain-and-offset calibration no longer removes',
         '1/K', low=-0.1, high=0.1)
+    loop_gain_per_k: float = spec(
+        "relative gain change of the loop's own nonlinearity per kelvin: the calibrated sigmoid's amplitude d "
+        '(its swing and small-signal gain d a) becomes d (1 + c dT), away from what the twin calibration measured '
+        'and a native DEQ is compiled for; 0 on a tanh nonlinearity (the exact stage)', '1/K', low=-0.1, high=0.1)
     led_cubic_per_k: float = spec(
         "relative change of the LEDs' nonlinearity per kelvin: every emitter's t^3 and t^2 coefficients times "
         '(1 + c dT), away from what the chip measured and the tiles predistort for (as emitter.cubic_spread)',

@@ -135,8 +135,8 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
                     "sample_interval_iterations": 8, "hold_capacitance_f": None, "hold_leakage_a": 0.0,
                     "hold_injection_c": 0.0, "hold_injection_c_per_v": 0.0,
                     **LAB_CONVERTERS["readout"]},
-        "environment": {"temperature_delta_k": 0.0, "function_gain_per_k": 0.0, "led_cubic_per_k": 0.0,
-                        "hold_leakage_per_k": 0.0},
+        "environment": {"temperature_delta_k": 0.0, "function_gain_per_k": 0.0, "loop_gain_per_k": 0.0,
+                        "led_cubic_per_k": 0.0, "hold_leakage_per_k": 0.0},
         # a weight load writes both panels' N x N pixels at 9 bits
         "energy": {**LAB_ENERGY, "slm_reload_energy_j": 2 * n * n * 9 * WRITE_ENERGY_PER_BIT_J},
     }
