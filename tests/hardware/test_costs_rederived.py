@@ -8,8 +8,8 @@ pricing: each section-6 cost is one small function below, with the equation it i
 The code's own answer is read from the Dataset (and, for the energy per component, which the Dataset
 keeps only as a total, from `energy_j` applied to the Dataset's recorded activity: the code under test).
 
-Two costs are being changed elsewhere and live in one function each so they move in one place: the
-emitters' light (`emitter_power_w`) and the native loop's early stop (`native_early_stop`).
+The emitters' light (`emitter_power_w`) is written out by hand in `tests/_light.py`, which the energy tests
+share; the native loop's early stop (`native_early_stop`) prices the ADC samples the stop read.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import torch
 from aocsim import compare, load_model
 from aocsim.experiments.workloads import default_workload
 from aocsim.hardware.profiles.profile import load_device
+from _light import emitter_w_by_hand
 
 V48 = load_device("aoc48").values
 RTOL = 1e-9  # exact bookkeeping: only float64 summation order differs
@@ -34,15 +35,15 @@ RTOL = 1e-9  # exact bookkeeping: only float64 summation order differs
 # ---------------------------------------------------------------------------------------------------------
 
 
-def emitter_power_w(values: Mapping[str, Any]) -> float:
-    """Optical power of one emitter (being changed elsewhere: keep it here alone)."""
-    # "P_emit = 2 P_unit bias / eta_link    optical power of one emitter"
-    return 2.0 * values["noise.power_per_unit_w"] * values["noise.bias_units"] / values["energy.optical_link_efficiency"]
+def emitter_power_w(values: Mapping[str, Any], n: int) -> float:
+    """Optical power of one emitter: `tests/_light.py` writes it out by hand (the LED bias d from the cubics)."""
+    # "P_emit = 2 N P_unit d / eta    the light of one emitter: 2N pixels at P_unit d, through the optics before the SLM"
+    return emitter_w_by_hand(values, n)
 
 
 def static_power_w(values: Mapping[str, Any], n: int) -> dict[str, float]:
     # "P_static = N (P_emit / eta_wpe + P_det_tia) + P_slm    emitters, detectors + TIA, SLM"
-    return {"emitters": n * emitter_power_w(values) / values["energy.emitter_wall_plug_efficiency"],
+    return {"emitters": n * emitter_power_w(values, n) / values["energy.emitter_wall_plug_efficiency"],
             "slm": float(values["energy.slm_power_w"]), "detectors_tia": n * values["energy.detector_tia_power_w"]}
 
 
@@ -89,11 +90,12 @@ def native_readout_window(values: Mapping[str, Any], n: int) -> dict[str, float]
 
 
 def native_early_stop(values: Mapping[str, Any], n: int, k: Any) -> dict[str, Any]:
-    """A native inference under an early stop (being changed elsewhere: keep it here alone)."""
-    # "ceil(k / m) samples, N conversions and N comparisons each, and ceil(k / m) m round trips for k
-    # iterations" (at least one sample: the stop is decided on a sample)
+    """A native inference under an early stop: the stop reads the ADC's samples, so k is a whole number of them."""
+    # "a stop after j samples ran k = j m round trips, with j N conversions and N comparisons per sample"
     m = values["readout.sample_interval_iterations"]
-    samples = np.maximum(np.ceil(np.asarray(k, dtype=np.float64) / m), 1.0)
+    k = np.asarray(k, dtype=np.float64)
+    assert np.all(k % m == 0) and np.all(k >= m), f"an early stop ran {k} round trips: not whole samples of {m}"
+    samples = k / m
     return {"round_trips": samples * m, "time_s": samples * m * values["loop.round_trip_s"], "dac_conversions": n,
             "adc_conversions": n * samples, "digital_ops": n * samples}
 
@@ -344,7 +346,7 @@ def test_devices_show_prints_the_derived_budget(device: str, overrides: dict) ->
     result = CliRunner().invoke(main, ["devices", "show", device, *sets])
     assert result.exit_code == 0, result.output
     text = result.output
-    near(printed(text, NUMBER + r"W optical per emitter"), emitter_power_w(values))
+    near(printed(text, NUMBER + r"W optical per emitter"), emitter_power_w(values, n))
     near(printed(text, r"DAC .*?, " + NUMBER + r"J per conversion"), conversion_energy_j(values, "dac"))
     near(printed(text, r"ADC .*?, " + NUMBER + r"J per conversion"), conversion_energy_j(values, "adc"))
     near(printed(text, r"a tile pass " + NUMBER + "s"), pass_time_s(values))
@@ -357,8 +359,10 @@ def test_devices_show_prints_the_derived_budget(device: str, overrides: dict) ->
     near(printed(text, r"efficiency +" + NUMBER + r"OPS/W at"), loop_tops_per_watt(values, n) * 1e12)
     near(printed(text, r"efficiency +" + NUMBER + r"OPS/W with the loop running"), loop_tops_per_watt(values, n) * 1e12)
     its = int(re.search(r"for (\d+) iterations \(", text).group(1))
+    m = values["readout.sample_interval_iterations"]
     for rule, cost in (("readout stop", native_readout_window(values, n)),
-                       ("early stop", native_early_stop(values, n, its))):
+                       # devices show's nominal solve of `its` iterations reads the samples that cover them
+                       ("early stop", native_early_stop(values, n, math.ceil(its / m) * m))):
         line = next(row for row in text.splitlines() if row.strip().startswith("inference") and rule in row)
         act = {**{k: float(v) for k, v in cost.items()}, "weight_loads": 0.0}
         act["busy_s"] = act["time_s"]
