@@ -64,7 +64,7 @@ def _static_rms(profile: DeviceProfile, source: sources.Source, w: torch.Tensor,
     keep = {k: profile[k] for k in source.keys if k in profile.values}
     if source is sources.PROGRAMMING:
         keep["slm.bits"] = profile.parts.slm.bits
-    with warnings.catch_warnings():  # the reference load's light is flagged once, by `noise_budget`'s own loop
+    with warnings.catch_warnings():  # the reference load's short light is reported by `reference_light`
         warnings.simplefilter("ignore", NegativeLightWarning)
         base = OpticalLoop(base_profile, w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA)
         with_effect = OpticalLoop(base_profile.with_overrides(keep), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA,
@@ -96,12 +96,20 @@ def _at_bias(v: Parts, loop: OpticalLoop) -> Parts:
     return v.map_leaves(("noise.bias_units",), lambda key, value: loop.load_parts.noise.bias_units)
 
 
+def _reference_loop(profile: DeviceProfile, w: torch.Tensor) -> OpticalLoop:
+    """The noise-free loop of the reference load. Its light is not warned of: `reference_light` reports the share
+    of detectors it leaves short (`ReferenceLight.negative`; `aocsim devices show` prints it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NegativeLightWarning)
+        return OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+
+
 def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
     """Rows for every enabled source (`aocsim.hardware.physics.sources.SOURCES`), then `total (per iteration)`."""
     v = profile.parts
     w, z, n = _reference(profile)
     amp = _amplitude(profile)
-    loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+    loop = _reference_loop(profile, w)
     rows: list[BudgetRow] = []
     per_iteration_var = 0.0
     at_bias = _at_bias(v, loop)
@@ -144,7 +152,7 @@ class ReferenceLight:
 def reference_light(profile: DeviceProfile) -> ReferenceLight:
     """The detectors' light at the reference operating point of this module (docs/PHYSICS.md section 3)."""
     w, z, _ = _reference(profile)
-    loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+    loop = _reference_loop(profile, w)
     c = loop.constants()
     p, q = led_light(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led, constant=True)
     at_bias = _at_bias(profile.parts, loop)
