@@ -157,7 +157,7 @@ def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray]
                          coords={"path": ["exact", "device"], "sample": np.arange(exact.shape[0]),
                                  "iteration": np.arange(length)})  # chip and seed: the Dataset's
     trace.attrs.update(attributes)  # the residual's (PlacedModel.residual_attributes), per iteration
-    trace.attrs["description"] = f"{attributes['description']} per iteration, NaN after the sample stopped"
+    trace.attrs["description"] = f"{attributes['description']} per iteration, NaN after the sample stopped (a device early stop: at the round trips its ADC read, NaN between)"
     return trace
 
 

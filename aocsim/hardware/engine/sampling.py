@@ -105,4 +105,16 @@ def sampled_solve(loop_map: LoopMap, z0: torch.Tensor, max_iter: int, **options:
     sampled = SampledLoop(loop_map, every, (float(r.range_v[0]), float(r.range_v[1]), r.adc_bits))
     result = solve(sampled, z0, solver="picard", max_iter=max(max_iter // every - 1, 0), return_best=False,
                    return_value=True, **options)
+    if result.trace is not None:
+        result = dataclasses.replace(result, trace=on_round_trips(result.trace, every))
     return result, (result.iterations + 1) * every
+
+
+def on_round_trips(trace: torch.Tensor, every: int) -> torch.Tensor:
+    """A per-sample residual trace [B, J] on the round-trip axis [B, J m + 1]: the residual read with sample
+    j + 1 at index (j + 1) m, the round trip it was read at; NaN where the machine read nothing. So a run's
+    trace ends at its iterations, as an exact path's does, and lines up with it round trip for round trip."""
+    out = torch.full((trace.shape[0], trace.shape[1] * every + 1), float("nan"), dtype=trace.dtype,
+                     device=trace.device)
+    out[:, every::every] = trace
+    return out
