@@ -160,3 +160,14 @@ def test_power_iteration_finds_the_slow_collective_eigenvalue(collective: dict) 
         lam = sampled.slowest_eigenvalue(sampled.before)
     assert torch.allclose(lam, torch.full_like(lam, c["slowest"]), atol=0.01), (lam, c["slowest"])
     assert PATIENCE == 3
+
+
+def test_the_readout_stops_status_keeps_the_solvers_patience_in_round_trips(collective: dict) -> None:
+    # The readout stop judges its status on every round trip: the solver's patience (10 round trips), not the
+    # early stop's 3 samples. Three round trips' residuals say less than three samples' and fire sooner.
+    c = collective
+    runs = {p: c["loop"].solve(c["x"], generator=5, stop="readout", atol=0.0, rtol=0.0, patience=p)
+            for p in (None, 10, 3)}
+    assert torch.equal(runs[None].iterations, runs[10].iterations)
+    assert torch.equal(runs[None].status, runs[10].status)
+    assert not torch.equal(runs[None].iterations, runs[3].iterations)

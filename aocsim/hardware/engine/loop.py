@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware.physics import sources, temperature
+from aocsim.hardware.physics import components as C, sources, temperature
 from aocsim.hardware.engine.dynamics import PATIENCE, LoopMap, LoopSolve, loop_activity
 from aocsim.hardware.engine import keys, load_light, probes
 from aocsim.hardware.engine.sampling import sampled_solve
@@ -29,7 +29,6 @@ from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, drift_cubics, emitter_cubics, program_slm
 from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
-from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.solve.result import SolveResult
@@ -268,16 +267,15 @@ class OpticalLoop:
 
     def solve(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
               samples: Any = None, stop: str = "tolerance", atol: float = 1e-6, rtol: float = 1e-5,
-              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int = PATIENCE
+              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int | None = None
               ) -> LoopSolve:
         """Run the loop to its fixed point through `aocsim.solve`; per-sample status and hardware time.
 
-        stop="tolerance": the early stop on the ADC's samples, one every m = `readout.sample_interval_iterations`
-        round trips (`sampling`): until ||s[j+1] - s[j]|| <= atol + rtol ||s[j+1]|| for converted samples s
-        (converted), or their mean square over `patience` samples puts the state within `floor_spreads`
-        (default `FLOOR_SPREADS`) spreads of its fixed point (noise_floor; `settling`), or it diverges, or
-        `max_iter` round trips pass; z the last converted sample, iterations round trips (samples x m), trace per
-        sample. stop="readout": settle, then `readout.samples` ADC samples averaged (z that reading).
+        stop="tolerance": the early stop on the ADC's converted samples s, one every m round trips (`sampling`):
+        until ||s[j+1] - s[j]|| <= atol + rtol ||s[j+1]||, or their mean square over `patience` samples (`PATIENCE`)
+        puts the state within `floor_spreads` (`FLOOR_SPREADS`) spreads of its fixed point (noise_floor), or it
+        diverges, or `max_iter` round trips pass; z the last sample, iterations round trips (samples x m).
+        stop="readout": settle, then K ADC samples averaged (z that reading; status per round trip).
         """
         from aocsim.solve.core import FLOOR_SPREADS, solve
 
@@ -287,7 +285,9 @@ class OpticalLoop:
         z = torch.zeros(x.shape[0] if x.ndim == 2 else 1, self.n, dtype=self.weight.dtype) if z0 is None else z0
         m, z = self._map(z, x, generator, samples, readout=stop == "readout")
         spreads = FLOOR_SPREADS if floor_spreads is None else floor_spreads
-        options = dict(atol=atol, rtol=rtol, trace=trace, patience=patience, floor_spreads=spreads)
+        options = dict(atol=atol, rtol=rtol, trace=trace, floor_spreads=spreads)  # readout: the solver's patience
+        if patience is not None or stop == "tolerance":  # the early stop: PATIENCE samples
+            options["patience"] = PATIENCE if patience is None else patience
         if stop == "readout":
             result = solve(m, z, solver="picard", max_iter=m.total, return_best=False, early_stop=False, **options)
             its, z_out = result.iterations, m.reading()
