@@ -186,8 +186,9 @@ def _print_compare(s: dict[str, Any]) -> None:
     if s["hardware_time_s"] == 0 and s["energy_j"] == 0:  # on_tiles 'none': the abstract noise model
         click.echo("  machine            none: every map digital (no hardware time or energy)")
     else:
+        busy = f", busy {100 * s['utilisation']:.0f} % of the time" if s.get("utilisation") is not None else ""
         click.echo(f"  machine            {s['modules']} optical module{'s' * (s['modules'] > 1)}, "
-                   f"{s['weight_loads']:.3g} weight loads per {unit} (mean)")
+                   f"{s['weight_loads']:.3g} weight loads per {unit} (mean){busy}")
         click.echo(f"  hardware time      {si(s['hardware_time_s'], 's')} per {unit} (mean; {s['timing']})")
         click.echo(f"  energy             {si(s['energy_j'], 'J')} per {unit} (mean; docs/PHYSICS.md section 6)")
     click.echo("  where")

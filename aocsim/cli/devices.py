@@ -85,14 +85,18 @@ def one_light(dev: Any, enob: float) -> str:
     bits `enob`, and TOPS/W with the loop running and for one inference in its readout window."""
     from aocsim.hardware.engine.budget import reference_light
     from aocsim.hardware.engine.dynamics import loop_activity
-    from aocsim.hardware.physics.energy import inference_tops_per_watt, tops_per_watt
+    from aocsim.hardware.physics.energy import emitter_optical_power_w, inference_tops_per_watt, tops_per_watt
+    from aocsim.hardware.physics.projection import paper_gap
     from aocsim.units import ops_per_watt, si
 
     light, v, its = reference_light(dev), dev.parts, EXAMPLE_ITERATIONS
     window = inference_tops_per_watt(dev, loop_activity(v, dev.channels, its, readout=True), its)
+    bias = light.parts.noise.bias_units
     lines = [f"One light (docs/PHYSICS.md section 6): {si(light.bias_w, 'W')} per detector "
-             f"({v.noise.bias_units:g} units of {si(v.noise.power_per_unit_w, 'W')}), the light of the "
-             f"budget's shot noise and of the emitters' power",
+             f"({bias:g} units of {si(v.noise.power_per_unit_w, 'W')}"
+             f"{', the reference load' + chr(39) + 's own (auto)' if v.noise.bias_units == 'auto' else ''}), the "
+             f"bias light of the budget's shot noise; each emitter emits {si(emitter_optical_power_w(dev), 'W')} for "
+             f"the 2N pixels it lights",
              f"  precision    {enob:.1f} effective bits (the budget's total per iteration)",
              f"  efficiency   {ops_per_watt(tops_per_watt(dev))} with the loop running; {ops_per_watt(window)} for one "
              f"inference of "
@@ -100,7 +104,7 @@ def one_light(dev: Any, enob: float) -> str:
     if light.negative > 0:
         lines.append(f"note: at the budget's reference point {100 * light.negative:.1f} % of the detector readings "
                      "would need negative light: noise.bias_units is too small for the signal")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", paper_gap(dev, light.parts, enob)])
 
 
 @devices.command("schema")

@@ -71,8 +71,11 @@ def check_fits(model: object, profile: DeviceProfile) -> DEQ:
 
 
 def fit_profile(profile: DeviceProfile) -> DeviceProfile:
-    """What a compiler knows of a chip: its calibration, without per-iteration noise or programming error."""
+    """What a compiler knows of a chip: its calibration, without per-iteration noise or programming error, at
+    the temperature it was calibrated at (`environment.temperature_delta_k` 0: docs/PHYSICS.md section 3)."""
     quiet = without_noise(profile)
+    if quiet.parts.environment.temperature_delta_k != 0:
+        quiet = quiet.with_overrides({"environment.temperature_delta_k": 0.0})
     if quiet.parts.slm.programming_error_levels:  # a random draw per weight load: unknown when compiling
         return quiet.with_overrides({"slm.programming_error_levels": 0.0})
     return quiet

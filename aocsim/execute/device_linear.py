@@ -268,9 +268,14 @@ class DeviceLinear(nn.Module):
         y = corrected(node, gain, offset) * (self.sigma * scale[:, None])
         return y if self.bias is None else y + self.bias
 
-    def activity(self) -> Activity:
-        """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`)."""
-        return self.tiles.activity(self.partial_sums, self.averaging)
+    def activity(self, *, loads: bool = True) -> Activity:
+        """What one call does per input row: every tile `averaging` times (`TiledMatrix.activity`); loads=False:
+        without its weight loads, which the rows of a call share (`load_activity`)."""
+        return self.tiles.activity(self.partial_sums, self.averaging, loads=loads)
+
+    def load_activity(self) -> Activity:
+        """The weight loads of one call, shared by its rows (`TiledMatrix.load_activity`)."""
+        return self.tiles.load_activity()
 
     def reset(self, generator: keys.Seed) -> None:
         """Restart the call count under a new noise key (a run's seed)."""

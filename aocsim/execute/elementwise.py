@@ -6,6 +6,8 @@ size, SiLU of the gate; `Elementwise.SITES`) run on analog function circuits, mo
 
     y = ADC( (1 + g_c) f((1 + a_c) x + b_c) + o_c + n )
 
+(after calibration, (1 + g_c) times `temperature.function_gain`: the chip's temperature change since)
+
 per channel c: g_c a static relative gain error (std `elementwise.gain_std`) and o_c a static
 offset (std `elementwise.offset_std` x full scale); a_c and b_c the circuit's shape errors (std
 `elementwise.shape_std` each): a_c scales the input axis (the slope factor or input transconductance
@@ -32,6 +34,7 @@ import torch.nn.functional as F
 
 from aocsim.execute.fit import affine_fit
 from aocsim.hardware.physics import components as C
+from aocsim.hardware.physics import temperature
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
 from aocsim.hardware.physics.energy import Activity
@@ -80,12 +83,15 @@ class AnalogElementwise(Elementwise):
             self.input_gain[site] = 1.0 + self.shape_std * keys.normals(chip.fold(i, 2), (n,), dtype=dtype,
                                                                         device="cpu")
             self.knee[site] = self.shape_std * keys.normals(chip.fold(i, 3), (n,), dtype=dtype, device="cpu")
+        # the chip's temperature since calibration moves every gain (docs/PHYSICS.md section 3); 1 while calibrating
+        self.warm, self._warm_now = temperature.function_gain(v.environment), 1.0
         self.token_keys = None  # set by PlacedSSM for a run (aocsim.execute.device_linear.TokenKeys)
         # Per-channel correction y -> (y - o) / g, fitted on a probe sweep of each circuit (calibrate).
         self.fitted_gain = {site: torch.ones_like(g) for site, g in self.gain.items()}
         self.fitted_offset = {site: torch.zeros_like(o) for site, o in self.offset.items()}
         if calibrate:
             self._calibrate(keys.as_key(generator) or keys.Key(0), dtype)
+        self._warm_now = self.warm
         self.run_key: keys.Key | None = None
         self.calls = 0
 
@@ -119,7 +125,8 @@ class AnalogElementwise(Elementwise):
         x = C.quantize_range(x, low, high, self.dac_bits)
         # the shape errors act inside f; skipped at 0 so that a profile without them reads as before, bit for bit
         shaped = x * self.input_gain[site].to(x) + self.knee[site].to(x) if self.shape_std > 0 else x
-        y = f(shaped) * self.gain[site].to(x) + self.offset[site].to(x)
+        gain = self.gain[site].to(x) if self._warm_now == 1.0 else self.gain[site].to(x) * self._warm_now
+        y = f(shaped) * gain + self.offset[site].to(x)
         if self.noise_std > 0:
             if self.run_key is None:
                 raise RuntimeError("AnalogElementwise used before reset(generator): no noise key")

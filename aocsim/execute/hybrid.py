@@ -196,7 +196,9 @@ class HybridSSM(PlacedModel):
         return {"mode": s.mode, "tau": s.damping, "tol": s.rtol, "max_iter": cap, "trace": True}
 
     def _result(self, out: Any, placed: PlacedSSM) -> Run:
-        passes = out.iterations if self.model.config.implicit else torch.ones_like(out.iterations)  # explicit: one pass
+        # k iterations evaluate the map k + 1 times (the last evaluation shows the residual that stops them);
+        # an explicit model makes one pass
+        passes = out.iterations + 1 if self.model.config.implicit else torch.ones_like(out.iterations)
         return Run(out.logits, out.z, per_token(out, self.placement.rtol), placed.activity(passes),
                    median_over_positions(out.trace))
 

@@ -41,7 +41,7 @@ class NativeDEQ(PlacedModel):
     residual = "abs_residual"
     residual_units = "model state units (||f(z) - z||_2)"
     dims = ("sample",)
-    state_words = "the loop's state, device volts"
+    state_words = "z, f(z): consecutive ADC samples of the loop's state, device volts"
 
     @staticmethod
     def untrusted_cause(attrs: Mapping[str, Any]) -> str:

@@ -89,8 +89,11 @@ class StackedLinear(nn.Module):
             y[mine] = layer.output(node[:mine.numel()], scale[:mine.numel()], layer.gain, layer.offset)
         return y.reshape(*x.shape[:-1], self.out_features)
 
-    def activity(self):  # every load is the same program on the same tiles
-        return self.layers[0].activity()
+    def activity(self, *, loads: bool = True):  # every load is the same program on the same tiles
+        return self.layers[0].activity(loads=loads)
+
+    def load_activity(self):  # each seed's rows share their own load
+        return self.layers[0].load_activity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.token_keys

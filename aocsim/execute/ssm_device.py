@@ -23,6 +23,7 @@ import dataclasses
 from dataclasses import dataclass, replace
 from typing import Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -33,7 +34,7 @@ from aocsim.execute.device_linear import DeviceLinear, MapProgram, fit_key, fit_
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
-from aocsim.hardware.physics.energy import Activity
+from aocsim.hardware.physics.energy import Activity, load_shares
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.nn.mamba2_lm import Mamba2LM
@@ -108,12 +109,18 @@ class PlacedSSM:
         once (tokens enter once), then every iteration the projections' products and the analog
         functions' conversions (`DeviceLinear.activity`, `AnalogElementwise.activity`). Each map has
         its own modules: the machine powers all of them."""
-        each = [layer.activity() for name, layer in self.maps.items() if name != "inject"]
+        each = [layer.activity(loads=False) for name, layer in self.maps.items() if name != "inject"]
         each += [functions.activity() for functions in self.functions.values()]
         per_iteration = sum(each[1:], each[0]) if each else Activity(0.0)
         its = iterations.double().cpu().numpy()
         total = per_iteration * its
-        total = total + self.maps["inject"].activity() if "inject" in self.maps else total
+        # a time-multiplexed product's weight loads are shared by the sequences run together in it
+        loads = [layer.load_activity() for name, layer in self.maps.items() if name != "inject"]
+        if loads:
+            total = total + sum(loads[1:], loads[0]) * load_shares(its)
+        if "inject" in self.maps:
+            inject = self.maps["inject"]
+            total = total + inject.activity(loads=False) + inject.load_activity() * load_shares(np.ones_like(its))
         return dataclasses.replace(total, modules=self.modules or None)
 
     @property

@@ -37,6 +37,7 @@ from aocsim.execute.native import NativeDEQ, exact_deq
 from aocsim.execute.placement import TILED, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.ssm_device import CALIBRATION_ROWS
+from aocsim.hardware.physics.energy import load_shares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -139,5 +140,9 @@ class TiledDEQ(PlacedModel):
             feedback.token_keys = context
             result = solve(_Iteration(self.model, feedback, u, context), torch.zeros_like(u), solver="picard",
                            atol=s.atol, rtol=s.rtol, max_iter=s.max_iter, trace=True)
-        activity = feedback.activity() * result.iterations.double().numpy()  # one product per iteration
+        # one product per evaluation of the map: k iterations evaluate it k + 1 times (the last shows the residual);
+        # a time-multiplexed product's weight loads shared by the samples still iterating in it
+        evals = result.iterations.double().numpy() + 1
+        activity = (feedback.activity(loads=False) * evals
+                    + feedback.load_activity() * load_shares(evals[:, None])[:, 0])
         return Run(self.model.readout(result.z), result.z, result, activity, result.trace)

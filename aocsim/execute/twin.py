@@ -38,7 +38,7 @@ class TwinPlaced(PlacedModel):
     residual_units = "device volts (||f(z) - z||_2)"
     residual_cf_units = "V"
     dims = ("sample",)
-    state_words = "the loop's state, device volts"
+    state_words = "z, f(z): consecutive ADC samples of the loop's state, device volts"
 
     @staticmethod
     def untrusted_cause(attrs: Mapping[str, Any]) -> str:

@@ -82,6 +82,12 @@ def _converged(ds: xr.Dataset, per_run: list) -> xr.DataArray:
     return status.isin([SolveStatus.CONVERGED.value, SolveStatus.NOISE_FLOOR.value]).mean(per_run)
 
 
+def _utilisation(ds: xr.Dataset, per_run: list) -> xr.DataArray:
+    """Busy module-seconds over powered module-seconds, pooled over the run's samples (tokens)."""
+    powered = ds.attrs.get("modules", 1) * _device(ds).hardware_time_s
+    return ds.busy_s.sum(per_run) / powered.sum(per_run).where(powered.sum(per_run) > 0)
+
+
 def _modules(ds: xr.Dataset, per_run: list) -> xr.DataArray:
     import numpy as np
     import xarray as xr
@@ -114,6 +120,10 @@ _DECLARED = (
     Metric("modules", f"{MODULES}: the placement option's value, else one per tile of every map (docs/PHYSICS.md "
                       "section 6)",
            "optical modules", "modules", "", _modules, low=1.0, better="min"),
+    Metric("module_utilisation", "busy module-seconds (a module running a pass) over the powered modules' "
+                                 "time; the rest idle at energy.idle_power_fraction (docs/PHYSICS.md section 6)",
+           "module utilisation", "utilisation", "", _utilisation, share=True, high=1.0, better="max",
+           default=False, needs="busy_s"),
     Metric("weight_loads_per_inference",
            "mean SLM weight loads per sample (per token): a time-multiplexed machine's reloads",
            "weight loads per inference", "weight loads", "", lambda ds, r: ds.weight_loads.mean(r), better="min",

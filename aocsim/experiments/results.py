@@ -19,13 +19,14 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.solve.result import SolveStatus
 
 # What a run's Activity records, as Dataset variables (per chip, seed, sample and position).
-ACTIVITY = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads")
+ACTIVITY = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads", "busy_s")
 DESCRIPTIONS = {
     "dac_conversions": "DAC conversions",
     "adc_conversions": "ADC conversions",
     "digital_ops": "digital operations on converted values (readout averaging, digital partial sums)",
     "round_trips": "loop iterations and tile passes (one round trip each)",
     "weight_loads": "SLM weight loads",
+    "busy_s": "module-seconds of passes: modules lit and running (the rest of the modules' time idle)",
 }
 
 
@@ -156,7 +157,7 @@ def residual_traces(exact: np.ndarray, device: dict[tuple[int, int], np.ndarray]
                          coords={"path": ["exact", "device"], "sample": np.arange(exact.shape[0]),
                                  "iteration": np.arange(length)})  # chip and seed: the Dataset's
     trace.attrs.update(attributes)  # the residual's (PlacedModel.residual_attributes), per iteration
-    trace.attrs["description"] = f"{attributes['description']} per iteration, NaN after the sample stopped"
+    trace.attrs["description"] = f"{attributes['description']} per iteration, NaN after the sample stopped (a device early stop: at the round trips its ADC read, NaN between)"
     return trace
 
 
@@ -198,6 +199,8 @@ def summarize(ds: xr.Dataset) -> dict[str, Any]:
         "modules": int(ds.attrs.get("modules", 1)),  # a Dataset from before the machine model: one module
         "weight_loads": (float(value("weight_loads_per_inference").mean())
                          if METRICS["weight_loads_per_inference"].available(ds) else 0.0),
+        "utilisation": (float(value("module_utilisation").mean())
+                        if METRICS["module_utilisation"].available(ds) else None),
         "status": {s.name.lower(): int((ds.status.sel(path="device") == s.value).sum()) for s in SolveStatus},
         "accuracy": None, "terms": terms(ds), "warnings": trust_notes(ds),
     }

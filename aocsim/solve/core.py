@@ -85,6 +85,7 @@ def solve(
     early_stop: bool = True,
     floor_spreads: float = FLOOR_SPREADS,
     patience: int = 10,
+    return_value: bool = False,
     **solver_options: Any,
 ) -> SolveResult:
     """Solve z = fn(z) for a batch of independent problems.
@@ -114,6 +115,9 @@ def solve(
             is at most the mean of noise_floor(z, floor_spreads)^2 over them is NOISE_FLOOR
             ("settled at the noise floor": within about floor_spreads stationary spreads of the
             fixed point, up to the window's sampling error).
+        return_value: return fn(z) of each sample's last check instead of z (with return_best=False):
+            for a map whose value is itself a reading (the machine's sampled loop,
+            aocsim.hardware.engine.sampling), the last one read.
         **solver_options: options of a named solver (e.g. damping, memory).
 
     With atol = rtol = None and no trace, the solve is a fixed count of `max_iter`
@@ -148,6 +152,8 @@ def solve(
     if not (isinstance(patience, int) and patience >= 1):
         raise InputError(f"patience = {patience!r}; expected an integer >= 1")
     floor_spreads = real(floor_spreads, "floor_spreads", low=1.0)
+    if return_value and return_best:
+        raise InputError("return_value=True needs return_best=False (the value of the last check, not the best)")
 
     by_rows = early_stop and isinstance(fn, RowMap)  # (a protocol check costs microseconds: once)
 
@@ -171,6 +177,7 @@ def solve(
     best_rel = best_res.clone()
     last_res, last_rel = best_res.clone(), best_res.clone()
     first_res: torch.Tensor | None = None
+    value = z.clone() if return_value else None
     traces: list[torch.Tensor] = []
     # the last `patience` squared residuals (+inf until filled) and squared floors, as rings
     res_sq = torch.full((patience, batch), float("inf"), dtype=z.dtype, device=z.device)
@@ -205,6 +212,8 @@ def solve(
         status = torch.where(diverged & ~converged, SolveStatus.DIVERGED, status)
         status = torch.where(settled & ~diverged, SolveStatus.NOISE_FLOOR, status)
         stopped = converged | diverged | settled
+        if value is not None:
+            value = torch.where(active.unsqueeze(1), fz, value)
         iterations = torch.where(stopped, k, iterations)
         active = active & ~stopped
         if k == max_iter or (early_stop and not bool(active.any())):
@@ -215,7 +224,7 @@ def solve(
     if return_best:
         z_out, res_out, rel_out = best_z, best_res, best_rel
     else:
-        z_out, res_out, rel_out = z, last_res, last_rel
+        z_out, res_out, rel_out = z if value is None else value, last_res, last_rel
     result = SolveResult(
         z=z_out.reshape(shape),
         status=status,

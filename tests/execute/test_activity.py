@@ -19,6 +19,11 @@ from aocsim.hardware.profiles.profile import load_device
 
 AOC48 = load_device("aoc48")
 RT = float(AOC48["loop.round_trip_s"])
+# a tile pass at the converters' pace (one ADC per channel, a conversion each 8 round trips) and a
+# product's DAC, ADC and digital latency (docs/PHYSICS.md section 6)
+PASS = 8 * RT
+LATENCY = (AOC48["injection.dac_interval_iterations"] + AOC48["readout.sample_interval_iterations"]) * RT + AOC48[
+    "readout.digital_latency_s"]
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +59,15 @@ RELOAD = float(AOC48["slm.reload_time_s"])
 @pytest.mark.parametrize(("averaging", "modules"), [(1, None), (3, None), (1, 1), (3, 2)])
 def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, modules: int | None) -> None:
     """Weight-stationary (one module per tile): all tiles of a product at once, `averaging` round trips;
-    time-multiplexed on fewer modules: every tile written again each product (a weight load and its
-    reload time), then waves of `modules` tiles."""
+    time-multiplexed on fewer modules: every tile written again each product (a weight load each; a
+    wave's tiles written at once, one reload time), then waves of `modules` tiles."""
     model = DEQ(DEQConfig(96, 64, 10, split=48), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         model.weight.mul_(0.45 / torch.linalg.matrix_norm(model.operator(), ord=2))
     x = torch.rand(70, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     placed = place(model, AOC48, Placement(averaging=averaging, max_iter=6, rtol=0.0, modules=modules), calibration=x)
     run = placed.run(x[:4], 1)
-    its = run.solve.iterations.double().numpy()
+    its = run.solve.iterations.double().numpy() + 1  # k iterations evaluate the map k + 1 times
     m, width = placed.program.weight.shape  # 96 outputs; the program's columns (a dead input skipped)
     rows, cols = math.ceil(m / 48), math.ceil(width / 48)
     tiles = rows * cols
@@ -72,8 +77,14 @@ def test_a_tiled_deq_counts_every_tile_pass_of_every_iteration(averaging: int, m
     waves = 1 if held else math.ceil(tiles / modules)
     loads = 0 if held else tiles
     np.testing.assert_allclose(a.round_trips, its * tiles * averaging)
-    np.testing.assert_allclose(a.weight_loads, its * loads)
-    np.testing.assert_allclose(a.time_s, its * (waves * averaging * RT + loads * RELOAD))
+    # rtol 0: every sample makes all max_iter + 1 evaluations, so the 4 samples share each product's loads
+    share = 1 / 4
+    np.testing.assert_allclose(a.weight_loads, its * loads * share)
+    # a wave's tiles are written at once (each module its own drivers): one reload time per wave, shared
+    np.testing.assert_allclose(a.time_s, its * (waves * averaging * PASS + (0 if held else waves) * RELOAD * share
+                                                + LATENCY))
+    # each tile's module lit for its passes alone
+    np.testing.assert_allclose(a.busy_s, its * tiles * averaging * PASS)
     np.testing.assert_allclose(a.dac_conversions, its * rows * width * averaging)
     np.testing.assert_allclose(a.adc_conversions, its * m * averaging)
     np.testing.assert_allclose(a.digital_ops, its * m * averaging if averaging > 1 else 0)
@@ -85,7 +96,7 @@ def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(av
     w = default_workload(model, sequences=3, length_factor=1)
     placed = place(model, AOC48, Placement(averaging=averaging, partial_sums="digital"), calibration=w.calibration)
     run = placed.run(w.inputs, 5)
-    its = run.solve.iterations.double().numpy()
+    its = run.solve.iterations.double().numpy() + 1  # k iterations evaluate the map k + 1 times
 
     def per_product(name: str) -> tuple[float, float, float, float]:
         m, width = placed.programs[name].weight.shape
@@ -99,7 +110,7 @@ def test_an_ssm_counts_its_injection_once_and_its_projections_every_iteration(av
     expected = once[:, None, None] + each[:, None, None] * its[None]
     a = run.activity
     np.testing.assert_allclose(a.round_trips, expected[0])
-    np.testing.assert_allclose(a.time_s, expected[3] * RT)
+    np.testing.assert_allclose(a.time_s, expected[3] * PASS + (1 + 2 * its) * LATENCY)
     np.testing.assert_allclose(a.dac_conversions, expected[1])
     np.testing.assert_allclose(a.adc_conversions, expected[2])
     # digital partial sums: every reading added into its output; averaged passes: every pass's too
@@ -124,3 +135,54 @@ def test_devices_show_and_compare_price_the_same_inference_alike(digits) -> None
     shown = CliRunner().invoke(main, ["devices", "show", "aoc48"]).output
     line = next(row for row in shown.splitlines() if "readout stop" in row)
     assert f"{time_s * 1e6:.3g} us" in line and f"{energy * 1e6:.3g} uJ" in line, (line, time_s, energy)
+
+
+def test_every_evaluation_of_the_map_is_charged() -> None:
+    """A solve of k iterations evaluates the map k + 1 times (the last evaluation shows the residual that stops
+    it), and each is a product on the machine: the products charged are the map calls counted here.
+    Fault guarded (seen failing with main's k: 8 products charged for 12 calls over 4 tokens)."""
+    from aocsim.execute.device_linear import DeviceLinear
+
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=2, length_factor=1)
+    placed = place(model, AOC48, Placement(on_tiles=("in_proj",)), calibration=w.calibration)
+    calls: list[int] = []
+    original = DeviceLinear.__call__
+
+    def counted(self, x, *args, **kwargs):
+        calls.append(1)
+        return original(self, x, *args, **kwargs)
+
+    tiles = math.ceil(placed.programs["blocks.0.in_proj"].weight.shape[0] / 48)
+    try:
+        DeviceLinear.__call__ = counted
+        run = placed.run(w.inputs[:1, :4], 3)  # one sequence, token by token: one call per evaluation
+    finally:
+        DeviceLinear.__call__ = original
+    products = run.activity.round_trips / tiles  # one pass of every tile of in_proj per product
+    assert float(products.sum()) == len(calls)
+    assert np.all(products == run.solve.iterations.double().numpy() + 1)
+
+
+def test_the_sequences_run_together_share_each_products_weight_loads() -> None:
+    """A time-multiplexed product writes its tiles once for the rows run together in it: each row pays its
+    share, and a batch pays each product's loads once (docs/PHYSICS.md section 6). Fault guarded (seen
+    failing with every row charged the whole load: the batch's loads wrong on all 16 tokens)."""
+    from aocsim.hardware.physics.energy import load_shares
+
+    evals = np.array([[1, 3], [2, 3], [2, 1]])
+    shares = load_shares(evals)
+    np.testing.assert_allclose(shares.sum(0), evals.max(0))  # each product's loads paid once by the batch
+    # token 0: its first product taken by all three (1/3 each), its second by the two still iterating
+    np.testing.assert_allclose(shares[:, 0], [1 / 3, 1 / 3 + 1 / 2, 1 / 3 + 1 / 2])
+    np.testing.assert_allclose(load_shares(evals[:1]), evals[:1])  # alone, a sequence pays its loads whole
+
+    model = load_model("parity-implicit")
+    w = default_workload(model, sequences=4, length_factor=1)
+    placed = place(model, AOC48, Placement(modules=2), calibration=w.calibration)
+    run = placed.run(w.inputs, 5)
+    tiles = {name: math.prod(math.ceil(d / 48) for d in p.weight.shape) for name, p in placed.programs.items()}
+    evaluations = run.solve.iterations.double().numpy() + 1
+    per_token = run.activity.weight_loads.sum(0)  # the batch's loads per token
+    expected = tiles["inject"] + (tiles["blocks.0.in_proj"] + tiles["blocks.0.out_proj"]) * evaluations.max(0)
+    np.testing.assert_allclose(per_token, expected)

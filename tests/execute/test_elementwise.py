@@ -106,11 +106,13 @@ def test_analog_functions_on_aoc48_keep_parity_and_cost_conversions() -> None:
     assert not np.array_equal(analog.fixed_point_error, digital.fixed_point_error)  # they do something
     cfg = load_model("parity-implicit").config
     per_pass = cfg.n_layers * (cfg.conv_dim + cfg.n_heads + cfg.d_inner)  # one conversion per channel and site
-    # per token: the injection's conversions once, then per iteration the tiles' (a line through the
-    # digital run's points) plus, analog, one conversion per channel of every site
+    # per token: the injection's conversions once, then per evaluation of the map (k + 1 for k iterations)
+    # the tiles' (a line through the digital run's points, its intercept the injection's and one
+    # evaluation's) plus, analog, one conversion per channel of every site
     it_d, it_a = (ds.iterations.sel(path="device").values.ravel() for ds in (digital, analog))
     per_iteration, once = np.polyfit(it_d, digital.adc_conversions.values.ravel(), 1)
-    assert np.allclose(analog.adc_conversions.values.ravel(), once + it_a * (per_iteration + per_pass))
+    assert np.allclose(analog.adc_conversions.values.ravel(), once + (it_a + 1) * (per_iteration + per_pass)
+                       - per_iteration)
 
 
 def test_unknown_elementwise_placements_are_one_line_errors(parity) -> None:

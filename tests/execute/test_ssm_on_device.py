@@ -189,7 +189,8 @@ def test_averaging_passes_divides_the_noise_by_sqrt_k_and_multiplies_the_cost() 
     assert bool(((runs[4][0] - runs[1][0]).abs() <= 4 * runs[1][1] / 400 ** 0.5 + 1e-12).all())
     one, four = runs[1][2], runs[4][2]
     a1, a4 = one.activity(), four.activity()
-    assert a4.round_trips == 4 * a1.round_trips and a4.time_s == 4 * a1.time_s
+    latency = (1 + 8) * 20e-9 + 100e-9  # a product's DAC and ADC interval and digital stage, not averaged
+    assert a4.round_trips == 4 * a1.round_trips and a4.time_s - latency == pytest.approx(4 * (a1.time_s - latency))
     assert (a4.dac_conversions, a4.adc_conversions) == (4 * a1.dac_conversions, 4 * a1.adc_conversions)
     assert a1.digital_ops == 0 and a4.digital_ops == 4 * a1.adc_conversions  # the four readings added
     with pytest.raises(InputError, match="averaging = 0; expected an integer >= 1"):
@@ -204,13 +205,13 @@ def test_averaged_runs_count_their_passes_in_time_and_energy(parity) -> None:
     model, tokens, targets, _ = parity
     ds = {k: compare(model, "aoc48", tokens[:2], targets[:2], placement=dict(averaging=k)) for k in (1, 2)}
     rt = float(load_device("aoc48").values["loop.round_trip_s"])
-    one = ds[1].sel(path="device")
-    # one pass each, a map's tiles at once: round trips = 1 (the injection) + 2 (the projections) x iterations
-    b, a = np.polyfit(one.iterations.values.ravel(), one.hardware_time_s.values.ravel() / rt, 1)
-    assert np.isclose(a, 1) and np.isclose(b, 2)
+    # products per token: the injection once, both projections per evaluation of the map (k + 1 for k
+    # iterations); each a map's tiles at once: K passes of 8 round trips (the converters' pace) and the
+    # latency, 1 + 8 round trips and the 100 ns digital stage (5 round trips)
     for k, d in ds.items():
         dev = d.sel(path="device")
-        assert np.allclose(dev.hardware_time_s / rt, k * (round(a) + round(b) * dev.iterations))
+        products = 1 + 2 * (dev.iterations + 1)
+        assert np.allclose(dev.hardware_time_s / rt, products * (8 * k + 9 + 5))
         assert d.attrs.get("placement.averaging", 1) == k
     per_iteration = {k: float(np.polyfit(d.sel(path="device").iterations.values.ravel(),
                                          d.sel(path="device").adc_conversions.values.ravel(), 1)[0])

@@ -35,7 +35,9 @@ def test_on_its_nominal_pipeline_the_device_is_the_exact_path(twin) -> None:
     model, w = twin
     ds = compare(model, nominal_profile(model.config), w.inputs, w.targets, placement=EXACT)
     assert ds.attrs["task"] == "regression" and "agreement" not in ds and "classes" not in ds.attrs
-    assert float(abs(ds.output_error).max()) < 1e-9
+    # 1e-8: the exact path stops at Picard's rtol 1e-10 per iteration (a few 1e-9 in the outputs), the device on
+    # differences of ADC samples 8 round trips apart: they stop at different iterates of the same map
+    assert float(abs(ds.output_error).max()) < 1e-8
     exact = float(mse(ds, "exact").isel(chip=0, seed=0))
     assert exact == pytest.approx(model.card["metrics"]["test"]["mse"], rel=0.5)  # 200 of the 1,000 test points
     assert float(mse(ds).max()) == pytest.approx(exact, rel=1e-6)

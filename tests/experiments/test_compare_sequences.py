@@ -48,10 +48,11 @@ def test_noisy_aoc48_is_reproducible_on_any_number_of_workers_and_keeps_parity(d
     assert float(first.agreement.mean()) > 0.99
     assert not np.array_equal(first.residual.sel(path="device", seed=0), first.residual.sel(path="device", seed=1))
     # device time, weight-stationary (each tile on a module of its own, a map's tiles at once): the
-    # injection's product once, the two projections' every iteration, 20 ns each
+    # injection's product once, the two projections' every evaluation of the map (k + 1 for k iterations),
+    # each a pass at the converters' pace (160 ns) and a product's latency (DAC, ADC, digital: 280 ns)
     hw = first.hardware_time_s.sel(path="device")
     it = first.iterations.sel(path="device")
-    assert np.allclose(hw, (1 + 2 * it) * 20e-9)
+    assert np.allclose(hw, (1 + 2 * (it + 1)) * (160e-9 + 280e-9))
     assert first.attrs["modules"] == 10  # parity on 48 channels: inject 4 x 1, in 4 x 1, out 1 x 2 tiles
 
 
@@ -118,8 +119,9 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     tokens, targets = data
     ds = compare(MODEL, "aoc48", tokens[:2, :16], targets[:2, :16], placement=dict(on_tiles=("out_proj",)))
     assert ds.attrs["maps_on_tiles"] == "blocks.0.out_proj" and ds.attrs["placement"].startswith("hybrid: out_proj")
-    it = ds.iterations.sel(path="device")
-    assert np.allclose(ds.hardware_time_s.sel(path="device"), it * 20e-9)  # out_proj: 1 x 2 tiles at once
+    it = ds.iterations.sel(path="device") + 1  # evaluations of the map: k + 1 for k iterations
+    # out_proj: 1 x 2 tiles at once, a pass at the converters' pace and a product's latency
+    assert np.allclose(ds.hardware_time_s.sel(path="device"), it * (160e-9 + 280e-9))
     assert ds.attrs["modules"] == 2
     # converters per token: the whole input into the tile row, one ADC per output (analog partial
     # sums) or one per output and tile column (digital)
@@ -128,7 +130,7 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
     assert dac_per_pass.size == 1 and d_inner <= dac_per_pass[0] <= d_inner + 4  # (+ the tiles' offset inputs)
     assert np.array_equal(ds.adc_conversions, it * d_model)
     digital = compare(MODEL, "aoc48", tokens[:2, :16], targets[:2, :16], placement=dict(on_tiles=("out_proj",), partial_sums="digital"))
-    it = digital.iterations.sel(path="device")
+    it = digital.iterations.sel(path="device") + 1
     assert np.array_equal(digital.adc_conversions, it * 2 * d_model) and digital.attrs["placement.partial_sums"] == "digital"
     # energy: both modules' static power over the hardware time plus the converters' energy
     from aocsim.hardware.physics.energy import Activity, energy_j
@@ -136,7 +138,8 @@ def test_only_the_chosen_maps_run_on_tiles(data) -> None:
 
     expected = energy_j(load_device("aoc48"), Activity(digital.hardware_time_s.sel(path="device").values,
                                                        digital.dac_conversions.values, digital.adc_conversions.values,
-                                                       digital.digital_ops.values, modules=2))
+                                                       digital.digital_ops.values, modules=2,
+                                                       busy_s=digital.busy_s.values))
     assert np.array_equal(digital.digital_ops, digital.adc_conversions)  # each tile column's reading added
     assert np.allclose(digital.energy_j, expected["total"], rtol=1e-12)
     with pytest.raises(InputError, match="on_tiles = .* applies to hybrid SSMs"):

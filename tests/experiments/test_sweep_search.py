@@ -113,15 +113,17 @@ def test_the_results_mark_the_front_of_the_feasible_trials_and_its_hypervolume(r
     assert len(set(_trials(ds))) > 1 and 0 < feasible.sum() < 6  # the constraint bites
 
 
-# SEARCH's trials and objectives (means over chips x seeds) as main asked and scored them before search.fidelity
-# (bed2c3f, one thread on the 2-core machine): a search without the block is that search, bit for bit.
+# SEARCH's trials and objectives (means over chips x seeds) as main asked them before search.fidelity (bed2c3f,
+# one thread on the 2-core machine): a search without the block is that search, bit for bit. The scores are the
+# corrected machine model's (docs/PHYSICS.md sections 3 and 6: the stop read on the ADC's samples, the light paid
+# once); the trials asked did not move with them.
 MAIN = {"slm.bits": [6, 2, 3, 6, 3, 6],
         "noise.power_per_unit_w": [4.414266879685234e-07, 1.4816285294767154e-06, 2.9051513038005256e-06,
                                    2.295357385942331e-07, 1.4816285294767154e-06, 1.4816285294767154e-06],
-        "agreement": [1.0, 0.95, 0.975, 0.975, 1.0, 1.0],
-        "energy_per_inference_j": [1.4122481255708786e-06, 1.4186391256851048e-06, 1.4273852496105503e-06,
-                                   1.4109462675779229e-06, 1.4186391256851048e-06, 1.4186391256851048e-06],
-        "pareto": [True, False, False, True, False, False]}
+        "agreement": [0.975, 0.975, 0.95, 0.975, 1.0, 1.0],
+        "energy_per_inference_j": [2.8488534374300106e-06, 2.880574700293579e-06, 2.923985448395246e-06,
+                                   2.8423917602484287e-06, 2.880574700293579e-06, 2.880574700293579e-06],
+        "pareto": [False, False, False, True, True, True]}
 
 
 def test_without_fidelity_a_search_asks_and_scores_what_main_did(reference: xr.Dataset) -> None:
@@ -130,7 +132,7 @@ def test_without_fidelity_a_search_asks_and_scores_what_main_did(reference: xr.D
         values = reference[name].values if name in SEARCH["space"] or name == "pareto" else \
             reference[name].mean(("model", "chip", "seed")).values
         assert values.tolist() == expected, name
-    assert reference.attrs["hypervolume"] == 5.099399572528148e-10
+    assert reference.attrs["hypervolume"] == 3.0546352036120445e-10
 
 
 def test_what_a_trial_asks_depends_on_the_seed_and_its_number_only() -> None:

@@ -178,11 +178,12 @@ def _digits_on(device: str, overrides: dict):
 @pytest.mark.parametrize("multiplier", [1.0, 2.0, 4.0])
 def test_noisy_digits_deq_settles_at_the_noise_floor(multiplier: float) -> None:
     result = _digits_on("aoc48", {"noise.multiplier": multiplier})
-    settled = float((result.status == SolveStatus.NOISE_FLOOR).double().mean())
-    assert settled >= 0.99, result.summary()
-    # the machine sees the floor at its ADC samples, one every 8 round trips of 20 ns
-    samples = torch.clamp(torch.ceil(result.iterations.double() / 8), min=1)
-    assert torch.allclose(result.hardware_time_s, samples * 8 * 20e-9)
+    # two 12-bit samples can agree to the bit where the noise is weak (converged at the ADC)
+    settled = (result.status == SolveStatus.NOISE_FLOOR) | (result.status == SolveStatus.CONVERGED)
+    assert float(settled.double().mean()) >= 0.99, result.summary()
+    # the machine judges its ADC samples, one every 8 round trips of 20 ns: whole samples, at least 3 read
+    assert bool((result.iterations % 8 == 0).all() & (result.iterations >= 8 * 3).all()), result.iterations
+    assert torch.allclose(result.hardware_time_s, result.iterations.double() * 20e-9)
 
 
 def test_deterministic_digits_deq_converges_on_the_twin() -> None:

@@ -29,7 +29,8 @@ def test_spread_zero_reproduces_the_shared_cubic_bit_for_bit() -> None:
     spread existed, one thread), and no emitter stream is drawn."""
     # the partial-sum holds off too: they came after these numbers were recorded (tests/hardware/test_hold.py)
     dev = load_device("aoc48", {"emitter.cubic_spread": 0.0, "readout.hold_capacitance_f": None,
-                                "readout.hold_droop_per_s": 0.0})
+                                "readout.hold_leakage_a": 0.0, "readout.hold_injection_c": 0.0,
+                                "readout.hold_injection_c_per_v": 0.0})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

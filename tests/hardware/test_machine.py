@@ -19,45 +19,72 @@ from aocsim.hardware.physics.energy import energy_j
 from aocsim.hardware.physics.sources import without_noise
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.errors import InputError
+from _light import emitter_w_by_hand
 
 AOC48 = load_device("aoc48")
 V = AOC48.values
 RT, RELOAD = float(V["loop.round_trip_s"]), float(V["slm.reload_time_s"])
+# A pass waits for its conversions: each channel's ADC and DAC convert once per 8 round trips (one of each
+# per channel); a product adds one DAC and one ADC interval and the digital stage (docs/PHYSICS.md section 6).
+PASS = RT * max(1, V["readout.sample_interval_iterations"] / V["readout.adcs_per_channel"],
+                V["injection.dac_interval_iterations"] / V["injection.dacs_per_channel"])
+LATENCY = (V["readout.sample_interval_iterations"] + V["injection.dac_interval_iterations"]) * RT + V[
+    "readout.digital_latency_s"]
+# 12-bit converters priced at a constant Walden figure of merit from their energy at the quoted 9 bits
+E_DAC = V["energy.dac_energy_j"] * 2.0 ** (V["injection.dac_bits"] - V["energy.precision_bits"])
+E_ADC = V["energy.adc_energy_j"] * 2.0 ** (V["readout.adc_bits"] - V["energy.precision_bits"])
+
+
+def lit_power_w(v, n: int) -> float:
+    """One module's emitters and electronics from the figures: N emitters at 2 N P_unit d / eta_link optical
+    power over their wall-plug efficiency, N channels of detection electronics (idle: a fraction of it)."""
+    emit = emitter_w_by_hand(v, n)
+    return n * (emit / v["energy.emitter_wall_plug_efficiency"] + v["energy.detector_tia_power_w"])
 
 
 def module_power_w(v, n: int) -> float:
-    """One module's static power from the figures: N emitters at 2 P_unit bias / eta_link optical power over
-    their wall-plug efficiency, N channels of detection electronics, the SLMs."""
-    emit = 2 * v["noise.power_per_unit_w"] * v["noise.bias_units"] / v["energy.optical_link_efficiency"]
-    return n * (emit / v["energy.emitter_wall_plug_efficiency"] + v["energy.detector_tia_power_w"]) + v["energy.slm_power_w"]
+    """One module's static power at work: its emitters and electronics lit, the SLMs."""
+    return lit_power_w(v, n) + v["energy.slm_power_w"]
+
+
+def static_j(v, modules: int, time_s: float, busy_s: float) -> float:
+    """Every module's SLMs all along; emitters and electronics lit while busy, at the idle fraction otherwise."""
+    idle = modules * time_s - busy_s
+    return (lit_power_w(v, 48) * (busy_s + v["energy.idle_power_fraction"] * idle)
+            + modules * v["energy.slm_power_w"] * time_s)
 
 
 def _weight(m: int, k: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 0.1
 
 
-def test_weight_stationary_pays_every_modules_static_power_for_one_round_trip_per_pass() -> None:
+def test_weight_stationary_pays_every_modules_static_power_for_its_passes_at_the_converters_pace() -> None:
     tiles = TiledMatrix(AOC48, _weight(100, 70), generator=1)  # a 3 x 2 grid: six modules
     act = tiles.activity("analog", passes=2)
     assert act.modules == 6 and act.weight_loads == 0
-    assert act.time_s == pytest.approx(2 * RT)  # all tiles at once, two passes
+    assert act.time_s == pytest.approx(2 * PASS + LATENCY)  # all tiles at once, two passes
     e = energy_j(AOC48, act)
-    static = 6 * module_power_w(V, 48) * 2 * RT
-    converted = act.dac_conversions * V["energy.dac_energy_j"] + act.adc_conversions * V["energy.adc_energy_j"]
+    assert act.busy_s == pytest.approx(6 * 2 * PASS)  # each module lit for its tile's two passes, idle otherwise
+    static = static_j(V, 6, 2 * PASS + LATENCY, 6 * 2 * PASS)
+    converted = act.dac_conversions * E_DAC + act.adc_conversions * E_ADC
     assert float(e["total"]) == pytest.approx(static + converted + act.digital_ops * V["energy.digital_energy_per_op_j"])
 
 
 @pytest.mark.parametrize("count", [1, 4])
-def test_time_multiplexing_pays_a_reload_per_tile_and_product(count: int) -> None:
+def test_time_multiplexing_pays_a_reload_per_tile_and_a_write_per_wave(count: int) -> None:
     tiles = TiledMatrix(AOC48, _weight(100, 70), generator=1, mount=Mount(count=count, multiplexed=True))
     act = tiles.activity("digital")
     waves = math.ceil(6 / count)
     assert act.modules == count and act.weight_loads == 6
-    assert act.time_s == pytest.approx(waves * RT + 6 * RELOAD)
+    # a wave's tiles written onto their modules at once (one reload time), then its pass
+    assert act.time_s == pytest.approx(waves * (PASS + RELOAD) + LATENCY)
     e = energy_j(AOC48, act)
     slm = count * V["energy.slm_power_w"] * act.time_s + 6 * V["energy.slm_reload_energy_j"]
     assert float(e["slm"]) == pytest.approx(slm)
-    assert float(e["total"]) > count * module_power_w(V, 48) * act.time_s
+    # the modules idle through the reloads: their emitters and electronics at the idle fraction
+    lit = float(e["emitters"] + e["detectors_tia"])
+    assert lit == pytest.approx(static_j(V, count, act.time_s, 6 * PASS) - count * V["energy.slm_power_w"] * act.time_s)
+    assert lit < count * lit_power_w(V, 48) * act.time_s * 0.2
 
 
 def test_tiles_on_one_module_share_its_fixed_pattern_and_each_reload_draws_a_new_programming_error() -> None:
@@ -100,7 +127,9 @@ def test_compare_reports_the_machine_time_multiplexed_on_one_module(parity) -> N
     loads, time = ds.weight_loads.values, ds.hardware_time_s.sel(path="device").values
     assert ds.attrs["modules"] == 1 and (loads > 0).all()
     assert (time >= loads * RELOAD).all()
-    assert np.allclose(time, loads * RELOAD + ds.round_trips.values * RT)  # one module: every pass in turn
+    products = 3 + 2 * ds.iterations.sel(path="device").values  # the injection, both projections per evaluation
+    # one module: every tile written in turn (a wave of one) and its pass, and each product's latency
+    assert np.allclose(time, loads * RELOAD + ds.round_trips.values * PASS + products * LATENCY)
     assert "time-multiplexed" in ds.hardware_time_s.attrs["description"]
 
 
@@ -109,7 +138,7 @@ def test_compare_counts_one_module_per_tile_when_weight_stationary(parity) -> No
     # parity on 48 channels: inject 4 x 1, in_proj 4 x 1, out_proj 1 x 2 tiles, each on a module of its own
     assert ds.attrs["modules"] == 10 and float(ds.weight_loads.max()) == 0
     its = ds.iterations.sel(path="device").values
-    assert np.allclose(ds.hardware_time_s.sel(path="device").values, (1 + 2 * its) * RT)
+    assert np.allclose(ds.hardware_time_s.sel(path="device").values, (3 + 2 * its) * (PASS + LATENCY))
     assert "weight-stationary" in ds.hardware_time_s.attrs["description"]
 
 

@@ -1,5 +1,6 @@
-"""One light for noise and energy (docs/PHYSICS.md sections 3 and 6): the light the shot noise sees is the
-light the emitters' power pays for, in every profile; the projection's precision and TOPS/W at that light,
+"""One light for noise and energy (docs/PHYSICS.md sections 3 and 6): the light the shot noise sees is light the
+emitters' power pays for (what the SLM transmits of the 2N P_unit d each emitter puts on the SLM planes), in every
+profile; the projection's precision and TOPS/W at that light,
 recomputed here from the YAML figures with numpy (not the package's helpers); precision rescaling keeps
 thermal noise."""
 
@@ -16,12 +17,13 @@ from click.testing import CliRunner
 
 from aocsim import load_device
 from aocsim.cli import main
-from aocsim.hardware.engine.budget import noise_budget
+from aocsim.hardware.engine.budget import noise_budget, reference_light
 from aocsim.hardware.engine.step import difference_std
 from aocsim.hardware.physics.energy import at_precision, emitter_optical_power_w
 from aocsim.hardware.physics.noise import shot_noise_std
 from aocsim.hardware.physics.sources import detector_coefficients
 from aocsim.paths import devices_dir
+from _light import led_bias_by_hand
 
 Q_E, K_B = 1.602176634e-19, 1.380649e-23
 PROFILES = sorted(p.stem for p in devices_dir().glob("*.yaml"))
@@ -44,26 +46,40 @@ def _figures(name: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name", PROFILES)
-def test_the_noise_model_sees_the_light_the_energy_model_pays_for(name: str) -> None:
+# aoc16's LEDs swing 0.034 units over its sigmoid's full scale: a column of 16 pixels at full transmission collects
+# at most 0.55 units, less than the twin's bias of 1 unit, so aoc16 takes each load's bias (auto; docs/PHYSICS.md
+# section 6)
+SHORT_OF_LIGHT = {"aoc16-twin"}  # shot noise off: its bias, the import's 1 unit, is never lit
+
+
+@pytest.mark.parametrize("name", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="bias above the light"))
+                                  if p in SHORT_OF_LIGHT else p for p in PROFILES])
+def test_the_noise_model_sees_light_the_emitters_pay_for(name: str) -> None:
     # Shot noise only, so that a detector's variance is the shot noise of its light: var(I) = 2 q B R P.
     dev = load_device(name, {"noise.shot.enabled": True, "noise.thermal.enabled": False, "noise.dark.enabled": False,
                              "noise.rin.enabled": False, "noise.multiplier": 1.0})
-    v = dev.values
+    v, n = dev.values, dev.channels or 48
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]  # A per detector unit
 
     def light_w(var_units: torch.Tensor) -> torch.Tensor:
         return var_units * unit**2 / (2 * Q_E * v["noise.bandwidth_hz"] * v["noise.responsivity_a_per_w"])
 
-    # the energy model: each emitter's light, eta_link of it arriving, spread over its 2 paths' detectors
-    paid = emitter_optical_power_w(dev) * v["energy.optical_link_efficiency"] / 2
-    a, b = detector_coefficients(dev.parts)
+    # a bias that follows the loads (auto): the noise budget's reference load's
+    parts = reference_light(dev).parts if v["noise.bias_units"] == "auto" else dev.parts
+    bias = parts.noise.bias_units
+    seen = v["noise.power_per_unit_w"] * bias  # the bias light on one detector
+    a, b = detector_coefficients(parts)
     noise = torch.tensor([0.0, a, 2 * b], dtype=torch.float64)
-    signal = 0.5 * v["noise.bias_units"] * torch.tensor([-1.0, 1.0], dtype=torch.float64)  # both ways around the bias
+    signal = 0.5 * bias * torch.tensor([-1.0, 1.0], dtype=torch.float64)  # both ways around the bias
     folded = light_w(difference_std(signal, signal, noise) ** 2 / 2)  # the loop: one draw of D_P - D_Q
-    reference = light_w(shot_noise_std(signal, dev.parts.noise) ** 2)  # the unfolded yardstick, per path
-    assert float(folded.mean()) == pytest.approx(paid, rel=1e-9)
-    assert float(reference.mean()) == pytest.approx(paid, rel=1e-9)
+    reference = light_w(shot_noise_std(signal, parts.noise) ** 2)  # the unfolded yardstick, per path
+    assert float(folded.mean()) == pytest.approx(seen, rel=1e-9)
+    assert float(reference.mean()) == pytest.approx(seen, rel=1e-9)
+    # the energy model: eta of each emitter's light reaches its N pixels on each path, P_unit d each
+    arriving = emitter_optical_power_w(dev, n) * v["energy.optical_link_efficiency"] / 2
+    assert arriving == pytest.approx(n * v["noise.power_per_unit_w"] * led_bias_by_hand(v), rel=1e-9)
+    # a detector collects at most its column's N pixels at full transmission, each lit by one emitter
+    assert seen <= arriving
 
 
 @pytest.mark.slow
@@ -84,10 +100,10 @@ def test_projection_precision_and_tops_per_watt_from_its_figures() -> None:
     amplitude = (f["injection.clip"][1] - f["injection.clip"][0]) / 2
     enob = (20 * math.log10(amplitude / math.sqrt(2) / node_std) - 1.76) / 6.02
     assert enob == pytest.approx(f["energy.precision_bits"], abs=0.05)  # sized for the bits TOPS/W is quoted at
-    # TOPS/W: the static power (emitters carry the bias light of both paths' detectors) over a round trip, and one
+    # TOPS/W: the static power (each emitter lights the 2N pixels of both paths) over a round trip, and one
     # 20-iteration inference over its readout window (settle, then K samples every m round trips)
-    power = n * (2 * p_unit * bias / (f["energy.optical_link_efficiency"] * f["energy.emitter_wall_plug_efficiency"])
-                 + f["energy.detector_tia_power_w"]) + f["energy.slm_power_w"]
+    power = n * (2 * n * p_unit / (f["energy.optical_link_efficiency"] * f["energy.emitter_wall_plug_efficiency"])
+                 + f["energy.detector_tia_power_w"]) + f["energy.slm_power_w"]  # one unit of drive (tanh, identity LEDs)
     continuous = 2 * n * n / (power * t_rt) / 1e12
     k, m = f.get("readout.samples", 40), f.get("readout.sample_interval_iterations", 8)
     window = f.get("readout.settle_iterations", 125) + (k - 1) * m + 1
@@ -98,12 +114,18 @@ def test_projection_precision_and_tops_per_watt_from_its_figures() -> None:
     out = CliRunner().invoke(main, ["devices", "show", "aoc-projected"])
     assert out.exit_code == 0, out.output
     shown_bits = float(re.search(r"precision\s+([\d.]+) effective bits", out.output).group(1))
-    loop, inference = map(float, re.search(r"efficiency\s+([\d.]+) TOPS/W with the loop running; ([\d.]+) TOPS/W "
-                                           r"for one inference of 20 iterations in its readout window",
-                                           out.output).groups())
+    found = re.search(r"efficiency\s+([\d.]+) ([TG])OPS/W with the loop running; ([\d.]+) ([TG])OPS/W "
+                      r"for one inference of 20 iterations in its readout window", out.output).groups()
+    loop, inference = (float(x) * (1.0 if p == "T" else 1e-3) for x, p in (found[:2], found[2:]))
     assert shown_bits == pytest.approx(enob, abs=0.06)  # printed to 0.1 bit
     assert loop == pytest.approx(continuous, rel=1e-3) and inference == pytest.approx(per_inference, rel=1e-3)
     assert "negative light" not in out.output
+    # what separates it from the paper's 500 TOPS/W: the light's energy per operation must fall by the factor that
+    # leaves the rest of the module's power (electronics, SLMs) within 500 TOPS/W's budget
+    light = n * 2 * n * p_unit / (f["energy.optical_link_efficiency"] * f["energy.emitter_wall_plug_efficiency"])
+    factor = light / (2 * n * n / 500e12 / t_rt - (power - light))
+    shown = float(re.search(r"([\d.]+)x lower \(", out.output).group(1))
+    assert shown == pytest.approx(factor, rel=2e-3)  # printed to 3 significant digits
 
 
 @pytest.mark.parametrize("overrides", [{}, {"channels": 256, "noise.thermal.feedback_resistance_ohm": 1e3}],

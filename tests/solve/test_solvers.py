@@ -170,3 +170,18 @@ def test_solver_objects_are_accepted() -> None:
     res = solve(lambda z: 0.5 * z + 1.0, torch.zeros(2, 3, dtype=torch.float64), solver=Anderson(memory=2),
                 atol=1e-12)
     assert res.solver == "anderson" and torch.allclose(res.z, torch.full_like(res.z, 2.0))
+
+
+def test_return_value_gives_the_map_value_of_each_samples_last_check() -> None:
+    # z -> z / 2 + 1 from 0: z_k = 2 - 2^(1-k), residual 2^-k; with atol 2^-3 - eps a sample stops at k = 3
+    # and returns f(z_3) = z_4 = 2 - 2^-3 (a reading, as the machine's sampled loop gives), not z_3
+    fn = lambda z: z / 2 + 1  # noqa: E731
+    z0 = torch.zeros(2, 1, dtype=torch.float64)
+    atol = torch.tensor([0.125, 0.5], dtype=torch.float64)
+    out = solve(fn, z0, solver="picard", atol=atol, rtol=0.0, return_best=False, return_value=True)
+    assert out.iterations.tolist() == [3, 1]
+    assert out.z.flatten().tolist() == [2 - 2 ** -3, 2 - 2 ** -1]
+    plain = solve(fn, z0, solver="picard", atol=atol, rtol=0.0, return_best=False)
+    assert plain.z.flatten().tolist() == [2 - 2 ** -2, 2 - 2 ** 0]
+    with pytest.raises(InputError, match="return_value"):
+        solve(fn, z0, return_value=True)

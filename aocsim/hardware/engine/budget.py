@@ -12,10 +12,12 @@ ENOB = (SNR_dB - 1.76) / 6.02. Per-iteration sources combine into the total.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 
+from aocsim.hardware.engine.load_light import NegativeLightWarning
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.physics import sources
 from aocsim.hardware.physics.hold import Hold
@@ -62,9 +64,11 @@ def _static_rms(profile: DeviceProfile, source: sources.Source, w: torch.Tensor,
     keep = {k: profile[k] for k in source.keys if k in profile.values}
     if source is sources.PROGRAMMING:
         keep["slm.bits"] = profile.parts.slm.bits
-    base = OpticalLoop(base_profile, w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA)
-    with_effect = OpticalLoop(base_profile.with_overrides(keep), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA,
-                              generator=2)
+    with warnings.catch_warnings():  # the reference load's short light is reported by `reference_light`
+        warnings.simplefilter("ignore", NegativeLightWarning)
+        base = OpticalLoop(base_profile, w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA)
+        with_effect = OpticalLoop(base_profile.with_overrides(keep), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA,
+                                  generator=2)
     return float((with_effect.optical(z) - base.optical(z)).pow(2).mean().sqrt())
 
 
@@ -87,19 +91,33 @@ def _converter_std(profile: DeviceProfile, source: sources.Source) -> float:
     return lsb / math.sqrt(12) / math.sqrt(v.readout.samples)
 
 
+def _at_bias(v: Parts, loop: OpticalLoop) -> Parts:
+    """The profile's components with the reference load's bias (its own where noise.bias_units is auto)."""
+    return v.map_leaves(("noise.bias_units",), lambda key, value: loop.load_parts.noise.bias_units)
+
+
+def _reference_loop(profile: DeviceProfile, w: torch.Tensor) -> OpticalLoop:
+    """The noise-free loop of the reference load. Its light is not warned of: `reference_light` reports the share
+    of detectors it leaves short (`ReferenceLight.negative`; `aocsim devices show` prints it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NegativeLightWarning)
+        return OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+
+
 def noise_budget(profile: DeviceProfile) -> list[BudgetRow]:
     """Rows for every enabled source (`aocsim.hardware.physics.sources.SOURCES`), then `total (per iteration)`."""
     v = profile.parts
     w, z, n = _reference(profile)
     amp = _amplitude(profile)
-    loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+    loop = _reference_loop(profile, w)
     rows: list[BudgetRow] = []
     per_iteration_var = 0.0
+    at_bias = _at_bias(v, loop)
     for source in sources.SOURCES:
         if not source.enabled(v):
             continue
         if source.when == sources.PER_ITERATION:
-            std = _per_iteration_std(source, v, loop, z)
+            std = _per_iteration_std(source, at_bias, loop, z)
             rows.append(_row(source.label(v), source.when, float(std.median()), amp))
             per_iteration_var += float(std.pow(2).mean())
         elif source in (sources.DAC, sources.ADC):
@@ -119,24 +137,28 @@ class ReferenceLight:
     """The light on the detectors at the budget's reference point (`noise.detector_light_w` of each path's signal).
 
     mean_w: mean light on one detector, W (the bias light plus the signals' mean).
-    bias_w: the bias light P_unit bias_units, W: what the energy model pays for.
+    bias_w: the bias light P_unit bias_units, W (the reference load's own with `auto`).
     negative: fraction of detector readings (both paths, every channel and state) whose light would be
         negative, D < -bias_units: the bias is too small for the signal there.
+    parts: the reference load's components (`OpticalLoop.load_parts`: its bias resolved).
     """
 
     mean_w: float
     bias_w: float
     negative: float
+    parts: Parts
 
 
 def reference_light(profile: DeviceProfile) -> ReferenceLight:
     """The detectors' light at the reference operating point of this module (docs/PHYSICS.md section 3)."""
     w, z, _ = _reference(profile)
-    loop = OpticalLoop(without_noise(profile), w, alpha=REFERENCE_ALPHA, beta=REFERENCE_BETA, generator=2)
+    loop = _reference_loop(profile, w)
     c = loop.constants()
     p, q = led_light(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led, constant=True)
-    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), profile.parts.noise)
-    return ReferenceLight(float(light.mean()), detector_light_w(0.0, profile.parts.noise), float((light < 0).double().mean()))
+    at_bias = _at_bias(profile.parts, loop)
+    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), at_bias.noise)
+    return ReferenceLight(float(light.mean()), detector_light_w(0.0, at_bias.noise), float((light < 0).double().mean()),
+                          at_bias)
 
 
 def format_budget(rows: list[BudgetRow]) -> str:

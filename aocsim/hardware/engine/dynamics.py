@@ -44,6 +44,9 @@ class LoadedLoop(Protocol):
     def node(self, k: int, like: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 FUSED_BLOCK = 5  # compiled iterations per call when nothing changes between them
+# The early stop's default patience in ADC samples: the noise-floor status averages the last PATIENCE squared
+# differences of consecutive samples (the first against the initial state; docs/PHYSICS.md sections 3 and 6).
+PATIENCE = 3
 
 
 class LoopMap:
@@ -140,9 +143,9 @@ def loop_activity(parts: Parts, channels: int, iterations: Any, *, readout: bool
     160 ns at 20 ns per round trip on the AOC), and each sample is compared or summed digitally (N
     operations). Readout stop: the machine runs its whole window, `readout.settle_iterations` then
     K = `readout.samples` samples every m round trips (N K conversions, averaged), whatever the
-    solve's iterations. Early stop (a tolerance, or the noise floor): the machine samples every m
-    round trips from the start and stops at the first sample after the criterion holds: ceil(k / m)
-    samples and as many windows of m round trips for k iterations (docs/PHYSICS.md section 6).
+    solve's iterations. Early stop (a tolerance, or the noise floor): the stop is decided on the
+    converted samples themselves (`sampling`), so k = j m round trips are j samples read, ceil(k / m)
+    for any k (docs/PHYSICS.md section 6).
     """
     rt = float(parts.loop.round_trip_s)
     m = int(parts.readout.sample_interval_iterations)
@@ -163,7 +166,8 @@ def stop_rule(sampling: Readout, *, readout: bool) -> str:
     if readout:
         return (f"readout stop: {sampling.settle_iterations} round trips to settle, then "
                 f"{sampling.samples} ADC samples, one every {m}")
-    return f"early stop: the state sampled every {m} round trips, stopped at the first sample that meets the tolerance"
+    return (f"early stop: the ADC samples every {m} round trips; stopped when two consecutive samples meet the "
+            f"tolerance or the last {PATIENCE} differences put the state at the noise floor")
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,10 @@ def measured_shapes(profile: DeviceProfile, n: int, module: int, input_range: fl
     """(positive, negative): each emitter's measured cubic shape, [4, N] each (module docstring), as the
     chip measures it once: memoised (`SHAPES`, aocsim/hardware/engine/memo.py) on the profile's values,
     the module, the drive range and the measurement's constants, in memory and in the calibration store
-    (or a sweep's folder while `aocsim.disk_memo.use` is open)."""
+    (or a sweep's folder while `aocsim.disk_memo.use` is open). The chip measured them at its calibration
+    temperature: `environment.temperature_delta_k` (docs/PHYSICS.md section 3) is 0 for the measurement."""
+    if profile.parts.environment.temperature_delta_k != 0:
+        profile = profile.with_overrides({"environment.temperature_delta_k": 0.0})
     shapes = SHAPES((profile, n, module, float(input_range), LEVELS, REPEATS, DEAD),
                     lambda: (_fitted_shape(profile, n, 1.0, module, input_range),
                              _fitted_shape(profile, n, -1.0, module, input_range)))

@@ -21,15 +21,14 @@ import numpy as np
 import torch
 
 from aocsim.errors import ConvergenceError, InputError
-from aocsim.hardware.engine import keys, probes
-from aocsim.hardware.physics import sources
-from aocsim.hardware.engine.dynamics import LoopMap, LoopSolve, loop_activity
+from aocsim.hardware.physics import components as C, sources, temperature
+from aocsim.hardware.engine.dynamics import PATIENCE, LoopMap, LoopSolve, loop_activity
+from aocsim.hardware.engine import keys, load_light, probes
+from aocsim.hardware.engine.sampling import sampled_solve
 from aocsim.hardware.physics.optics import FoldedOptics, fold
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.hardware.engine.programming import (channel_arrays, dark_offsets, drift_cubics, emitter_cubics,
-                                                program_slm)
+from aocsim.hardware.engine.programming import channel_arrays, dark_offsets, drift_cubics, emitter_cubics, program_slm
 from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
-from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.solve.result import SolveResult
@@ -92,13 +91,15 @@ class OpticalLoop:
         self.programming_error, self.m = slm.error, slm.scale
         dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=module)
         self.optics: FoldedOptics = fold(self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
-        self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(v.nonlinearity.coeffs)
+        self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(temperature.loop_sigmoid(v))  # at dT
         # each emitter's cubics [4, N] per path (the chip's spread about the profile's; `emitter_cubics`)
         self.poly_pos, self.poly_neg = emitter_cubics(v, n, dtype=dtype, device=dev, tile=module).unbind(0)
         self.poly_pos_f = tuple(float(c) for c in v.emitter.poly_pos)
         self.poly_neg_f = tuple(float(c) for c in v.emitter.poly_neg)
         self.rin_std = sources.rin_std(v.noise)
-        self._var_a, self._var_b = sources.detector_coefficients(v)
+        self.load_parts = load_light.load_parts(v, self.optics, torch.stack([self.poly_pos, self.poly_neg]),
+                                                f"profile {self.device.name!r}, tile {tile}")
+        self._var_a, self._var_b = sources.detector_coefficients(self.load_parts)
         bw = v.loop.bandwidth_hz
         self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v.loop.round_trip_s)
         zero = torch.zeros(n, dtype=dtype, device=dev)
@@ -266,39 +267,39 @@ class OpticalLoop:
 
     def solve(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
               samples: Any = None, stop: str = "tolerance", atol: float = 1e-6, rtol: float = 1e-5,
-              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int = 10
+              max_iter: int = 2000, trace: bool = False, floor_spreads: float | None = None, patience: int | None = None
               ) -> LoopSolve:
         """Run the loop to its fixed point through `aocsim.solve`; per-sample status and hardware time.
 
-        stop="tolerance": until ||z[k+1] - z[k]|| <= atol + rtol ||z[k+1]|| (converged), or the mean square
-        residual over `patience` iterations says the state is within `floor_spreads` (default
-        `aocsim.solve.core.FLOOR_SPREADS`) stationary spreads of its fixed point (noise_floor;
-        `settling`), or it diverges, or `max_iter` (max_iter: out of budget). stop="readout": what the
-        machine reports, `readout.settle_iterations` then `readout.samples` ADC samples averaged (the
-        result's z is that reading; the status says where the residual ended).
+        stop="tolerance": the early stop on the ADC's converted samples s, one every m round trips (`sampling`):
+        until ||s[j+1] - s[j]|| <= atol + rtol ||s[j+1]||, or their mean square over `patience` samples (`PATIENCE`)
+        puts the state within `floor_spreads` (`FLOOR_SPREADS`) spreads of its fixed point (noise_floor), or it
+        diverges, or `max_iter` round trips pass; z the last sample, iterations round trips (samples x m).
+        stop="readout": settle, then K ADC samples averaged (z that reading; status per round trip).
         """
         from aocsim.solve.core import FLOOR_SPREADS, solve
 
         if stop not in ("tolerance", "readout"):
             raise InputError(f"stop = {stop!r}; expected 'tolerance' or 'readout'")
         x = check_state("x", x, self.n, allow_1d=True)
-        batch = x.shape[0] if x.ndim == 2 else 1
-        z = torch.zeros(batch, self.n, dtype=self.weight.dtype, device=self.weight.device) if z0 is None else z0
+        z = torch.zeros(x.shape[0] if x.ndim == 2 else 1, self.n, dtype=self.weight.dtype) if z0 is None else z0
         m, z = self._map(z, x, generator, samples, readout=stop == "readout")
+        spreads = FLOOR_SPREADS if floor_spreads is None else floor_spreads
+        options = dict(atol=atol, rtol=rtol, trace=trace, floor_spreads=spreads)  # readout: the solver's patience
+        if patience is not None or stop == "tolerance":  # the early stop: PATIENCE samples
+            options["patience"] = PATIENCE if patience is None else patience
         if stop == "readout":
-            max_iter = m.total
-        result = solve(m, z, solver="picard", atol=atol, rtol=rtol, max_iter=max_iter, trace=trace,
-                       return_best=False, early_stop=stop == "tolerance",
-                       floor_spreads=FLOOR_SPREADS if floor_spreads is None else floor_spreads, patience=patience)
-        activity = loop_activity(self.parts, self.n, result.iterations.cpu().numpy(), readout=stop == "readout")
-        z_out = m.reading() if stop == "readout" else result.z
+            result = solve(m, z, solver="picard", max_iter=m.total, return_best=False, early_stop=False, **options)
+            its, z_out = result.iterations, m.reading()
+        else:
+            (result, its), z_out = sampled_solve(m, z, max_iter, **options), None  # the ADC's samples
+        activity = loop_activity(self.parts, self.n, its.cpu().numpy(), readout=stop == "readout")
         solved = {f.name: getattr(result, f.name) for f in fields(SolveResult)}
-        return LoopSolve(**{**solved, "z": z_out}, activity=activity)
+        return LoopSolve(**{**solved, "z": result.z if z_out is None else z_out, "iterations": its}, activity=activity)
 
     def readout(self, x: torch.Tensor, z0: torch.Tensor | None = None, *, generator: keys.Seed = None,
                 samples: Any = None) -> torch.Tensor:
-        """What the machine reports: settle, then the mean of K ADC samples taken every
-        `readout.sample_interval_iterations` iterations (AOC paper: 2.5 us settle, 40 samples at 6.25 MHz)."""
+        """What the machine reports: settle, then the mean of K ADC samples, one every m round trips (AOC paper)."""
         result = self.solve(x, z0, generator=generator, samples=samples, stop="readout")
         return self._finite(result.z, int(result.iterations.max()))
 
@@ -315,6 +316,5 @@ def loop_step(device: DeviceProfile | str, weight: torch.Tensor, z: torch.Tensor
 
     The static draws (programming error) and then the iteration's noise take keys from `generator`.
     """
-    loop = OpticalLoop(device, weight, bias=bias, alpha=alpha, beta=beta, gamma=gamma, gain=gain,
-                       generator=generator)
+    loop = OpticalLoop(device, weight, bias=bias, alpha=alpha, beta=beta, gamma=gamma, gain=gain, generator=generator)
     return loop.step(z, x, z_prev=z_prev, generator=generator, iteration=iteration)

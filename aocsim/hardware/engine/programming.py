@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from aocsim.errors import InputError
-from aocsim.hardware.physics import components as C
+from aocsim.hardware.physics import components as C, temperature
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.physics.sources import dark_offset_units
@@ -101,7 +101,9 @@ def _emitter_cubics(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.d
 
     The profile's cubics with each emitter's t^3 and t^2 coefficients, per path, times (1 + s n),
     s = `emitter.cubic_spread`, n standard normal from the chip's stream (EMITTER, tile); the linear
-    and constant terms stay (an emitter's efficiency spread is the fan-in arrays' variation).
+    and constant terms stay (an emitter's efficiency spread is the fan-in arrays' variation). The chip's
+    temperature since its emitters were measured moves the same two coefficients by
+    `temperature.led_shape` (skipped where it is 1).
     """
     nominal = torch.tensor(np.array([parts.emitter.poly_pos, parts.emitter.poly_neg], dtype=np.float64),
                            device=device)
@@ -111,6 +113,9 @@ def _emitter_cubics(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.d
         draw = keys.normals(chip_key(parts).fold(keys.Stream.EMITTER, tile), (2, 2, n), dtype=torch.float64,
                             device=device)
         cubics = torch.cat([cubics[:, :2] * (1.0 + s * draw), cubics[:, 2:]], dim=1)
+    warm = temperature.led_shape(parts.environment)
+    if warm != 1.0:
+        cubics = torch.cat([cubics[:, :2] * warm, cubics[:, 2:]], dim=1)
     return cubics.to(dtype).contiguous()
 
 

@@ -20,6 +20,21 @@ so a state c spreads away (d_j = c s_j) shows
     E r_j^2 = v_j + (c^2 - 1) |1 - mu|^2 s_j^2,
 
 and the loop's residual norm, summed over channels, has mean square sum_j E r_j^2 (`residual_at`).
+
+The machine reads the loop only through its ADC, once every m round trips (`readout.sample_interval_iterations`),
+so its early stop sees the difference of two consecutive converted samples, m round trips apart. With the
+lag-h autocovariance of the recurrence, c(0) = s^2, c(1) = a s^2 / (1 - b), c(h) = a c(h-1) + b c(h-2)
+(b = 0: c(m) = a^m s^2), and the ADC's rounding error (step LSB, variance LSB^2 / 12, independent between
+samples when the noise dithers the signal) added to each sample,
+
+    residual^2 v_j(m) = E (z[k+m] - z[k])^2 = 2 (s_j^2 - c(m)) + 2 LSB^2 / 12,
+
+which is v_j at m = 1 without quantisation; a displacement in the slowest mode adds |1 - mu^m|^2 d_j^2.
+
+The per-channel reading leaves the coupling through W out: a collective mode of the full Jacobian A
+(a slow eigenvalue lambda, e.g. W of rank one near the stability edge) decays slower than any channel
+says, so a state far out along it shows a small residual. `residual_at` takes the gap |1 - mu^m|^2 of
+that mode (mu the slowest root of mu^2 = lambda mu + b; `gap_sq`) as a cap on every channel's gap.
 """
 
 from __future__ import annotations
@@ -46,16 +61,28 @@ class Channels:
         a, b = self.a, self.b
         return self.q * (1 - b) / ((1 + b) * ((1 - b) ** 2 - a * a))
 
-    def residual_sq(self) -> torch.Tensor:
-        """v_j [B, N]: the stationary mean square of each channel's residual z[k+1] - z[k]."""
-        return 2 * self.q / ((1 + self.b) * (1 - self.b + self.a))
+    def residual_sq(self, interval: int = 1) -> torch.Tensor:
+        """v_j(m) [B, N]: the stationary mean square of each channel's residual z[k+m] - z[k], m = `interval`
+        (m = 1: 2 q / ((1 + b)(1 - b + a)); otherwise 2 (s^2 - c(m)), the module docstring)."""
+        if interval == 1:
+            return 2 * self.q / ((1 + self.b) * (1 - self.b + self.a))
+        s2 = self.spread_sq()
+        older, cov = s2, self.a * s2 / (1 - self.b)  # c(0), c(1)
+        for _ in range(interval - 1):
+            older, cov = cov, self.a * cov + self.b * older
+        return 2 * (s2 - cov)
 
-    def slowest_gap_sq(self) -> torch.Tensor:
-        """|1 - mu|^2 [B, N], mu the root of mu^2 = a mu + b of largest modulus (the slowest mode)."""
-        a, b = self.a, self.b
-        disc = a * a + 4 * b
-        root = (a + torch.where(a < 0, -1.0, 1.0) * disc.clamp_min(0).sqrt()) / 2
-        return torch.where(disc >= 0, (1 - root) ** 2, 1 - a - b)  # complex pair: |1 - mu|^2 = 1 - a - b
+    def slowest_gap_sq(self, interval: int = 1) -> torch.Tensor:
+        """|1 - mu^m|^2 [B, N], mu the root of mu^2 = a mu + b of largest modulus (the slowest mode)."""
+        return gap_sq(self.a, self.b, interval)
+
+
+def gap_sq(a: torch.Tensor, b: float, interval: int) -> torch.Tensor:
+    """|1 - mu^m|^2: what a displacement d in the slowest mode of mu^2 = a mu + b (mu the root of largest
+    modulus; a complex pair where a^2 + 4 b < 0) adds, times d^2, to the mean square residual over m steps."""
+    disc = (a * a + 4 * b).to(torch.complex128)
+    mu = (a + torch.where(a < 0, -1.0, 1.0) * disc.sqrt()) / 2
+    return (1 - mu ** interval).abs().square().to(a.dtype)
 
 
 def channels(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants,
@@ -90,10 +117,16 @@ def channels(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
     return Channels(r * r * var, a.clamp(-bound, bound), b)
 
 
-def residual_at(ch: Channels, spreads: float) -> torch.Tensor:
-    """[B]: the rms residual norm of a state `spreads` stationary spreads from its fixed point
-    (sqrt of sum_j v_j + (spreads^2 - 1) |1 - mu|^2 s_j^2; the module docstring)."""
-    per_channel = ch.residual_sq() + (spreads * spreads - 1) * ch.slowest_gap_sq() * ch.spread_sq()
+def residual_at(ch: Channels, spreads: float, *, interval: int = 1, quantum_var: float = 0.0,
+                gap_cap: torch.Tensor | None = None) -> torch.Tensor:
+    """[B]: the rms residual norm of a state `spreads` stationary spreads from its fixed point, read every
+    `interval` = m iterations through a converter of rounding variance `quantum_var` (LSB^2 / 12): sqrt of
+    sum_j v_j(m) + 2 quantum_var + (spreads^2 - 1) min(|1 - mu_j^m|^2, gap_cap) s_j^2 (the module docstring;
+    gap_cap [B], the slowest collective mode's gap, or None)."""
+    gap = ch.slowest_gap_sq(interval)
+    if gap_cap is not None:
+        gap = torch.minimum(gap, gap_cap[:, None])
+    per_channel = ch.residual_sq(interval) + 2 * quantum_var + (spreads * spreads - 1) * gap * ch.spread_sq()
     return per_channel.sum(1).clamp_min(0).sqrt()
 
 

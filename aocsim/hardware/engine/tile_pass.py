@@ -1,13 +1,13 @@
 """The body of a tile product as one tensor function (`tile_pass`), run eagerly or compiled (`run`).
 
 `TiledMatrix.__call__` prepares a product (argument checks, the keys folded into int64 tensors, the
-stacked constants, the gain, the counters, the hold's gate and keep, the converters' ranges) and runs
+stacked constants, the gain, the counters, the hold's gate, keep and shift, the converters' ranges) and runs
 this body: the encoding (input scale, predistortion, DAC), the stacked tiles' optical stage
 (`step.optical`), the partials, their analog sum (`partial_sums.held_sum`), the ADC, the mean over the
 averaged passes, times s_in. With compile=True the same function is traced (make_fx) and compiled by
 Inductor (`backends.graph`), once per process for each `Plan` and the inputs' structure, shapes, dtypes
 and device. Every number that can differ between chips, seeds, loads or calls (keys, counters, constants,
-k0, gain, gate and keep, the input range, the converters' ranges and steps, the emitters' cubics) is an
+k0, gain, gate, keep and shift, the input range, the converters' ranges and steps, the emitters' cubics) is an
 input of the graph, never a constant of it: a graph compiled for one chip gives another chip's numbers.
 Numbers (floats) run as they are eagerly and as float64 0-dim tensors compiled (the same bits eagerly:
 a 0-dim tensor is cast to the computation's dtype as a number is).
@@ -74,8 +74,8 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
 
     x: t [B, K]; input_range; dac and adc (low, high, step); shapes (the emitters' cubics to predistort
     with, `emitter_calibration.tile_shapes`; None without); constants (`Constants.tensors()` of the
-    stacked tiles), k0, gain; streams [T, K, 1, 1] and counters [B, N] (None without draws); gate and
-    keep [cols, M] (None without a hold acting), hold_draws (streams and counters of kT/C, or None).
+    stacked tiles), k0, gain; streams [T, K, 1, 1] and counters [B, N] (None without draws); gate,
+    keep and shift [cols, M] (None without a hold acting), hold_draws (streams and counters of kT/C, or None).
     With S = `plan.loads` > 1 the rows are S groups of G, group s through load s: constants, k0 and
     streams carry a leading [S], counters are [S, 1, 1, G, N] and the kT/C streams [T, K, S, 1, 1]
     with counters [S, G, tile_size]. With a call per row (rows on their own tokens) the streams' row
@@ -106,7 +106,7 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     elif x["gate"] is None:  # no hold acts: the cols partials added
         adc_in = partials.sum(0)
     else:
-        adc_in = held_sum(partials, x["gate"], x["keep"], x["hold_draws"], rows, ts, plan.passes)
+        adc_in = held_sum(partials, x["gate"], x["keep"], x["shift"], x["hold_draws"], rows, ts, plan.passes)
     low, high, step = x["adc"]
     if plan.adc:
         clipped = ((adc_in < low) | (adc_in > high)).sum()

@@ -165,7 +165,8 @@ class LoadStack:
         shared = {"input_range": first.input_range, "dac": converter(clip, dac_bits),
                   "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(),
                   "k0": k0, "gain": first.loops[0].node(0, t)[0], "gate": None if gates is None else gates[0],
-                  "keep": None if gates is None else gates[1], "adc": converter(v.readout.range_v, adc_bits)}
+                  "keep": None if gates is None else gates[1],
+                  "shift": None if gates is None else gates[2], "adc": converter(v.readout.range_v, adc_bits)}
 
         def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None

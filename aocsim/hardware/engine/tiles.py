@@ -46,6 +46,7 @@ from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.machine import Mount, wave_time_s, waves
+from aocsim.hardware.physics.converters import pass_time_s, product_latency_s
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
 from aocsim.hardware.engine.step import Constants, stack_constants
 from aocsim.hardware.engine.tile_pass import input_scale  # noqa: F401 (re-exported)
@@ -148,7 +149,7 @@ class TiledMatrix:
         self._stacked: tuple[Constants, torch.Tensor] | None = None
         self._reloaded: dict[int, tuple[Constants, torch.Tensor]] = {}  # by reload key: a run repeats its calls
         self._shapes: tuple | None = None  # ((dtype, device), the tiles' emitter cubics)
-        self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep) by passes, dtype and device
+        self._gates: dict[tuple, tuple | None] = {}  # the hold's (gate, keep, shift) by passes, dtype and device
         self._passes: tuple = (None, [])  # ((key value, passes), their pass keys): `pass_keys`
         self._alone: LoadStack | None = None  # this load as a stack of one (`__call__`)
 
@@ -157,22 +158,36 @@ class TiledMatrix:
         return [OpticalLoop(self.profile, block, gain="absolute", generator=key, tile=i, module=self.mount.module(i))
                 .cubics_drifted(key and key.fold(keys.Stream.DRIFT, i)) for i, block in enumerate(self.blocks)]
 
-    def activity(self, partial_sums: str, passes: int = 1) -> Activity:
-        """What one product does per sample on the machine (`machine`): every tile `passes` times
-        (a round trip each) in waves of `modules` tiles (one wave when weight-stationary), each tile
-        written onto its module first when time-multiplexed (a weight load and its reload time), the
-        DAC conversions of every tile row's input, the ADC conversions of the outputs (`conversions`),
-        and each reading added into its output digitally (digital partial sums; the K passes' mean)."""
+    def activity(self, partial_sums: str, passes: int = 1, *, loads: bool = True) -> Activity:
+        """What one product does per sample on the machine (`machine`; docs/PHYSICS.md section 6): every tile
+        `passes` times (a round trip each, at the converters' pace) in waves of `modules` tiles (one wave
+        when weight-stationary), each wave's tiles written onto their modules at once first when
+        time-multiplexed (a weight load per tile, one reload time per wave), the product's conversion and
+        digital latency, the DAC conversions of every tile row's input, the ADC conversions of the outputs
+        (`conversions`), each reading added into its output digitally (digital partial sums; the K passes'
+        mean), and each module busy for its tile's passes alone (`busy_s`: idle otherwise). loads=False:
+        without the weight loads and their reload time (`load_activity`: what the samples run together share)."""
         v = self.profile.parts
         dac, adc = self.conversions(partial_sums)
         tiles = self.grid[0] * self.grid[1]
-        loads = tiles if self.multiplexed else 0
         added = (adc if partial_sums == "digital" else 0) + (adc if passes > 1 else 0)
-        reload = float(v.slm.reload_time_s) if self.multiplexed else 0.0
-        time = sum(wave_time_s(n, passes, float(v.loop.round_trip_s), reload) for n in waves(tiles, self.modules))
-        return Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
-                        weight_loads=loads, channels=self.channels,
-                        modules=self.mount.count if self.multiplexed else tiles)
+        time = sum(wave_time_s(n, passes, pass_time_s(v), 0.0) for n in waves(tiles, self.modules))
+        time += product_latency_s(v)
+        busy = tiles * passes * pass_time_s(v)  # each tile's module lit for its passes, idle otherwise
+        own = Activity(time, dac * passes, adc * passes, added * passes, round_trips=tiles * passes,
+                       channels=self.channels, modules=self.mount.count if self.multiplexed else tiles, busy_s=busy)
+        return own + self.load_activity() if loads else own
+
+    def load_activity(self) -> Activity:
+        """The weight loads of one product on a time-multiplexed machine: every tile written onto its module,
+        a wave's tiles at once (one `slm.reload_time_s` per wave); nothing when weight-stationary. The
+        samples run together in the product share it (docs/PHYSICS.md section 6)."""
+        if not self.multiplexed:
+            return Activity(0.0, channels=self.channels, modules=self.modules, busy_s=0.0)
+        tiles = self.grid[0] * self.grid[1]
+        reload = float(self.profile.parts.slm.reload_time_s)
+        return Activity(reload * len(waves(tiles, self.modules)), weight_loads=tiles, channels=self.channels,
+                        modules=self.mount.count, busy_s=0.0)
 
     def conversions(self, partial_sums: str) -> tuple[int, int]:
         """(DAC, ADC) conversions per sample of one product: every tile row gets the whole input, and

@@ -3,13 +3,13 @@
 A pure model over the profile's `energy` section: static powers times the time an inference
 keeps the machine busy, plus per-conversion energies times the conversions it makes.
 
-    P_emit   = 2 P_unit bias / eta_link            optical power of one emitter (two paths)
+    P_emit   = 2 N P_unit d / eta_link             optical power of one emitter (2N pixels lit)
     P_static = N (P_emit / eta_wpe + P_det_tia) + P_slm   per module
     E        = modules P_static t + n_dac E_dac + n_adc E_adc + n_ops E_op + n_loads E_load
 
-with P_unit bias the mean light on one detector (`aocsim.hardware.physics.noise.detector_light_w`
-at zero signal: the signal swings around the bias light), the one light the noise model's shot
-noise also uses. What an inference does (`Activity`) is recorded by the engine and the placed
+with P_unit d the light on each SLM pixel at the emitters' bias drive d and eta_link the optics before the
+SLM planes (`aocsim.hardware.physics.light`: the SLM's transmission is the detectors' bias light, counted
+there once). What an inference does (`Activity`) is recorded by the engine and the placed
 models that do the work; `tops_per_watt` is the machine running its loop continuously,
 `inference_tops_per_watt` the useful work of one inference. Everything broadcasts over numpy
 arrays (per-sample iterations, say).
@@ -26,7 +26,8 @@ import numpy as np
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
 from aocsim.hardware.physics import sources
-from aocsim.hardware.physics.noise import detector_light_w
+from aocsim.hardware.physics.converters import conversion_energy_j, converter_lines
+from aocsim.hardware.physics.light import emitter_light_w, led_bias_units
 from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.units import ops_per_watt, si
@@ -64,6 +65,10 @@ class Activity:
         round_trips: loop iterations and tile passes (one round trip each).
         weight_loads: SLM weight patterns loaded during this inference (a time-multiplexed module's
             reloads; `time_s` includes their `slm.reload_time_s`).
+        busy_s: module-seconds during which a module runs a pass (its emitters lit, its electronics
+            active); the rest of `modules x time_s` its emitters and electronics idle at
+            `energy.idle_power_fraction` of their power. None: every powered module busy all along
+            (the AOC's loop runs the whole time).
         channels: channels lit; None = the profile's channel count.
         modules: optical modules powered for the whole `time_s` (each with its emitters, SLMs,
             detectors and electronics); None = one. Adding two activities of one machine keeps the
@@ -78,8 +83,11 @@ class Activity:
     weight_loads: Number = 0
     channels: int | None = None
     modules: int | None = None
+    busy_s: Number | None = None
 
     def __post_init__(self) -> None:
+        if self.busy_s is None:
+            object.__setattr__(self, "busy_s", (self.modules or 1) * self.time_s)
         for name in COUNTS:
             object.__setattr__(self, name, _counts(getattr(self, name), f"Activity.{name}"))
         if self.channels is not None:
@@ -102,7 +110,19 @@ class Activity:
     __rmul__ = __mul__
 
 
-COUNTS = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads")
+COUNTS = ("time_s", "dac_conversions", "adc_conversions", "digital_ops", "round_trips", "weight_loads", "busy_s")
+
+
+def load_shares(evaluations: np.ndarray) -> np.ndarray:
+    """[B, L]: each sequence's share of the weight loads of the products it took part in, per token: the
+    B sequences run each token together, the k-th product of token t among the sequences still
+    iterating there (a sequence that stopped takes no more part), so a sequence pays 1 / (how many took
+    part) of each of its `evaluations[b, t]` products' loads (docs/PHYSICS.md section 6)."""
+    evals = np.asarray(evaluations, dtype=np.float64)
+    steps = np.arange(int(evals.max(initial=0)))
+    taking = steps[None, None, :] < evals[..., None]  # [B, L, E]: sequence b in the k-th product of token t
+    count = taking.sum(0, keepdims=True)
+    return (taking / np.maximum(count, 1)).sum(-1)
 
 
 def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
@@ -114,11 +134,10 @@ def _channels(profile: DeviceProfile, channels: int | None, where: str) -> int:
     return int(profile.channels)
 
 
-def emitter_optical_power_w(profile: DeviceProfile) -> float:
-    """Mean optical power of one emitter, W: 2 P_unit bias / eta_link (docs/PHYSICS.md section 6): the mean
-    light on its detectors (`detector_light_w` at zero signal, the light the shot noise sees) on both paths."""
-    v = profile.parts
-    return 2.0 * detector_light_w(0.0, v.noise) / v.energy.optical_link_efficiency
+def emitter_optical_power_w(profile: DeviceProfile, channels: int | None = None) -> float:
+    """Mean optical power of one emitter of N, W: 2 N P_unit d / eta_link (docs/PHYSICS.md section 6;
+    `aocsim.hardware.physics.light.emitter_light_w`): the light of the 2N pixels it lights at its bias."""
+    return emitter_light_w(profile.parts, _channels(profile, channels, "emitter_optical_power_w"))
 
 
 def static_power_w(profile: DeviceProfile, channels: int | None = None) -> dict[str, float]:
@@ -126,7 +145,7 @@ def static_power_w(profile: DeviceProfile, channels: int | None = None) -> dict[
     v = profile.parts
     n = _channels(profile, channels, "static_power_w")
     return {
-        "emitters": n * emitter_optical_power_w(profile) / v.energy.emitter_wall_plug_efficiency,
+        "emitters": n * emitter_optical_power_w(profile, n) / v.energy.emitter_wall_plug_efficiency,
         "slm": float(v.energy.slm_power_w),
         "detectors_tia": n * float(v.energy.detector_tia_power_w),
     }
@@ -146,10 +165,15 @@ def energy_j(profile: DeviceProfile, activity: Activity) -> dict[str, Number]:
     else:
         power = static_power_w(profile, activity.channels)
     modules = activity.modules or 1
-    out: dict[str, Number] = {name: modules * p * activity.time_s for name, p in power.items()}
+    # emitters and electronics at full power while a module runs a pass, at the idle fraction otherwise;
+    # the SLMs hold their pattern (and draw their power) all along
+    idle = np.maximum(modules * np.asarray(activity.time_s, dtype=np.float64) - activity.busy_s, 0.0)
+    lit = activity.busy_s + float(v.energy.idle_power_fraction) * idle
+    out: dict[str, Number] = {name: (modules * p * activity.time_s if name == "slm" else p * lit)
+                              for name, p in power.items()}
     out["slm"] = out["slm"] + activity.weight_loads * v.energy.slm_reload_energy_j
-    out["dac"] = activity.dac_conversions * v.energy.dac_energy_j
-    out["adc"] = activity.adc_conversions * v.energy.adc_energy_j
+    out["dac"] = activity.dac_conversions * conversion_energy_j(v, "dac")
+    out["adc"] = activity.adc_conversions * conversion_energy_j(v, "adc")
     out["digital"] = activity.digital_ops * v.energy.digital_energy_per_op_j
     out["total"] = sum(out[name] for name in COMPONENTS)
     return out
@@ -164,11 +188,22 @@ def light_scale(parts: Parts, bits_change: float) -> float:
     4^d when shot noise dominates, 2^d when the currents' noise does. Without detector noise, 4^d
     (shot-noise-limited light, the sizing convention).
     """
+    s, r = shot_share(parts), 4.0 ** -bits_change
+    return (s + math.sqrt(s * s + 4.0 * (1.0 - s) * r)) / (2.0 * r)
+
+
+def shot_share(parts: Parts) -> float:
+    """Shot noise's share of the detector variance at the bias light (1 without detector noise)."""
     shot = sources.SHOT.variance_coefficients(parts)[1]
     total = sum(s.variance_coefficients(parts)[1] for s in sources.DETECTOR_SOURCES)
-    s = shot / total if total > 0 else 1.0
-    r = 4.0 ** -bits_change
-    return (s + math.sqrt(s * s + 4.0 * (1.0 - s) * r)) / (2.0 * r)
+    return shot / total if total > 0 else 1.0
+
+
+def bits_at_light(parts: Parts, k: float) -> float:
+    """Change in effective bits when the light is scaled by k (the inverse of `light_scale`):
+    -log2(s / k + (1 - s) / k^2) / 2, half a bit per halving of the light where shot noise dominates."""
+    s = shot_share(parts)
+    return -0.5 * math.log2(s / k + (1.0 - s) / k ** 2)
 
 
 def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
@@ -176,20 +211,24 @@ def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
 
     The light (`noise.power_per_unit_w`) moves the detector noise at the bias light by the change in
     bits, thermal and dark-current noise kept (`light_scale`: x 4 per bit when shot noise dominates);
-    converters at a constant Walden figure of merit (energy per conversion step, Murmann's ADC survey)
-    scale by 2 per bit. Electronics and SLM stay. The simulated precision (slm.bits,
-    injection.dac_bits, readout.adc_bits) is set separately.
+    converters become b-bit converters (`injection.dac_bits`, `readout.adc_bits` where they are set; their
+    reference energies move with the precision they are quoted at, x 2 per bit, so that one figure of
+    merit prices them: `conversion_energy_j`). Electronics and SLM stay; the SLM's bits are set
+    separately.
     """
     bits = integer(bits, "bits", minimum=1)
     v = profile.parts
     d = bits - v.energy.precision_bits
     if d == 0:
         return profile
+    converters = {key: bits for key, now in (("injection.dac_bits", v.injection.dac_bits),
+                                             ("readout.adc_bits", v.readout.adc_bits)) if now is not None}
     return profile.with_overrides({
         "noise.power_per_unit_w": v.noise.power_per_unit_w * light_scale(v, d),
         "energy.dac_energy_j": v.energy.dac_energy_j * 2.0 ** d,
         "energy.adc_energy_j": v.energy.adc_energy_j * 2.0 ** d,
         "energy.precision_bits": bits,
+        **converters,
     })
 
 
@@ -245,15 +284,16 @@ def format_energy(profile: DeviceProfile) -> str:
     n = profile.channels
     lines = ["Energy (docs/PHYSICS.md section 6; figures and sources in the profile's energy section)",
              f"  emitters     wall-plug efficiency {v.energy.emitter_wall_plug_efficiency:g}, optical link "
-             f"efficiency {v.energy.optical_link_efficiency:g}: {si(emitter_optical_power_w(profile), 'W')} "
-             f"optical per emitter",
-             f"  conversions  DAC {si(v.energy.dac_energy_j, 'J')}, ADC {si(v.energy.adc_energy_j, 'J')}; "
-             f"digital {si(v.energy.digital_energy_per_op_j, 'J')} per op",
+             f"efficiency {v.energy.optical_link_efficiency:g} (before the SLMs): "
+             f"{si(emitter_optical_power_w(profile, n or 1), 'W')} optical per emitter"
+             f"{' per channel' if n is None else ''} (2 N P_unit d / eta, d = {led_bias_units(v):.3g} units)",
+             *(f"  {'converters' if i == 0 else '':12s} {line}" for i, line in enumerate(converter_lines(v))),
+             f"  digital      {si(v.energy.digital_energy_per_op_j, 'J')} per op",
              f"  weight load  {si(v.slm.reload_time_s, 's')}, {si(v.energy.slm_reload_energy_j, 'J')} (paid per "
              f"tile and product by a time-multiplexed placement; weight-stationary modules load once)"]
     per = static_power_w(profile, channels=n or 1)
     if n is None:
-        lines.append(f"  static power per channel: emitters {si(per['emitters'], 'W')}, detectors + TIA "
+        lines.append(f"  static power per channel: emitters {si(per['emitters'], 'W')} x N, detectors + TIA "
                      f"{si(per['detectors_tia'], 'W')}; SLM {si(per['slm'], 'W')} (channels: null, so no "
                      f"TOPS/W)")
         return "\n".join(lines)

@@ -4,9 +4,9 @@ Detector signals D are in the twin's normalised units, signed: the signal
 swings around the light present at the LED bias point. A profile fixes the
 conversion: one unit of D is `power_per_unit_w` watts of light on a
 photodetector, and `bias_units` units reach it at the bias point (assumptions),
-so the light is P = P_unit (bias_units + D) (`detector_light_w`, the one
-definition the noise model and the energy model share: the energy model pays
-for its mean, the bias light) and the photocurrent I = R P. Each current noise
+so the light is P = P_unit (bias_units + D) (`detector_light_w`: its mean, the
+bias light, is what the SLM transmits to the detector of the emitters' light,
+`aocsim.hardware.physics.light`) and the photocurrent I = R P. Each current noise
 sigma_I converts back to detector units as sigma_I / (R P_unit).
 
 Formulas (B the detection bandwidth, q the electron charge, k Boltzmann):
@@ -24,6 +24,8 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
+
+from aocsim.errors import InputError
 
 if TYPE_CHECKING:
     from aocsim.hardware.profiles.parts import Noise
@@ -59,10 +61,14 @@ def detector_light_w(d: torch.Tensor | float, noise: Noise) -> torch.Tensor | fl
     """Light on one photodetector, W: P = P_unit (bias_units + D) for the signed detector signal D.
 
     The signal swings both ways around the bias light, so its mean is the bias light
-    P_unit bias_units (`detector_light_w(0.0, noise)`), the light the energy model pays for
-    (`aocsim.hardware.physics.energy.emitter_optical_power_w`). Negative where D < -bias_units: light
-    the emitters cannot make (the bias is too small for the signal).
+    P_unit bias_units (`detector_light_w(0.0, noise)`): what the SLM transmits to the detector of the light
+    the emitters pay for (`aocsim.hardware.physics.light`). Negative where D < -bias_units: light the
+    emitters cannot make (the bias is too small for the signal). `bias_units` must be a number: `auto` is
+    resolved per weight load (`aocsim.hardware.engine.load_light.load_parts`).
     """
+    if isinstance(noise.bias_units, str):
+        raise InputError(f"noise.bias_units = {noise.bias_units!r} follows each weight load; read the light from a "
+                         "loaded loop's components (OpticalLoop.load_parts), not the profile's")
     return noise.power_per_unit_w * (d + noise.bias_units)
 
 

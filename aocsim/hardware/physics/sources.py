@@ -142,9 +142,11 @@ DAC = _Bits("injection DAC", STATIC, ("injection.dac_bits", "injection.clip"), {
             bits=lambda v: v.injection.dac_bits)
 ADC = _Bits("readout ADC", PER_READOUT, ("readout.adc_bits", "readout.range_v", "readout.samples"),
             {"readout.adc_bits": None}, lambda v: v.readout.adc_bits is not None, bits=lambda v: v.readout.adc_bits)
-HOLD = Source("analog partial-sum hold (kT/C, tiled)", PER_READOUT, ("readout.hold_capacitance_f",
-                                                                     "noise.thermal.temperature_k"),
-              {"readout.hold_capacitance_f": None}, lambda v: v.readout.hold_capacitance_f is not None)
+HOLD = Source("analog partial-sum hold (kT/C, tiled)", PER_READOUT,
+              ("readout.hold_capacitance_f", "noise.thermal.temperature_k", "readout.hold_leakage_a",
+               "readout.hold_injection_c", "readout.hold_injection_c_per_v", "environment.temperature_delta_k"),
+              {"readout.hold_capacitance_f": None, "readout.hold_leakage_a": 0.0, "readout.hold_injection_c": 0.0,
+               "readout.hold_injection_c_per_v": 0.0}, lambda v: v.readout.hold_capacitance_f is not None)
 DRIFT = Source("drift (offset step)", PER_INFERENCE, ("drift.enabled", "drift.offset_std_v_per_inference"),
                {"drift.enabled": False}, lambda v: v.drift.enabled)
 

@@ -43,6 +43,10 @@ def _check_value(spec: Field, value: Any, where: str, channels: int | None) -> A
         if spec.choices and value not in spec.choices:
             raise ProfileError(f"{bad}; expected one of {list(spec.choices)}")
         return value
+    if spec.kind == "float" and spec.choices and isinstance(value, str):
+        if value not in spec.choices:
+            raise ProfileError(f"{bad}; expected a number or one of {list(spec.choices)}")
+        return value
     if spec.kind in ("int", "float"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if spec.kind == "int":
@@ -124,6 +128,9 @@ def _check_relations(v: dict[str, Any], where: str) -> None:
         need(v["nonlinearity.coeffs"] is not None, "nonlinearity.coeffs",
              "expected 5 or 6 coefficients for the algebraic sigmoid")
         need(v["nonlinearity.coeffs"][2] > 0, "nonlinearity.coeffs", "expected the exponent c (third) > 0")
+    else:  # the exact stage has no circuit to warm
+        need(v["environment.loop_gain_per_k"] == 0, "environment.loop_gain_per_k",
+             "expected 0 on a tanh nonlinearity (a temperature gain applies to the calibrated algebraic_sigmoid)")
     if v["closed_loop.enabled"]:
         for k in ("solution_to_adc_ratio", "dc_offset", "linear_offset", "scaling"):
             need(v[f"closed_loop.{k}"] is not None, f"closed_loop.{k}", "required when closed_loop.enabled")
@@ -139,3 +146,6 @@ def _check_relations(v: dict[str, Any], where: str) -> None:
         if v[key] is not None:
             need(v[key][0] < v[key][1], key, "expected [low, high] with low < high")
     need(v["saturation.low_v"] < v["saturation.high_v"], "saturation.low_v", "expected low_v < high_v")
+    for key in ("readout.hold_leakage_a", "readout.hold_injection_c", "readout.hold_injection_c_per_v"):
+        need(v[key] == 0 or v["readout.hold_capacitance_f"] is not None, key,
+             "expected 0 without a hold capacitance (readout.hold_capacitance_f = null)")

@@ -138,6 +138,12 @@ class Injection(Part):
 
     clip: np.ndarray | None = spec('[low, high] clip of x + b; null = no clip', 'V', shape=(2,))
     dac_bits: int | None = spec('injection DAC bits over the clip range; null = ideal', low=1, high=24)
+    dac_interval_iterations: int = spec(
+        "round trips per conversion of one injection DAC (its interval): a tile pass waits for its inputs' "
+        'conversions (docs/PHYSICS.md section 6)', low=1)
+    dacs_per_channel: int = spec(
+        'DACs on each input channel, interleaved: the channel converts this many inputs per DAC interval',
+        low=1)
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,13 @@ def _kind(hint: Any) -> tuple[str, bool]:
     """(schema kind, nullable) of a leaf's annotation."""
     args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     base = [a for a in args if a is not type(None)]
+    if base == [float, str]:  # a number, or one of the words its spec's choices name (`noise.bias_units: auto`)
+        return "float", len(args) > len(base)
     for cls, name in _KINDS:
         if base == [cls]:
             return name, len(args) > len(base)
     raise TypeError(f"profile field of type {hint!r}; expected bool, int, float, str or np.ndarray, or one of "
-                    "them | None")
+                    "them | None, or float | str")
 
 
 @functools.cache

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aocsim.hardware.profiles.electronic_parts import (DarkCurrent, Drift, Elementwise, Energy, Noise, Readout,
+from aocsim.hardware.profiles.electronic_parts import (DarkCurrent, Drift, Elementwise, Energy, Environment,
+                                                       Noise, Readout,
                                                        Rin, ShotNoise, ThermalNoise, Variation)
 from aocsim.hardware.profiles.optical_parts import (BeamSplitterCrosstalk, ClosedLoop, Crosstalk, Detector,
                                                     DetectorCrosstalk, Emitter, Injection, Loop, Nonlinearity,
@@ -22,7 +23,7 @@ from aocsim.hardware.profiles.optical_parts import (BeamSplitterCrosstalk, Close
 from aocsim.hardware.profiles.part import N, Part, part, spec
 
 __all__ = ["BeamSplitterCrosstalk", "ClosedLoop", "Crosstalk", "DarkCurrent", "Detector", "DetectorCrosstalk",
-           "Drift", "Elementwise", "Emitter", "Energy", "Injection", "Loop", "N", "Noise", "Nonlinearity", "Part",
+           "Drift", "Elementwise", "Emitter", "Energy", "Environment", "Injection", "Loop", "N", "Noise", "Nonlinearity", "Part",
            "Parts", "Readout", "Rin", "Saturation", "ShotNoise", "Slm", "ThermalNoise", "Variation"]
 
 
@@ -46,4 +47,5 @@ class Parts(Part):
     drift: Drift = part()
     elementwise: Elementwise = part()
     readout: Readout = part()
+    environment: Environment = part()
     energy: Energy = part()

@@ -27,9 +27,18 @@ LAB_ENERGY: dict[str, Any] = {
     "slm_power_w": 2.0,
     "dac_energy_j": 1e-11,
     "adc_energy_j": 1e-11,
+    "converter_knee_hz": 1e8,
+    "idle_power_fraction": 0.1,
     "digital_energy_per_op_j": 1e-12,
     "precision_bits": 9,
     "converts_every_round_trip": False,
+}
+
+# The lab machines' converters and digital stage (assumptions, commented in devices/aoc48-twin.yaml): one ADC
+# per channel at the readout's 6.25 MS/s, 50 MS/s injection DACs, a 200 MHz FPGA between products.
+LAB_CONVERTERS: dict[str, dict[str, Any]] = {
+    "injection": {"dac_interval_iterations": 1, "dacs_per_channel": 1},
+    "readout": {"adcs_per_channel": 1, "digital_latency_s": 1e-7},
 }
 
 
@@ -103,7 +112,8 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
             "linear_offset": [float(c) for c in cl["linear_offset"]] if cl else None,
             "scaling": [float(c) for c in cl["scaling"]] if cl else None,
         },
-        "injection": {"clip": [float(c) for c in cal["deq_input_min_max"]], "dac_bits": None},
+        "injection": {"clip": [float(c) for c in cal["deq_input_min_max"]], "dac_bits": None,
+                      **LAB_CONVERTERS["injection"]},
         "saturation": {"enabled": False, "low_v": _first(sat["negative_saturation"]),
                        "high_v": _first(sat["positive_saturation"])},
         "noise": {
@@ -122,7 +132,11 @@ def twin_profile(cal: dict[str, Any], *, name: str, description: str, date: str)
                   "cubic_std_per_inference": 0.0},
         "elementwise": {"gain_std": 0.0, "offset_std": 0.0, "shape_std": 0.0, "noise_std": 0.0},
         "readout": {"adc_bits": None, "range_v": [-2.5, 2.5], "samples": 40, "settle_iterations": 125,
-                    "sample_interval_iterations": 8, "hold_capacitance_f": None, "hold_droop_per_s": 0.0},
+                    "sample_interval_iterations": 8, "hold_capacitance_f": None, "hold_leakage_a": 0.0,
+                    "hold_injection_c": 0.0, "hold_injection_c_per_v": 0.0,
+                    **LAB_CONVERTERS["readout"]},
+        "environment": {"temperature_delta_k": 0.0, "function_gain_per_k": 0.0, "loop_gain_per_k": 0.0,
+                        "led_cubic_per_k": 0.0, "hold_leakage_per_k": 0.0},
         # a weight load writes both panels' N x N pixels at 9 bits
         "energy": {**LAB_ENERGY, "slm_reload_energy_j": 2 * n * n * 9 * WRITE_ENERGY_PER_BIT_J},
     }
