@@ -173,11 +173,24 @@ def energy_components(values: Mapping[str, Any], n: int, modules: int, act: Mapp
     return out
 
 
-def loop_tops_per_watt(values: Mapping[str, Any], n: int) -> float:
-    # "TOPS/W = 2 N^2 / (P_static t_rt [+ N (E_dac + E_adc + E_op)]) / 1e12" (bracket: converts_every_round_trip)
+def loop_tops_per_watt(values: Mapping[str, Any], n: int, converting: bool | None = None) -> float:
+    # "TOPS/W = 2 N^2 / (P_static t [+ N (E_dac + E_adc + E_op)]) / 1e12" (bracket: converts_every_round_trip;
+    # t = t_rt, or t_pass when it converts: a tile pass at the converters' pace)
+    if converting is None:
+        converting = values["energy.converts_every_round_trip"]
     extra = (n * (conversion_energy_j(values, "dac") + conversion_energy_j(values, "adc")
-                  + values["energy.digital_energy_per_op_j"]) if values["energy.converts_every_round_trip"] else 0.0)
-    return 2 * n * n / (sum(static_power_w(values, n).values()) * values["loop.round_trip_s"] + extra) / 1e12
+                  + values["energy.digital_energy_per_op_j"]) if converting else 0.0)
+    t = pass_time_s(values) if converting else values["loop.round_trip_s"]
+    return 2 * n * n / (sum(static_power_w(values, n).values()) * t + extra) / 1e12
+
+
+def test_a_converting_machine_runs_its_passes_at_the_converters_pace() -> None:
+    from aocsim.hardware.physics.energy import tops_per_watt
+
+    profile = load_device("aoc48")
+    for converting in (False, True):
+        assert tops_per_watt(profile, converting=converting) == pytest.approx(
+            loop_tops_per_watt(V48, 48, converting), rel=RTOL)
 
 
 def inference_tops_per_watt(n: int, iterations: int, energy: float) -> float:

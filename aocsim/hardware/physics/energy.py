@@ -26,7 +26,7 @@ import numpy as np
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
 from aocsim.hardware.physics import sources
-from aocsim.hardware.physics.converters import conversion_energy_j, converter_lines
+from aocsim.hardware.physics.converters import conversion_energy_j, converter_lines, pass_time_s
 from aocsim.hardware.physics.light import emitter_light_w, led_bias_units
 from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -240,7 +240,8 @@ def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting
     energy of one round trip: the static power (emitters, SLM, detectors and TIAs) times the round
     trip, plus, when the machine converts every round trip (`converting`, default
     `energy.converts_every_round_trip`), N DAC and N ADC conversions and N digital additions
-    (a tile pass of a full N x N tile). bits: quote at this precision (`at_precision`); None = the
+    (a tile pass of a full N x N tile), the static power then paid for the pass's time, which the
+    converters' pace sets (`converters.pass_time_s`). bits: quote at this precision (`at_precision`); None = the
     profile's `energy.precision_bits`. math.inf if a round trip costs nothing.
     """
     if bits is not None:
@@ -248,10 +249,10 @@ def tops_per_watt(profile: DeviceProfile, *, bits: int | None = None, converting
     n = _channels(profile, channels, "tops_per_watt")
     if converting is None:
         converting = bool(profile.parts.energy.converts_every_round_trip)
-    # one round trip of the loop; converting: N values in through the DAC, N out through the ADC, and
-    # N digital additions (each reading accumulated), as a tile pass of a full N x N tile records
-    activity = Activity(float(profile.parts.loop.round_trip_s), *((n, n, n) if converting else (0, 0, 0)),
-                        round_trips=1, channels=n)
+    # one round trip of the loop; converting: a tile pass of a full N x N tile, N values in through the DACs,
+    # N out through the ADCs and N digital additions, at the converters' pace (`pass_time_s`)
+    time_s = pass_time_s(profile.parts) if converting else float(profile.parts.loop.round_trip_s)
+    activity = Activity(time_s, *((n, n, n) if converting else (0, 0, 0)), round_trips=1, channels=n)
     total = float(energy_j(profile, activity)["total"])
     return math.inf if total == 0 else 2.0 * n * n / total / 1e12
 
