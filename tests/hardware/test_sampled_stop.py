@@ -171,3 +171,16 @@ def test_the_readout_stops_status_keeps_the_solvers_patience_in_round_trips(coll
     assert torch.equal(runs[None].iterations, runs[10].iterations)
     assert torch.equal(runs[None].status, runs[10].status)
     assert not torch.equal(runs[None].iterations, runs[3].iterations)
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_a_fixed_count_runs_and_prices_exactly_its_samples(trace: bool) -> None:
+    # atol = rtol = None: max_iter // m whole samples, no stop (with a trace, two equal ADC codes are no stop
+    # either); the state returned is the last of them, converted, and the activity prices just those
+    loop, x = _small_loop(8)
+    m, r = 8, loop.parts.readout
+    result = loop.solve(x, atol=None, rtol=None, max_iter=43, trace=trace)
+    assert result.iterations.tolist() == [40] * x.shape[0]
+    z = loop.iterate(torch.zeros(x.shape[0], 16, dtype=torch.float64), x, 40)
+    assert torch.equal(result.z, C.quantize_range(z, *(float(v) for v in r.range_v), 8))
+    assert result.activity.adc_conversions.tolist() == [16 * 40 // m] * x.shape[0]

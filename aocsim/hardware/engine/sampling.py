@@ -97,17 +97,25 @@ def sampled_solve(loop_map: LoopMap, z0: torch.Tensor, max_iter: int, **options:
     """The early stop on the ADC's samples (`aocsim.solve.solve` of a `SampledLoop`; options: atol, rtol,
     trace, patience, floor_spreads). Sample j + 1 is read to judge sample j, so a sample stopped at
     solver step j ran j + 1 samples of m round trips (at most `max_iter` round trips, at least one
-    sample). Returns the result (z: the last converted sample) and the round trips [B]."""
+    sample). With atol and rtol None, a fixed count: max_iter // m samples (at least one), no stop.
+    Returns the result (z: the last converted sample) and the round trips [B]."""
     from aocsim.solve.core import solve
 
     r = loop_map.loop.parts.readout
     every = int(r.sample_interval_iterations)
     sampled = SampledLoop(loop_map, every, (float(r.range_v[0]), float(r.range_v[1]), r.adc_bits))
-    result = solve(sampled, z0, solver="picard", max_iter=max(max_iter // every - 1, 0), return_best=False,
-                   return_value=True, **options)
+    if options.get("atol") is None and options.get("rtol") is None:  # a fixed count: whole samples, no stop
+        samples = max(max_iter // every, 1)
+        result = solve(sampled, z0, solver="picard", max_iter=samples, return_best=False, early_stop=False,
+                       **options)
+        read = torch.full_like(result.iterations, samples)  # all of them, a trace's exact-zero residuals included
+    else:
+        result = solve(sampled, z0, solver="picard", max_iter=max(max_iter // every - 1, 0), return_best=False,
+                       return_value=True, **options)
+        read = result.iterations + 1
     if result.trace is not None:
         result = dataclasses.replace(result, trace=on_round_trips(result.trace, every))
-    return result, (result.iterations + 1) * every
+    return result, read * every
 
 
 def on_round_trips(trace: torch.Tensor, every: int) -> torch.Tensor:
