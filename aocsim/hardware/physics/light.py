@@ -48,12 +48,18 @@ def emitter_light_w(parts: Parts, channels: int) -> float:
             / parts.energy.optical_link_efficiency)
 
 
-def light_bound_tops_per_watt(parts: Parts) -> float:
-    """eta eta_wpe / (t_rt P_unit d) / 1e12: TOPS/W of a module whose only cost is its emitters' light (2 N^2
-    operations per round trip for N P_emit / eta_wpe of electrical power); no profile exceeds it."""
+def light_energy_per_op_j(parts: Parts) -> float:
+    """P_unit d t_rt / (eta eta_wpe), J: the emitters' electrical energy per operation (2 N^2 operations per
+    round trip for N P_emit / eta_wpe of electrical power)."""
     e = parts.energy
-    return (e.optical_link_efficiency * e.emitter_wall_plug_efficiency
-            / (parts.loop.round_trip_s * parts.noise.power_per_unit_w * led_bias_units(parts)) / 1e12)
+    return (parts.noise.power_per_unit_w * led_bias_units(parts) * parts.loop.round_trip_s
+            / (e.optical_link_efficiency * e.emitter_wall_plug_efficiency))
+
+
+def light_bound_tops_per_watt(parts: Parts) -> float:
+    """eta eta_wpe / (t_rt P_unit d) / 1e12: TOPS/W of a module whose only cost is its emitters' light
+    (`light_energy_per_op_j`); no profile exceeds it."""
+    return 1.0 / light_energy_per_op_j(parts) / 1e12
 
 
 def bias_need(m_det: torch.Tensor, c_det: torch.Tensor, led: torch.Tensor, parts: Parts) -> torch.Tensor:

@@ -12,7 +12,7 @@ effective bits (`energy.bits_at_light`: half a bit per halving where shot noise 
 from __future__ import annotations
 
 from aocsim.hardware.physics.energy import bits_at_light, static_power_w, tops_per_watt
-from aocsim.hardware.physics.light import led_bias_units, light_bound_tops_per_watt
+from aocsim.hardware.physics.light import light_bound_tops_per_watt, light_energy_per_op_j
 from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.units import ops_per_watt, si
@@ -35,13 +35,14 @@ def paper_gap(profile: DeviceProfile, at_bias: Parts, enob: float) -> str:
     """A paragraph: this module against the paper's 500 TOPS/W, computed from the profile. `at_bias`: its
     components with the bias of the noise budget's load (the shot-noise share), `enob` the budget's bits."""
     v, target = profile.parts, PAPER_TOPS_PER_W
-    per_op = v.noise.power_per_unit_w * led_bias_units(v) * v.loop.round_trip_s
     e = v.energy
+    now = light_energy_per_op_j(v)
+    lossless = now * e.optical_link_efficiency * e.emitter_wall_plug_efficiency  # at eta = eta_wpe = 1
     lines = [f"Against the paper's {target:g} TOPS/W (Kalinin et al., Nature 2025; docs/PHYSICS.md section 6):",
              f"  the light bounds this module at eta eta_wpe / (P_unit d t_rt) = "
              f"{ops_per_watt(light_bound_tops_per_watt(v))} (eta = {e.optical_link_efficiency:g}, eta_wpe = "
              f"{e.emitter_wall_plug_efficiency:g}); at eta = eta_wpe = 1, which neither can exceed, "
-             f"{ops_per_watt(1.0 / per_op / 1e12)}"]
+             f"{ops_per_watt(1.0 / lossless / 1e12)}"]
     k = light_factor(profile, target)
     if k == float("inf"):
         lines.append(f"  out of reach by the light: the rest of the module (electronics, SLMs, conversions) alone "
@@ -49,7 +50,6 @@ def paper_gap(profile: DeviceProfile, at_bias: Parts, enob: float) -> str:
     elif k <= 1:
         lines.append(f"  it reaches {ops_per_watt(target)} already")
     else:
-        now = per_op / (e.optical_link_efficiency * e.emitter_wall_plug_efficiency)
         bits = bits_at_light(at_bias, 1.0 / k)
         lines.append(f"  {ops_per_watt(target)} needs the light's energy per operation, P_unit d t_rt / (eta eta_wpe),"
                      f" {k:.3g}x lower ({si(now, 'J')} -> {si(now / k, 'J')}): with eta and eta_wpe as they are, "
