@@ -153,7 +153,8 @@ def solve(
         raise InputError(f"patience = {patience!r}; expected an integer >= 1")
     floor_spreads = real(floor_spreads, "floor_spreads", low=1.0)
     if return_value and return_best:
-        raise InputError("return_value=True needs return_best=False (the value of the last check, not the best)")
+        raise InputError(f"return_value = True with return_best = {return_best!r}; expected return_best=False (the "
+                         "value of the last check, not the best)")
 
     by_rows = early_stop and isinstance(fn, RowMap)  # (a protocol check costs microseconds: once)
 

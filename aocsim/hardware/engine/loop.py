@@ -278,11 +278,11 @@ class OpticalLoop:
         stop="readout": settle, then K ADC samples averaged (z that reading; status per round trip).
         """
         from aocsim.solve.core import FLOOR_SPREADS, solve
-
         if stop not in ("tolerance", "readout"):
             raise InputError(f"stop = {stop!r}; expected 'tolerance' or 'readout'")
         x = check_state("x", x, self.n, allow_1d=True)
-        z = torch.zeros(x.shape[0] if x.ndim == 2 else 1, self.n, dtype=self.weight.dtype) if z0 is None else z0
+        z = z0 if z0 is not None else torch.zeros(x.shape[0] if x.ndim == 2 else 1, self.n, dtype=self.weight.dtype,
+                                                  device=self.weight.device)
         m, z = self._map(z, x, generator, samples, readout=stop == "readout")
         spreads = FLOOR_SPREADS if floor_spreads is None else floor_spreads
         options = dict(atol=atol, rtol=rtol, trace=trace, floor_spreads=spreads)  # readout: the solver's patience

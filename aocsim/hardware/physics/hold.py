@@ -10,6 +10,7 @@ value moves with the leakage current while it waits:
     kT/C        std(V) = sqrt(k T / C)                 per sampling, volts at the node, T the chip's (T + dT)
     injection   V -> V + (q0 + k V) / C                per sampling: the switch's channel charge, half of
                                                        W L C_ox (V_gs - V_t), falls as V raises its source
+                                                       (valid while it conducts: on the lab profiles V < 0.8 V)
     leakage     V(t) = V(0) - I t / C                  I out of the hold, independent of the held level
                                                        (reverse-biased junctions), I exp(c dT) at dT kelvin
 

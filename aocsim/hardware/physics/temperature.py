@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 def _linear(env: Environment, per_k: float, name: str) -> float:
     factor = 1.0 + float(per_k) * float(env.temperature_delta_k)
     if factor <= 0:
-        raise ValueError(f"environment.{name} = {per_k!r} at temperature_delta_k = {env.temperature_delta_k!r} "
-                         f"gives a factor {factor:g}; expected 1 + c dT > 0")
+        raise ValueError(f"environment.{name} = {per_k!r} at environment.temperature_delta_k = "
+                         f"{env.temperature_delta_k!r} gives a factor {factor:g}; expected 1 + c dT > 0 (a smaller "
+                         f"coefficient or temperature change)")
     return factor
 
 
