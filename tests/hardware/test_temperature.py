@@ -130,3 +130,17 @@ def test_at_the_calibration_temperature_the_coefficients_change_no_bit() -> None
     assert torch.equal(*(loop.step(z, z, generator=torch.Generator().manual_seed(7)) for loop in loops))
     x = torch.linspace(-3, 3, 50, dtype=F64)[None]
     assert torch.equal(_functions({}).silu(x, "gate"), _functions(COEFFS).silu(x, "gate"))
+
+
+def test_the_drive_range_a_loads_bias_is_sized_for_follows_the_warm_sigmoid() -> None:
+    # The bias a load needs reads the emitters' drive over the sigmoid the loop runs: at dT its swing d (1 + c dT)
+    from aocsim.hardware.physics.light import full_scale_drive
+
+    cold = load_device("aoc48", COEFFS).parts
+    warm = load_device("aoc48", {**COEFFS, "environment.temperature_delta_k": 12.0}).parts
+    a, b, c, d, f, *g = cold.nonlinearity.coeffs
+    z = torch.linspace(cold.saturation.low_v, cold.saturation.high_v, 257, dtype=torch.float64)
+    offset = f + (g[0] if g else 0.0) * z
+    factor = 1 + COEFFS["environment.loop_gain_per_k"] * 12.0
+    torch.testing.assert_close(full_scale_drive(warm) - offset, (full_scale_drive(cold) - offset) * factor,
+                               rtol=1e-12, atol=1e-15)

@@ -20,18 +20,20 @@ from __future__ import annotations
 import torch
 
 from aocsim.hardware.physics import components as C
+from aocsim.hardware.physics.temperature import loop_sigmoid
 from aocsim.hardware.profiles.parts import Parts
 
 DRIVE_POINTS = 257  # the nonlinearity's full scale sampled at this many points
 
 
 def full_scale_drive(parts: Parts, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """[G]: the nonlinearity's outputs t over its full scale: tanh's [-1, 1], or the calibrated sigmoid over the
-    node's rails [`saturation.low_v`, `saturation.high_v`] (the node's range whether or not it clips there)."""
+    """[G]: the nonlinearity's outputs t over its full scale: tanh's [-1, 1], or the sigmoid the loop runs (the
+    calibrated one at the chip's temperature, `temperature.loop_sigmoid`) over the node's rails
+    [`saturation.low_v`, `saturation.high_v`] (the node's range whether or not it clips there)."""
     if parts.nonlinearity.kind == "tanh":
         return torch.linspace(-1.0, 1.0, DRIVE_POINTS, dtype=dtype)
     z = torch.linspace(parts.saturation.low_v, parts.saturation.high_v, DRIVE_POINTS, dtype=dtype)
-    return C.nonlinearity(z, parts.nonlinearity.kind, torch.tensor(parts.nonlinearity.coeffs, dtype=dtype))
+    return C.nonlinearity(z, parts.nonlinearity.kind, torch.tensor(loop_sigmoid(parts), dtype=dtype))
 
 
 def led_bias_units(parts: Parts) -> float:
