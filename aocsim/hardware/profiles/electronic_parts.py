@@ -133,7 +133,7 @@ class Readout(Part):
     hold_capacitance_f: float | None = spec(
         'hold capacitance C of an analog partial sum (tiled products, partial_sums analog): each sampling of '
         'the sum onto the hold adds kT/C noise, std sqrt(k T / C) volts at the node with T = '
-        'noise.thermal.temperature_k, times noise.multiplier (docs/PHYSICS.md section 3); null = no hold '
+        'noise.thermal.temperature_k + environment.temperature_delta_k, times noise.multiplier (docs/PHYSICS.md section 3); null = no hold '
         'noise', 'F', low=1e-300)
     hold_leakage_a: float = spec(
         'leakage current I out of the hold capacitor of an analog partial sum, independent of the held level '
