@@ -50,6 +50,50 @@ def test_a_stack_of_loads_gives_each_row_its_own_loads_product(options: dict, dt
     assert torch.equal(changed.y[:5], stacked.y[:5]) and torch.equal(changed.y[5:10], alone.y)
 
 
+# A population's design points: each per-load value changed on the second load (tile_product.PER_LOAD).
+POPULATION = {"slm.bits": 5, "slm.programming_error_levels": 0.02, "noise.power_per_unit_w": 3e-6,
+              "noise.bias_units": 2.0, "noise.rin.rin_db_per_hz": -120.0,
+              "noise.responsivity_a_per_w": 0.3, "readout.adc_bits": 5}
+
+
+def test_every_per_load_value_is_named_here() -> None:
+    from aocsim.hardware.engine.tile_product import PER_LOAD
+
+    assert set(POPULATION) == set(PER_LOAD)
+
+
+@pytest.mark.parametrize("key", sorted(POPULATION))
+@pytest.mark.parametrize("partial_sums", ["analog", "digital"])
+def test_a_population_stack_gives_each_design_point_its_own_product(key: str, partial_sums: str) -> None:
+    device = load_device("aoc48")
+    weight = 0.01 * _rand(0, 30, 70)
+    points = [device, device.with_overrides({key: POPULATION[key]}), device.with_overrides({"readout.adc_bits": 10})]
+    loads = [TiledMatrix(p, weight, generator=keys.as_key(seed)) for p, seed in zip(points, (11, 12, 13))]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)]
+    t, ids = _rand(1, 3 * 6, 70), torch.arange(18) % 6
+    stacked = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=2, passes=2)
+    for s, (load, key_) in enumerate(zip(loads, run_keys)):
+        rows = slice(6 * s, 6 * (s + 1))
+        alone = load(t[rows], generator=key_, samples=ids[rows], call=2, passes=2, partial_sums=partial_sums)
+        assert torch.equal(stacked.y[rows], alone.y), (key, s)  # its own programming, light, noise and ADC step
+    assert not torch.equal(stacked.y[:6], stacked.y[6:12])
+
+
+def test_a_population_stack_refuses_points_of_another_shape() -> None:
+    device = load_device("aoc48")
+    weight = _rand(0, 10, 20)
+    a = TiledMatrix(device, weight, generator=1)
+    for key, value in (("injection.dac_bits", 4), ("loop.round_trip_s", 3e-8), ("noise.multiplier", 4.0)):
+        # (the multiplier scales the hold's kT/C too, which the loads share)
+        with pytest.raises(InputError, match=r"loads\[1\] is not a load of loads\[0\]'s program"):
+            LoadStack([a, TiledMatrix(device.with_overrides({key: value}), weight, generator=2)])
+    quiet = device.with_overrides({"noise.multiplier": 0.0})  # draws nothing: another layout
+    with pytest.raises(InputError, match="which noises draw"):
+        LoadStack([TiledMatrix(quiet, weight, generator=1), a])
+    with pytest.raises(InputError, match="readout.adc_bits"):
+        LoadStack([a, TiledMatrix(device.with_overrides({"readout.adc_bits": None}), weight, generator=2)])
+
+
 def test_loads_of_other_programs_do_not_stack() -> None:
     device = load_device("aoc48")
     a = TiledMatrix(device, _rand(0, 10, 20), generator=1)

@@ -237,14 +237,16 @@ def stack_constants(loads: list[Constants]) -> Constants:
 
 def stack_loads(stacks: list[Constants]) -> Constants:
     """Several weight loads' stacked tiles (`stack_constants` each) with a leading [S] for one batched
-    `optical` of S loads of a program, each on its own rows (`tile_product.LoadStack`); what every load
-    shares stays as it is."""
+    `optical` of S loads of a program, each on its own rows (`tile_product.LoadStack`); the noise levels
+    [3, S, 1, 1, 1, 1], so that noise[i] is load s's on its rows [S, T, K, G, N] (a population's loads
+    differ in them); the sigmoid, which every load shares, stays as it is."""
     def loads(name: str) -> torch.Tensor:
         return torch.stack([getattr(c, name) for c in stacks])
 
     first = stacks[0]
+    noise = torch.stack([c.noise for c in stacks], dim=1).view(-1, len(stacks), 1, 1, 1, 1)
     return Constants(first.sigmoid, *(loads(name) for name in ("led", "op_t", "op3_t", "c1", "det_t", "det_offset",
-                                                                "node_scale", "node_lam")), first.noise)
+                                                                "node_scale", "node_lam")), noise)
 
 
 def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants,

@@ -7,15 +7,19 @@ every tile of every load is one batched call of the step's optical stage (`tile_
 A row draws what it draws through its own load alone: its tile streams are its load's key folded as
 for one load, its counters its own sample index, so a stack changes no draw, only how many kernel
 calls there are (a product's rounding can follow its rows below 4 of them: aocsim/execute/seed_stack.py
-pads a load's group to the rows it has alone). What a chip's loads share (the converters, the emitters' measured cubics, the
-hold's gates, the loop gain) is read from the first load.
+pads a load's group to the rows it has alone). The loads may also be a population's: design points of one
+shape whose profiles differ only in `PER_LOAD` values, which act through each load's own constants (its
+programming, light and noise) or through the ADC's code step, run per row. What the loads share (the DAC,
+the ADC's range, the emitters' measured cubics, the hold's gates, the loop gain) is read from the first load.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from aocsim.errors import InputError
@@ -80,6 +84,22 @@ class TiledProduct:
 # needs a larger multiple: tests/hardware/test_load_stack.py checks the bits; aocsim/nn/ssm_token.py MIN_ROWS).
 CHUNK_BYTES, BLAS_ROWS = 1 << 20, 4
 
+# Profile values in which a stack's loads may differ (a population of design points run as one product):
+# each acts through its load's own constants (`TiledMatrix.stacked`: the SLM's programming, the detectors'
+# light and noise) or through the ADC's code step, which the product takes per row; `energy.*` and the
+# names price or describe and never enter a product. tests/hardware/test_load_stack.py runs a stack of
+# loads differing in each against the loads alone.
+PER_LOAD = ("slm.bits", "slm.programming_error_levels", "noise.power_per_unit_w",
+            "noise.bias_units", "noise.rin.rin_db_per_hz", "noise.responsivity_a_per_w", "readout.adc_bits")
+_DESCRIBING = ("energy.", "name", "description", "provenance.")
+
+
+def shared_values(profile: Any) -> str:
+    """A profile's values that every load of a stack must share (all but `PER_LOAD` and what only prices or
+    describes), as canonical JSON: equal strings, loads of one stack."""
+    return json.dumps({k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in profile.values.items()
+                       if k not in PER_LOAD and not k.startswith(_DESCRIBING)}, sort_keys=True, default=str)
+
 
 def _rows(values: torch.Tensor, lo: int, hi: int, loads: int) -> torch.Tensor:
     """Rows lo ... hi - 1 of each of the `loads` groups of `values` [S G, ...], as [S (hi - lo), ...]."""
@@ -93,24 +113,34 @@ def converter(span: object, bits: int | None) -> tuple[float, float, float]:
 
 
 class LoadStack:
-    """Weight loads (`TiledMatrix`s) of one program on one chip, run as one product (module docstring).
+    """Weight loads (`TiledMatrix`s) of one program on one chip, or of a population's programs of one shape,
+    run as one product (module docstring).
 
     Every load must hold the same matrix shape on the same tiles, modules and drive: the profile's
-    values, grid, tile size, mount, input range and predistortion (a one-line error otherwise)."""
+    values but `PER_LOAD` (`shared_values`), grid, tile size, mount, input range and predistortion (a
+    one-line error otherwise)."""
 
     def __init__(self, loads: Sequence[Any]) -> None:
         if not loads:
             raise InputError("loads = []; expected at least one weight load (TiledMatrix)")
         first = loads[0]
+        values = shared_values(first.profile)
         for i, load in enumerate(loads[1:], 1):
-            same = (load.profile.values == first.profile.values, load.weight.shape == first.weight.shape,
+            same = (shared_values(load.profile) == values, load.weight.shape == first.weight.shape,
                     load.tile_size == first.tile_size, load.mount == first.mount,
                     load.input_range == first.input_range, load.predistort == first.predistort,
-                    load.weight.dtype == first.weight.dtype)
+                    load.weight.dtype == first.weight.dtype,
+                    load.loops[0].layout() == first.loops[0].layout())  # (a noise set to 0 draws nothing)
             if not all(same):
-                raise InputError(f"loads[{i}] is not a load of loads[0]'s program (profile, shape, tiles, mount, "
-                                 "input range, predistortion and dtype must agree); expected loads of one chip's map")
+                raise InputError(f"loads[{i}] is not a load of loads[0]'s program (profile but {', '.join(PER_LOAD)}, "
+                                 "shape, tiles, mount, input range, predistortion, dtype and which noises draw must "
+                                 "agree); expected "
+                                 "loads of one chip's map or of one shape")
         self.loads = list(loads)
+        self._adc_bits = [load.profile.parts.readout.adc_bits for load in loads]  # per load: the code step per row
+        if len({b is None for b in self._adc_bits}) > 1:
+            raise InputError(f"readout.adc_bits = {self._adc_bits} over the loads; expected all integers or all None "
+                             "(an ADC on every load or on none)")
         self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
 
     def constants(self, load_keys: Sequence[keys.Key | None], call: int) -> tuple[Constants, torch.Tensor]:
@@ -166,9 +196,15 @@ class LoadStack:
                   "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(),
                   "k0": k0, "gain": first.loops[0].node(0, t)[0], "gate": None if gates is None else gates[0],
                   "keep": None if gates is None else gates[1],
-                  "shift": None if gates is None else gates[2], "adc": converter(v.readout.range_v, adc_bits)}
+                  "shift": None if gates is None else gates[2]}
+        adc = converter(v.readout.range_v, adc_bits)
+        adc_step: float | torch.Tensor = adc[2]
+        if len(set(self._adc_bits)) > 1:  # a population's ADCs: each row's load's code step, [S G, 1]
+            steps = [converter(v.readout.range_v, b)[2] for b in self._adc_bits]
+            adc_step = torch.tensor(steps, dtype=t.dtype, device=t.device).repeat_interleave(t.shape[0] // s)[:, None]
 
-        def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
+        def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor, adc_step: float | torch.Tensor
+                    ) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None
             if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
                 flat = keys.fold_calls(every, keys.Stream.TILE_CALL, call, rows * cols, t.device, s)  # [S K, T]
@@ -182,17 +218,19 @@ class LoadStack:
                     streams, counters = streams[0], counters[0, 0, 0]
             if gates is not None:  # the loads' kT/C streams and counters
                 draws = hold_draws(v, every, call, rows * cols, ids, ts, s)
-            x = {"t": t, **shared, "streams": streams, "counters": counters, "hold_draws": draws}
+            x = {"t": t, **shared, "adc": (adc[0], adc[1], adc_step), "streams": streams, "counters": counters,
+                 "hold_draws": draws}
             return run(plan, x, compile)
 
         group = t.shape[0] // s
         step = max(BLAS_ROWS, CHUNK_BYTES // (t.element_size() * s * rows * cols * passes * n))  # rows of each load
         step -= step % BLAS_ROWS  # (every piece but the last whole blocks of rows: the bits of one piece)
         if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
-            y, s_in, clipped, *partials = product(t, ids, call)
+            y, s_in, clipped, *partials = product(t, ids, call, adc_step)
         else:  # in pieces of rows whose temporaries stay in a core's cache, each of at least BLAS_ROWS rows
             edges = list(range(0, group - BLAS_ROWS + 1, step)) + [group]
-            pieces = [product(*(_rows(a, lo, hi, s) if isinstance(a, torch.Tensor) else a for a in (t, ids, call)))
+            pieces = [product(*(_rows(a, lo, hi, s) if isinstance(a, torch.Tensor) else a
+                                for a in (t, ids, call, adc_step)))
                       for lo, hi in zip(edges[:-1], edges[1:])]
             y = torch.cat([p[0].view(s, -1, m) for p in pieces], 1).view(-1, m)
             s_in = torch.cat([p[1].view(s, -1) for p in pieces], 1).view(-1)
