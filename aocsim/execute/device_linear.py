@@ -34,7 +34,7 @@ from aocsim.execute.fit import affine_fit
 from aocsim.execute.option_groups import ON_TILES, TileOptions
 from aocsim.execute import tile_program
 from aocsim.execute.token_keys import TokenKeys
-from aocsim.execute.tile_program import ROUNDS, fit_tile_program
+from aocsim.execute.tile_program import ROUNDS
 from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.memo import Memo
@@ -92,22 +92,34 @@ def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *
     """The program of W [M, K] on the chip `device` describes (module docstring: dead positions, gains,
     closed-loop rounds on probe loads keyed by `key`, then the scale), fitted on the calibration
     inputs [R, K] for the tile options `tile`: done once per chip and map, whatever the loads that follow
-    (its probe products compiled with `tile.compile`)."""
+    (its probe products compiled with `tile.compile`). A population of one: `fit_map_population`."""
+    return fit_map_population([device], weight, inputs, key=key, tile=tile, input_range=input_range, rounds=rounds,
+                              mount=mount)[0]
+
+
+def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
+                       tile: TileOptions = TileOptions(), input_range: float | None = None, rounds: int = ROUNDS,
+                       mount: Mount | None = None) -> list[MapProgram]:
+    """`fit_map` on each of a population's design points (profiles of one shape on one chip,
+    `tile_product.PER_LOAD`), their probe products run together (`tile_program.fit_tile_programs`)."""
     tile = on_tiles(tile)
-    r = default_input_range(device, input_range)
-    size = resolve_tile_size(device, tile.tile_size)
-    low, high = (float(v) for v in device.parts.readout.range_v)
+    r = default_input_range(devices[0], input_range)  # (the drive's range and the ADC's are the shape's)
+    size = resolve_tile_size(devices[0], tile.tile_size)
+    low, high = (float(v) for v in devices[0].parts.readout.range_v)
     half = min(-low, high)
     # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
     sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0
-    program = fit_tile_program(device, weight / sigma, tile_size=size, input_range=r, key=key,
-                               partial_sums=tile.partial_sums, rounds=rounds, predistort=tile.predistort, mount=mount,
-                               compile=tile.compile)
+    programs = tile_program.fit_tile_programs(devices, weight / sigma, tile_size=size, input_range=r, key=key,
+                                              partial_sums=tile.partial_sums, rounds=rounds,
+                                              predistort=tile.predistort, mount=mount, compile=tile.compile)
     # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
     target = ideal_nodes(weight, inputs, r, sigma)
-    kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
-    return MapProgram(kappa * program.weight, program.columns, sigma, program.error, program.dead, size, r,
-                      mount or Mount())
+    out = []
+    for program in programs:
+        kappa = HEADROOM * half / float((target * program.out_gain).abs().max())
+        out.append(MapProgram(kappa * program.weight, program.columns, sigma, program.error, program.dead, size, r,
+                              mount or Mount()))
+    return out
 
 
 def on_tiles(tile: TileOptions) -> TileOptions:
@@ -128,13 +140,22 @@ def fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor,
     each map's W, inputs and key, the tile options a fit reads (`TileOptions.fitted`) and the fit's
     constants (and the emitter measurement's, for predistortion). So sweep points that differ only in
     what a fit does not read (averaging, the stop rule, the SNR noise, the mode) place the model once
-    per chip; a fit is deterministic, so a hit is what a fit would give.
+    per chip; a fit is deterministic, so a hit is what a fit would give. A population of one:
+    `fit_maps_population`.
     """
+    return fit_maps_population([device], maps, tile)[0]
+
+
+def fit_maps_population(devices: list[DeviceProfile], maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],
+                        tile: TileOptions = TileOptions()) -> list[list[MapProgram]]:
+    """`fit_maps` for each of a population's design points on one chip: each point's programs remembered or
+    stored as `fit_maps` keeps them, the others fitted together (`fit_map_population`), each the program
+    that point gets alone."""
     tile = on_tiles(tile).fitted()
-    inputs = (device, [(w, x, k) for w, x, k in maps], tile,
-              tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
-              tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
-    return list(FITS(inputs, lambda: _fit_maps(device, maps, tile)))
+    constants = (tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
+                 tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
+    inputs = [(device, [(w, x, k) for w, x, k in maps], tile, *constants) for device in devices]
+    return [list(p) for p in FITS.many(inputs, lambda missing: _fit_maps([devices[i] for i in missing], maps, tile))]
 
 
 def _record(program: MapProgram) -> dict[str, Any]:
@@ -157,24 +178,30 @@ FITS: Memo[list[MapProgram]] = Memo("fits", 16, stored=True, to_records=lambda p
                                     from_records=lambda records: [_program(r) for r in records])
 
 
-def _fit_maps(device: DeviceProfile, maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],
-              tile: TileOptions) -> list[MapProgram]:
+def _fit_maps(devices: list[DeviceProfile], maps: list[tuple[torch.Tensor, torch.Tensor, keys.Key]],
+              tile: TileOptions) -> list[list[MapProgram]]:
     modules = tile.modules
 
-    def fit_all(multiplexed: bool) -> list[MapProgram]:
-        programs: list[MapProgram] = []
+    def fit_all(members: list[int], multiplexed: bool) -> dict[int, list[MapProgram]]:
+        programs: dict[int, list[MapProgram]] = {i: [] for i in members}
         for weight, inputs, key in maps:
-            mount = Mount(sum(p.tiles for p in programs), modules or 1, multiplexed)
-            programs.append(fit_map(device, weight, inputs, key=key, tile=tile, mount=mount))
+            mounts = {i: Mount(sum(p.tiles for p in programs[i]), modules or 1, multiplexed) for i in members}
+            for mount in dict.fromkeys(mounts.values()):  # points whose earlier maps ended alike, together
+                group = [i for i in members if mounts[i] == mount]
+                fitted = fit_map_population([devices[i] for i in group], weight, inputs, key=key, tile=tile,
+                                            mount=mount)
+                for i, program in zip(group, fitted):
+                    programs[i].append(program)
         return programs
 
-    size = resolve_tile_size(device, tile.tile_size)
+    size = resolve_tile_size(devices[0], tile.tile_size)
     natural = sum(math.ceil(w.shape[0] / size) * math.ceil(w.shape[1] / size) for w, _, _ in maps)
     guess = modules is not None and modules < natural
-    programs = fit_all(guess)
-    if (modules is not None and modules < sum(p.tiles for p in programs)) != guess:
-        programs = fit_all(not guess)  # the programs' dead columns added the tile that decides it
-    return programs
+    programs = fit_all(list(range(len(devices))), guess)
+    wrong = [i for i, ps in programs.items() if (modules is not None and modules < sum(p.tiles for p in ps)) != guess]
+    if wrong:  # the programs' dead columns added the tile that decides it
+        programs.update(fit_all(wrong, not guess))
+    return [programs[i] for i in range(len(devices))]
 
 
 class DeviceLinear(nn.Module):
@@ -261,11 +288,13 @@ class DeviceLinear(nn.Module):
         return (torch.stack([node for node, _ in each], 1).reshape(b * length, -1),
                 torch.stack([scale for _, scale in each], 1).reshape(-1))
 
-    def output(self, node: torch.Tensor, scale: torch.Tensor, gain: torch.Tensor, offset: torch.Tensor
-               ) -> torch.Tensor:
+    def output(self, node: torch.Tensor, scale: torch.Tensor, gain: torch.Tensor, offset: torch.Tensor,
+               sigma: torch.Tensor | None = None) -> torch.Tensor:
         """y [R, M] from node volts [R, M] and input scales [R], calibrated by `gain` and `offset` ([M],
-        or per row [R, M] for a stack of loads), the bias added digitally."""
-        y = corrected(node, gain, offset) * (self.sigma * scale[:, None])
+        or per row [R, M] for a stack of loads) and scaled by the program's sigma (or per row [R], a
+        population's), the bias added digitally."""
+        sigma_ = self.sigma if sigma is None else sigma[:, None]
+        y = corrected(node, gain, offset) * (sigma_ * scale[:, None])
         return y if self.bias is None else y + self.bias
 
     def activity(self, *, loads: bool = True) -> Activity:

@@ -37,7 +37,8 @@ from aocsim.execute.placement import HYBRID, Placement, ssm_cap, ssm_cap_words
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.snr_mapping import device_snr_db
 from aocsim.execute.seed_stack import stack_seeds, stackable
-from aocsim.execute.ssm_device import PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm, sized
+from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, fit_programs_population, on_tiles,
+                                       place_ssm, sized)
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -221,7 +222,36 @@ class HybridSSM(PlacedModel):
         the same results to the rounding of a larger batch) where the placement allows, else one by one."""
         if len(seeds) < 2 or not self.stacks(self.placement):
             return [self.run(inputs, seed, samples=samples) for seed in seeds]
-        stack = stack_seeds(self.model, [self._load(seed) for seed in seeds])
-        outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for seed in seeds], sequences=samples,
+        return self._stacked([(self, seed) for seed in seeds], inputs, samples)
+
+    def _stacked(self, runs: list[tuple["HybridSSM", int]], inputs: torch.Tensor, samples: Any = None) -> list[Run]:
+        """Every (placed point, seed) of `runs` loaded, their loads stacked into one batch, run once."""
+        stack = stack_seeds(self.model, [placed._load(seed) for placed, seed in runs])
+        outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for _, seed in runs], sequences=samples,
                      **self._options(inputs))
         return [self._result(out, stack) for out in outs]
+
+    @classmethod
+    def fit_population(cls, model: ImplicitSSM, profiles: list[DeviceProfile], prepared: dict[str, torch.Tensor],
+                       placement: Placement) -> None:
+        """Every point's tile programs fitted together (`fit_programs_population`), remembered for its placement."""
+        fit_programs_population(model, profiles, prepared, sized(placement, profiles[0]))
+
+    @classmethod
+    def run_population(cls, placed: list[PlacedModel], inputs: torch.Tensor, seeds: list[list[int]]
+                       ) -> list[list[Run]]:
+        """Every point's seeds as one batch (`_stacked`: each row through its own point's load) where the points
+        are this kind unwrapped and the placement stacks, one batch per program shape (a point's programs
+        skip the input positions its chip measured dead at its SLM bits); else point by point."""
+        own = [p for p in placed if type(p) is cls]
+        if len(own) < len(placed) or not cls.stacks(placed[0].placement):
+            return PlacedModel.run_population.__func__(cls, placed, inputs, seeds)  # type: ignore[attr-defined]
+        shape = [tuple((n, tuple(p.columns.tolist())) for n, p in point.programs.items()) for point in own]
+        out: list[list[Run]] = [[] for _ in own]
+        for group in dict.fromkeys(shape):
+            members = [i for i in range(len(own)) if shape[i] == group]
+            every = [(own[i], seed) for i in members for seed in seeds[i]]
+            runs = own[members[0]]._stacked(every, inputs) if len(every) > 1 else [own[members[0]].run(inputs, every[0][1])]
+            for i in members:
+                out[i], runs = runs[:len(seeds[i])], runs[len(seeds[i]):]
+        return out

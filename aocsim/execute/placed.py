@@ -116,6 +116,20 @@ class PlacedModel:
         """`run` for every seed."""
         return [self.run(inputs, seed) for seed in seeds]
 
+    # A population (aocsim/experiments/population.py): design points of one shape on one chip, each its own
+    # profile (`tile_product.PER_LOAD`) and seeds, run together where the kind can.
+
+    @classmethod
+    def fit_population(cls, model: Any, profiles: list[DeviceProfile], prepared: Any, placement: Placement) -> None:
+        """Fit what each point's placement fits, together, so that placing each point finds it remembered;
+        by default nothing (each point fits what it needs when placed)."""
+
+    @classmethod
+    def run_population(cls, placed: list["PlacedModel"], inputs: torch.Tensor, seeds: list[list[int]]
+                       ) -> list[list[Run]]:
+        """Each point's `run_seeds` (point p placed as placed[p], with its seeds[p]); by default point by point."""
+        return [p.run_seeds(inputs, s) for p, s in zip(placed, seeds)]
+
     @classmethod
     def residual_attributes(cls) -> dict[str, str]:
         """The Dataset attributes of the residual and its trace: CF units, the words, and its kind."""

@@ -59,8 +59,12 @@ class StackedLinear(nn.Module):
         first = layers[0]
         self.in_features, self.out_features, self.tiles = first.in_features, first.out_features, first.tiles
         self.stack = LoadStack([layer.tiles for layer in layers])
+        if any(not torch.equal(layer.columns, first.columns) for layer in layers):
+            raise InputError("the loads' programs skip different dead input positions; expected loads of one "
+                             "chip's programs of one shape (a population's points group by them)")
         self.gain = torch.stack([layer.gain for layer in layers])  # [S, M]
         self.offset = torch.stack([layer.offset for layer in layers])
+        self.sigma = torch.tensor([layer.sigma for layer in layers], dtype=self.gain.dtype)  # [S] (a population's)
         self.run_keys = [layer.run_key for layer in layers]
         self.token_keys: TokenKeys | None = None
 
@@ -117,7 +121,7 @@ class StackedLinear(nn.Module):
         node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])
         node[order] = out.nodes[slot]
         scale[order] = out.input_scale[slot]
-        y = first.output(node, scale, self.gain[load], self.offset[load])
+        y = first.output(node, scale, self.gain[load], self.offset[load], self.sigma[load])
         return y.reshape(*x.shape[:-1], self.out_features)
 
 

@@ -30,7 +30,7 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
 from aocsim.execute.compiled_mix import install_compiled_mix
-from aocsim.execute.device_linear import DeviceLinear, MapProgram, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, MapProgram, fit_key, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
@@ -260,7 +260,14 @@ def on_tiles(model: ImplicitSSM | Mamba2LM, placement: Placement) -> list[str]:
 def fit_programs(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
                  placement: Placement) -> dict[str, MapProgram]:
     """What the chip `device` describes holds for each map on tiles (`fit_maps`, keyed by the chip and
-    the map's index): fitted once per chip, loaded by every seed."""
+    the map's index): fitted once per chip, loaded by every seed. A population of one: `fit_programs_population`."""
+    return fit_programs_population(model, [device], calibration, placement)[0]
+
+
+def fit_programs_population(model: ImplicitSSM | Mamba2LM, devices: list[DeviceProfile],
+                            calibration: dict[str, torch.Tensor], placement: Placement) -> list[dict[str, MapProgram]]:
+    """`fit_programs` for each design point of a population on one chip, fitted together
+    (`device_linear.fit_maps_population`)."""
     missing = [n for n in on_tiles(model, placement) if not isinstance(calibration, dict) or n not in calibration]
     if missing:
         raise InputError(f"calibration has no inputs for {missing[0]!r}; expected calibration_inputs(model, tokens) "
@@ -268,9 +275,8 @@ def fit_programs(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibrati
     maps = linear_maps(plain_copy(model))
     index = {name: m for m, name in enumerate(maps)}
     names = on_tiles(model, placement)
-    programs = fit_maps(device, [(maps[n].weight.detach(), calibration[n], fit_key(device, index[n])) for n in names],
-                        placement.tile)
-    return dict(zip(names, programs))
+    keyed = [(maps[n].weight.detach(), calibration[n], fit_key(devices[0], index[n])) for n in names]
+    return [dict(zip(names, programs)) for programs in fit_maps_population(devices, keyed, placement.tile)]
 
 
 def place_ssm(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration: dict[str, torch.Tensor], placement: Placement,

@@ -29,6 +29,7 @@ The final load of `DeviceLinear` (aocsim/execute/ssm.py) is a fresh one, as on a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -36,6 +37,7 @@ from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.hardware.engine.machine import Mount
+from aocsim.hardware.engine.tile_product import LoadStack
 from aocsim.hardware.engine.tiles import TiledMatrix
 
 DEAD_GAIN = 0.2  # an input position below this fraction of the median input gain is unused
@@ -58,43 +60,57 @@ class TileProgram:
     dead: tuple[int, ...]
 
 
-def measure(device: DeviceProfile, program: torch.Tensor, live: torch.Tensor, *, tile_size: int | None,
-            input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str, predistort: bool = False,
-            mount: Mount | None = None, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def measure(device: DeviceProfile | Sequence[DeviceProfile], program: torch.Tensor, live: torch.Tensor, *,
+            tile_size: int | None, input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str,
+            predistort: bool = False, mount: Mount | None = None, compile: bool = False
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
     node volts against the drive u, least squares over `PROBES` random drives in [-r, r] (the tile
-    product compiled with `compile`: the same numbers to float rounding)."""
-    tiles = TiledMatrix(device, program, tile_size=tile_size, generator=load, input_range=input_range,
-                        predistort=predistort, mount=mount)
+    product compiled with `compile`: the same numbers to float rounding). For a population (`device` a
+    sequence of P profiles of one shape, `program` [P, M, K']): each point's A [P, M, K'] and offset
+    [P, M], its probes through its own load, all in one product (`tile_product.LoadStack`)."""
+    devices = [device] if isinstance(device, DeviceProfile) else list(device)
+    programs = program[None] if isinstance(device, DeviceProfile) else program
+    tiles = [TiledMatrix(d, w, tile_size=tile_size, generator=load, input_range=input_range, predistort=predistort,
+                         mount=mount) for d, w in zip(devices, programs)]
     gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
-    k = int(live.sum())
+    k, count = int(live.sum()), len(devices)
     drive = (torch.rand(PROBES, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
-    t = program.new_zeros(PROBES, program.shape[1])
+    t = program.new_zeros(PROBES, programs.shape[2])
     t[:, live] = drive
-    out = tiles(t, partial_sums=partial_sums, generator=probe, compile=compile)
-    node = out.nodes
-    x = torch.cat([t[:, live] / out.input_scale[:, None], t.new_ones(PROBES, 1)], dim=1)
-    solution = least_squares(x, node)
-    a = program.new_zeros(program.shape)
-    a[:, live] = solution[:k].T
-    return a, solution[k]
+    if count == 1:
+        out = tiles[0](t, partial_sums=partial_sums, generator=probe, compile=compile)
+    else:
+        out = LoadStack(tiles)(t.repeat(count, 1), [probe] * count, torch.arange(PROBES).repeat(count),
+                               partial_sums=partial_sums, call=0, passes=1, compile=compile)
+    node = out.nodes.view(count, PROBES, -1)
+    x = torch.cat([t[:, live] / out.input_scale.view(count, PROBES)[..., None],
+                   t.new_ones(count, PROBES, 1)], dim=2)
+    solution = least_squares(x, node)  # [P, k + 1, M]
+    a = programs.new_zeros(programs.shape)
+    a[:, :, live] = solution[:, :k].transpose(1, 2)
+    if isinstance(device, DeviceProfile):
+        return a[0], solution[0, k]
+    return a, solution[:, k]
 
 
 def _ratios(a: torch.Tensor, w: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(c [M], b [K']): per-output and per-column median gains of A against W (b = 1 where unused).
+    """(c [P, M], b [P, K']): per-output and per-column median gains of each point's A [P, M, K'] against its
+    W [P, M, K'] (b = 1 where unused).
 
     Only entries with |W| >= SIGNIFICANT of their row's largest count (a small weight's ratio is
     mostly noise); a row's gain stays within [1/4, 4] of the median over rows, and one without
     usable entries gets that median.
     """
-    big = w.abs() >= SIGNIFICANT * w.abs().amax(dim=1, keepdim=True)
-    used = live[None, :] & (w != 0) & big
+    big = w.abs() >= SIGNIFICANT * w.abs().amax(dim=2, keepdim=True)
+    used = live & (w != 0) & big
     ratio = torch.where(used, a / torch.where(used, w, torch.ones_like(w)), torch.full_like(w, float("nan")))
-    c = ratio.nanmedian(dim=1).values
-    typical = c[torch.isfinite(c)].median() if bool(torch.isfinite(c).any()) else torch.ones((), dtype=w.dtype)
+    c = ratio.nanmedian(dim=2).values
+    typical = torch.where(torch.isfinite(c), c, torch.full_like(c, float("nan"))).nanmedian(dim=1, keepdim=True).values
+    typical = torch.where(torch.isnan(typical), torch.ones_like(typical), typical)
     c = torch.where(torch.isfinite(c), c, typical)
     c = torch.minimum(torch.maximum(c, typical / 4), typical * 4)
-    b = (ratio / c[:, None]).nanmedian(dim=0).values
+    b = (ratio / c[..., None]).nanmedian(dim=1).values
     return c, torch.where(torch.isfinite(b) & live, b, torch.ones_like(b))
 
 
@@ -113,42 +129,79 @@ def fit_tile_program(device: DeviceProfile, weight: torch.Tensor, *, tile_size: 
                      predistort: bool = False, mount: Mount | None = None, compile: bool = False) -> TileProgram:
     """The program for `weight` [M, K] (module docstring); `key` keys every load and probe; `predistort`:
     the tiles' emitter drive linearised, `mount`: the tiles' modules (`TiledMatrix`); `compile`: the
-    probe products compiled (`measure`)."""
+    probe products compiled (`measure`). A population of one: `fit_tile_programs`."""
+    return fit_tile_programs([device], weight, tile_size=tile_size, input_range=input_range, key=key,
+                             partial_sums=partial_sums, rounds=rounds, predistort=predistort, mount=mount,
+                             compile=compile)[0]
+
+
+def fit_tile_programs(devices: Sequence[DeviceProfile], weight: torch.Tensor, *, tile_size: int, input_range: float,
+                      key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS, predistort: bool = False,
+                      mount: Mount | None = None, compile: bool = False) -> list[TileProgram]:
+    """`fit_tile_program` for a population: the programs of `weight` on each of `devices` (design points of
+    one shape on one chip, `tile_product.PER_LOAD`), every measurement of all of them one product. Each
+    point's program is the one it gets alone (tests/execute/test_population.py); points whose dead input
+    positions differ continue in groups of the same."""
     dtype = weight.dtype
     weight = weight.double()  # least squares on noisy probes: float64 inside, the program in `dtype`
     m, k = weight.shape
+    count = len(devices)
     opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums, predistort=predistort,
                 mount=mount, compile=compile)
     # 1. dead input positions, from W at its natural columns
     natural = torch.ones(k, dtype=torch.bool)
-    a, _ = measure(device, weight, natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)
-    _, b = _ratios(a, weight, natural)
+    a, _ = measure(devices, weight.expand(count, m, k), natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)
+    _, b = _ratios(a, weight.expand(count, m, k), natural)
     positions = torch.arange(k) % tile_size
-    dead = {int(p) for p in positions.unique() if float(b[positions == p].median()) < DEAD_GAIN}
+    dead = [frozenset(int(p) for p in positions.unique() if float(b[i, positions == p].median()) < DEAD_GAIN)
+            for i in range(count)]
+    out: list[TileProgram | None] = [None] * count
+    for group in dict.fromkeys(dead):
+        members = [i for i in range(count) if dead[i] == group]
+        for i, program in zip(members, _closed_loop([devices[i] for i in members], weight, set(group), rounds,
+                                                    key, opts)):
+            out[i] = TileProgram(program.weight.to(dtype), program.columns, program.out_gain.to(dtype),
+                                 program.error, program.dead)
+    return out  # type: ignore[return-value]
+
+
+def _closed_loop(devices: list[DeviceProfile], weight: torch.Tensor, dead: set[int], rounds: int, key: keys.Key,
+                 opts: dict) -> list[TileProgram]:
+    """Steps 2 and 3 of the module docstring for points with the same dead positions: separable gains, then
+    the damped closed-loop rounds, every point's measurement one product."""
+    m, k = weight.shape
+    count, tile_size = len(devices), opts["tile_size"]
     columns = expand_columns(k, tile_size, dead)
     wide = weight.new_zeros(m, int(columns[-1]) + 1)
     wide[:, columns] = weight
     live = torch.zeros(wide.shape[1], dtype=torch.bool)
     live[columns] = True
-    # 2. separable gains, 3. closed-loop rounds
-    a, _ = measure(device, wide, live, load=key.fold(0, 1), probe=key.fold(1, 1), **opts)
-    c, b = _ratios(a, wide, live)
-    target = c[:, None] * wide
-    program = wide / b
-    best = (float((a - target).norm() / target.norm()), wide)
-    step = torch.full((wide.shape[1],), DAMPING, dtype=wide.dtype)
+    wides = wide.expand(count, *wide.shape)
+    a, _ = measure(devices, wides, live, load=key.fold(0, 1), probe=key.fold(1, 1), **opts)
+    c, b = _ratios(a, wides, live)
+    target = c[..., None] * wide
+    program = wide / b[:, None, :]
+    best_error = [float(e) for e in _errors(a, target)]
+    best = [wide] * count
+    step = torch.full((count, wide.shape[1]), DAMPING, dtype=wide.dtype)
     previous: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (column errors, program, A) kept
     for r in range(rounds):
-        a, _ = measure(device, program, live, load=key.fold(0, 2 + r), probe=key.fold(1, 2 + r), **opts)
-        error = float((a - target).norm() / target.norm())
-        best = min(best, (error, program), key=lambda e: e[0])
-        column_error = (a - target).norm(dim=0)
+        a, _ = measure(devices, program, live, load=key.fold(0, 2 + r), probe=key.fold(1, 2 + r), **opts)
+        for i, error in enumerate(_errors(a, target)):
+            if float(error) < best_error[i]:
+                best_error[i], best[i] = float(error), program[i]
+        column_error = (a - target).norm(dim=1)
         if previous is not None:  # a column whose error grew steps back and halves its step
             worse = column_error > previous[0]
             step = torch.where(worse, 0.5 * step, step)
-            program = torch.where(worse[None, :], previous[1], program)
+            program = torch.where(worse[:, None, :], previous[1], program)
             column_error = torch.where(worse, previous[0], column_error)
-            a = torch.where(worse[None, :], previous[2], a)
+            a = torch.where(worse[:, None, :], previous[2], a)
         previous = (column_error, program, a)
-        program = torch.where(live, program + step * (target - a) / (c[:, None] * b), program)
-    return TileProgram(best[1].to(dtype), columns, c.to(dtype), best[0], tuple(sorted(dead)))
+        program = torch.where(live, program + step[:, None, :] * (target - a) / (c[..., None] * b[:, None, :]), program)
+    return [TileProgram(best[i], columns, c[i], best_error[i], tuple(sorted(dead))) for i in range(count)]
+
+
+def _errors(a: torch.Tensor, target: torch.Tensor) -> list[torch.Tensor]:
+    """Each point's relative matrix error ||A - c W|| / ||c W||."""
+    return [(a[i] - target[i]).norm() / target[i].norm() for i in range(a.shape[0])]

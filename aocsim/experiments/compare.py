@@ -220,10 +220,17 @@ def chip_runs(resolved: Placed, model: Any, profile: DeviceProfile, prepared: An
     """One chip: the model placed once (`Placed.build`: the kind, with noise injection where the placement
     asks for it), then run with every seed; what `compare` records per run, as numpy arrays (a
     module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
-    cls, placed = resolved.cls, resolved.build(model, profile, prepared)
+    placed = resolved.build(model, profile, prepared)
     overrides = json.dumps(placed.run_overrides(), sort_keys=True, default=str)  # the chip's, for every seed
+    # one by one, or as one batch where the kind stacks them
+    return record_runs(resolved.cls, placed, placed.run_seeds(x, seeds), exact_z, overrides, targets)
+
+
+def record_runs(cls: Any, placed: Any, runs: list[Any], exact_z: torch.Tensor, overrides: str,
+                targets: torch.Tensor | None) -> list[dict[str, Any]]:
+    """What `compare` records of each of one chip's runs (`Run`s of `placed`), as numpy arrays."""
     out = []
-    for run in placed.run_seeds(x, seeds):  # one by one, or as one batch where the kind stacks them
+    for run in runs:
         solve, act = run.solve, run.activity
         one: dict[str, Any] = {
             "prediction": predictions(run.outputs), "iterations": solve.iterations.numpy(),
@@ -240,4 +247,3 @@ def chip_runs(resolved: Placed, model: Any, profile: DeviceProfile, prepared: An
         one["run_overrides"] = overrides
         out.append(one)
     return out
-

@@ -159,7 +159,7 @@ def test_a_compiled_fit_is_remembered_apart(fits: list[int], monkeypatch: pytest
     not the same bits): its programs are its own, so that a compiled run gives the same bits whether or
     not an eager one fitted the chip before it in the process (and the other way round)."""
     seen: list[object] = []
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda device, maps, tile: seen.append(tile.compile) or [])
+    monkeypatch.setattr(device_linear, "_fit_maps", lambda devices, maps, tile: seen.append(tile.compile) or [[]])
     profile = load_device("aoc48")
     for compile in (False, True, False, True):
         device_linear.fit_maps(profile, [], TileOptions(partial_sums="analog", compile=compile))

@@ -112,6 +112,30 @@ class Memo(Generic[T]):
         keys.note_drawn(drawn or [])
         return value
 
+    def many(self, inputs: list[tuple], compute: Callable[[list[int]], list[T]]) -> list[T]:
+        """The results for several inputs (a population's): those remembered or stored as one call gives them,
+        the others computed together by `compute(indices)` (their results in that order) and kept, each under
+        its own key, as if computed alone (a population's fits are each point's own: tests/execute/test_population.py)."""
+        known: dict[int, T] = {}
+        for i, one in enumerate(inputs):
+            key = self.key(one)
+            if key not in self._entries and self.stored and not keys.recording_now():
+                stored = disk_memo.load(self.kind, key)
+                if stored is not None:
+                    self._entries[key] = (self.from_records(stored), None)  # type: ignore[misc]
+            if key in self._entries and not (keys.recording_now() and self._entries[key][1] is None):
+                known[i] = self(one, lambda: None)  # type: ignore[arg-type,return-value]  # (remembered: not called)
+        missing = [i for i in range(len(inputs)) if i not in known]
+        if missing:
+            with keys.recording() as drawn:
+                computed = compute(missing)
+            for i, value in zip(missing, computed):
+                self._entries.pop(self.key(inputs[i]), None)
+                known[i] = self(inputs[i], lambda value=value: value)  # type: ignore[misc]
+                self._entries[self.key(inputs[i])] = (value, list(drawn))
+            keys.note_drawn(drawn)
+        return [known[i] for i in range(len(inputs))]
+
     def __len__(self) -> int:
         return len(self._entries)
 

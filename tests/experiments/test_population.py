@@ -1,0 +1,93 @@
+"""A population of design points as one run (aocsim/experiments/population.py): each point's fits are the
+ones it gets alone, and its Dataset is what `compare` gives it alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import xarray as xr
+
+from aocsim import compare, load_model
+from aocsim.errors import InputError
+from aocsim.execute import device_linear, tile_program
+from aocsim.execute.registry import resolve, resolve_profile
+from aocsim.execute.ssm_device import calibration_inputs, fit_programs, fit_programs_population
+from aocsim.experiments.population import compare_population
+from aocsim.hardware.profiles.profile import load_device
+from aocsim.tasks.groups import group, word_problems
+
+TOKENS, TARGETS = word_problems(group("parity"), 6, 12, identity_prob=0.5, generator=3)
+POINTS = [{}, {"slm.bits": 5, "noise.power_per_unit_w": 2e-5}, {"readout.adc_bits": 6},
+          {"slm.bits": 3}]  # 3 SLM bits: more input positions measured dead, another program shape
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """One thread, as compare's parts; an empty memo and calibration store; few probes (speed)."""
+    from aocsim import disk_memo
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
+    monkeypatch.setattr(tile_program, "PROBES", 256)
+    with disk_memo.use(str(tmp_path)):
+        yield
+    torch.set_num_threads(threads)
+
+
+def _profiles() -> list:
+    base = load_device("aoc48")
+    return [base.with_overrides(p) for p in POINTS]
+
+
+@pytest.mark.slow
+def test_a_populations_fits_are_each_points_own(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from aocsim import disk_memo
+
+    model = load_model("parity-implicit")
+    chips = [resolve_profile(p, 0) for p in _profiles()]
+    calibration = calibration_inputs(model, TOKENS)
+    placement = resolve(model, chips[0]).placement
+    together = fit_programs_population(model, chips, calibration, placement)
+    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())  # alone: fitted again
+    for chip, programs in zip(chips, together):
+        with disk_memo.use(str(tmp_path / "alone")):  # (not read back from the population's store)
+            alone = fit_programs(model, chip, calibration, placement)
+        for name, program in alone.items():
+            assert torch.equal(program.weight, programs[name].weight), name
+            assert program.dead == programs[name].dead and program.error == programs[name].error
+    assert together[3]["blocks.0.out_proj"].dead != together[0]["blocks.0.out_proj"].dead  # two program shapes
+    assert len({p["inject"].weight.sum().item() for p in together}) == len(POINTS)  # each its own
+
+
+@pytest.mark.slow
+def test_a_populations_datasets_are_what_compare_gives_each_point() -> None:
+    model = load_model("parity-implicit")
+    seeds = [[10 + i, 20 + i] for i in range(len(POINTS))]
+    together = compare_population(model, _profiles(), TOKENS, TARGETS, seeds=seeds, chips=[1],
+                                  calibration=TOKENS)
+    for profile, s, ds in zip(_profiles(), seeds, together):
+        alone = compare(model, profile, TOKENS, TARGETS, seeds=s, chips=[1], calibration=TOKENS)
+        # the same draws, programs and calibration: the same statuses, iterations and predictions; continuous
+        # values to the rounding of a larger batch's digital products, which can move a reading across an
+        # ADC code (seen: 2 of 288 residuals, by 1.6e-7 relative)
+        for name in ("prediction", "status", "iterations", "correct", "energy_j", "hardware_time_s"):
+            xr.testing.assert_equal(ds[name], alone[name])
+        xr.testing.assert_allclose(ds.drop_attrs(), alone.drop_attrs(), rtol=1e-5, atol=1e-12)
+        for name in ("residual", "fixed_point_error"):
+            assert float((ds[name] == alone[name]).mean()) >= 0.99, name
+        assert ds.attrs["device"] == alone.attrs["device"]
+    residuals = [float(ds.residual.sel(path="device").mean()) for ds in together]
+    assert len(set(residuals)) == len(POINTS)  # each point ran on its own machine
+
+
+def test_a_population_refuses_points_of_other_placements_and_seed_counts() -> None:
+    model = load_model("parity-implicit")
+    base = load_device("aoc48")
+    with pytest.raises(InputError, match="expected one per design point"):
+        compare_population(model, [base, base], TOKENS, seeds=[[1], [2], [3]], calibration=TOKENS)
+    with pytest.raises(InputError, match="expected a non-empty sequence of profiles"):
+        compare_population(model, [], TOKENS, calibration=TOKENS)
+    with pytest.raises(InputError, match="loads\\[1\\] is not a load"):
+        compare_population(model, [base, base.with_overrides({"injection.dac_bits": 6})], TOKENS, seeds=[[1], [2]],
+                           calibration=TOKENS)
