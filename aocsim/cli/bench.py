@@ -1,4 +1,4 @@
-"""`aocsim bench loop|sweep`: speed, as ratios against a yardstick timed in the same run."""
+"""`aocsim bench loop|sweep|compare|search`: speed, as ratios against a yardstick timed in the same run."""
 
 from __future__ import annotations
 
@@ -94,3 +94,23 @@ def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled:
                f"{'one seed' if seeds == 1 else f'{seeds} seeds'}, sequential mode, 1 torch thread; the exact path "
                "the best of 3 runs, each compare one")
     click.echo(format_compare_bench(rows))
+
+
+@bench.command("search")
+@click.option("--model", "models", multiple=True, type=click.Choice(["parity-implicit", "a5-implicit"]),
+              default=("parity-implicit", "a5-implicit"), show_default=True, help="Cases to time (repeatable).")
+@click.option("--trials", default=16, show_default=True, type=click.IntRange(min=2), help="Trials of each search.")
+@click.option("--batch", default=8, show_default=True, type=click.IntRange(min=2),
+              help="Trials per NSGA-II generation (a population).")
+@friendly
+def bench_search_cmd(models: tuple[str, ...], trials: int, batch: int) -> None:
+    """Trials per minute of a co-design search on aoc48 (SLM bits, ADC bits, light) run as populations (a
+    generation one call) against point by point, and each trial's cost in exact-path times, timed in this run
+    on one torch thread and one worker (docs/SWEEPS.md section 7)."""
+    from aocsim.experiments.bench_search import SEARCH_CASES, bench_search, format_search_bench
+
+    rows = bench_search(tuple(models), trials=trials, batch=batch)
+    click.echo(f"aoc48, NSGA-II, {trials} trials in generations of {batch}, 1 seed, 1 worker, 1 torch thread; "
+               f"placements: " + "; ".join(f"{m} {SEARCH_CASES[m]['placement'] or 'default'}" for m in models))
+    click.echo(format_search_bench(rows))
+

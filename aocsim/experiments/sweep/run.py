@@ -59,27 +59,70 @@ def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None)
     reduced to metrics; torch on one thread, as on every worker, so that a point's numbers do not
     depend on where it runs. `fits`: a folder of the chips' tile programs and emitter measurements
     shared with the sweep's other points (`aocsim.disk_memo`; None: the machine's calibration store, as on
-    a Dask worker, which may not see the sweep's folder)."""
+    a Dask worker, which may not see the sweep's folder). A population of one: `run_population`."""
+    return run_population(spec, base, [point], fits)[0][1]
+
+
+def population_key(point: Point) -> tuple:
+    """What the points run as one population share (aocsim/experiments/population.py): the model, the
+    share of the workload, the placement and every profile setting but the per-load ones
+    (`tile_product.PER_LOAD`), which each point's rows take on their own."""
+    from aocsim.hardware.engine.tile_product import PER_LOAD
+
+    shared = sorted((k, repr(v)) for k, v in point.settings.items() if k not in PER_LOAD)
+    return (point.model, point.fraction, tuple(shared))
+
+
+def populations(points: list[Point], workers: int, batched: bool = True) -> list[list[Point]]:
+    """The points grouped into populations (`population_key`), each cut into about as many parts as there are
+    workers (no more than it has points), so that every worker has one; in the points' order. Not
+    `batched`: a point each (how sweeps ran before populations; `aocsim bench search` measures both)."""
+    if not batched:
+        return [[p] for p in points]
+    groups: dict[tuple, list[Point]] = {}
+    for p in points:
+        groups.setdefault(population_key(p), []).append(p)
+    out = []
+    for group in groups.values():
+        parts = min(workers, len(group))
+        size = -(-len(group) // parts)
+        out += [group[i:i + size] for i in range(0, len(group), size)]
+    return out
+
+
+def run_population(spec: SweepSpec, base: Any, points: list[Point], fits: str | None = None
+                   ) -> list[tuple[str, xr.Dataset]]:
+    """Points of one population (`population_key`) as one run (`compare_population`: the exact path once,
+    the fits together, every point's seeds one batch), each reduced to its metrics as `run_point` gives them."""
     import torch
 
     from aocsim import disk_memo
     from aocsim.experiments.compare import compare
+    from aocsim.experiments.population import compare_population
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = _model(point.model)
-        w = prefix(point_workload(model, spec.data), point.fraction)  # a screened trial: the first samples
-        device = {k: v for k, v in point.settings.items() if k not in PLACEMENT}
-        profile = base.with_overrides(device)
-        placement = {k.split(".", 1)[1]: v for k, v in point.settings.items() if k in PLACEMENT}
-        seeds = [noise_seed(spec.root_seed, point.seeds_of or point.key, s) for s in spec.seeds]
+        model = _model(points[0].model)
+        w = prefix(point_workload(model, spec.data), points[0].fraction)  # a screened trial: the first samples
+        profiles, seeds = [], []
+        for point in points:
+            profiles.append(base.with_overrides({k: v for k, v in point.settings.items() if k not in PLACEMENT}))
+            seeds.append([noise_seed(spec.root_seed, point.seeds_of or point.key, s) for s in spec.seeds])
+        placement = {k.split(".", 1)[1]: v for k, v in points[0].settings.items() if k in PLACEMENT}
         with disk_memo.use(fits) if fits is not None else contextlib.nullcontext():
-            ds = compare(model, profile, w.inputs, w.targets, placement=placement, seeds=seeds, chips=list(spec.chips),
-                         calibration=w.calibration)
-        out = point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
-        if spec.search is not None and spec.search.fidelity is not None:
-            out = with_fidelity(out, point.fraction, ds.sizes["sample"])
+            if len(points) == 1:
+                datasets = [compare(model, profiles[0], w.inputs, w.targets, placement=placement, seeds=seeds[0],
+                                    chips=list(spec.chips), calibration=w.calibration)]
+            else:
+                datasets = compare_population(model, profiles, w.inputs, w.targets, placement=placement, seeds=seeds,
+                                              chips=list(spec.chips), calibration=w.calibration)
+        out = []
+        for point, ds in zip(points, datasets):
+            one = point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))
+            if spec.search is not None and spec.search.fidelity is not None:
+                one = with_fidelity(one, point.fraction, ds.sizes["sample"])
+            out.append((point.key, one))
         return out
     finally:
         torch.set_num_threads(before)
@@ -95,8 +138,8 @@ def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
     return out
 
 
-def _job(spec: SweepSpec, base: Any, point: Point, fits: str | None = None) -> tuple[str, xr.Dataset]:
-    return point.key, run_point(spec, base, point, fits)
+def _job(spec: SweepSpec, base: Any, points: list[Point], fits: str | None = None) -> list[tuple[str, xr.Dataset]]:
+    return run_population(spec, base, points, fits)
 
 
 def _warm(models: tuple[str, ...]) -> None:
@@ -111,11 +154,13 @@ def _warm(models: tuple[str, ...]) -> None:
         _model(name)
 
 
-def _local(spec: SweepSpec, base: Any, todo: list[Point], pool: Any, fits: str) -> Iterator[tuple[str, xr.Dataset]]:
+def _local(spec: SweepSpec, base: Any, todo: list[Point], pool: Any, fits: str, batched: bool = True
+           ) -> Iterator[tuple[str, xr.Dataset]]:
     from aocsim.parallel import run_parts
 
-    for _, result in run_parts(_job, [(spec, base, p, fits) for p in todo], pool):
-        yield result
+    groups = populations(todo, pool.workers, batched)
+    for _, finished in run_parts(_job, [(spec, base, g, fits) for g in groups], pool):
+        yield from finished
 
 
 def connect(scheduler: str) -> Any:
@@ -132,21 +177,24 @@ def connect(scheduler: str) -> Any:
                          "Dask scheduler at tcp://HOST:PORT") from None
 
 
-def _dask(client: Any, spec: SweepSpec, base: Any, todo: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
+def _dask(client: Any, spec: SweepSpec, base: Any, todo: list[Point], batched: bool = True
+          ) -> Iterator[tuple[str, xr.Dataset]]:
     from distributed import as_completed
 
-    # A Dask worker runs one task per thread it has; each task runs torch on one thread (run_point).
-    futures = [client.submit(_job, spec, base, p, key=f"aocsim-point-{p.key}", pure=False) for p in todo]
+    # A Dask worker runs one task per thread it has; each task runs torch on one thread (run_population).
+    slots = max(1, sum(client.nthreads().values()))
+    futures = [client.submit(_job, spec, base, g, key=f"aocsim-point-{g[0].key}", pure=False)
+               for g in populations(todo, slots, batched)]
     try:
         for future in as_completed(futures, loop=client.loop):
-            yield future.result()
+            yield from future.result()
     finally:
         for f in futures:
             f.cancel()
 
 
 def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, scheduler: str | Any | None = None,
-          resume: bool = False, overwrite: bool = False, progress: bool = False) -> xr.Dataset:
+          resume: bool = False, overwrite: bool = False, progress: bool = False, batched: bool = True) -> xr.Dataset:
     """Run every unfinished point of `spec` and write `out/results.nc`; returns the Dataset.
 
     Args:
@@ -157,6 +205,8 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
         resume: finish a sweep in `out` (the same spec, device profile and models); overwrite: start
             it again (removing only the sweep's own files).
         progress: a progress bar with ETA over the points.
+        batched: points that differ only in per-load profile values run as populations, one call per
+            population part (`populations`; aocsim/experiments/population.py); False: a call per point.
 
     Every point runs torch on one thread (the many small operations of a solve scale over processes,
     not threads; and a point's numbers then never depend on where it ran).
@@ -180,13 +230,13 @@ def sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, sc
 
     def evaluate(points: list[Point]) -> Iterator[tuple[str, xr.Dataset]]:
         if client is not None:
-            return _dask(client, spec, base, points)
+            return _dask(client, spec, base, points, batched)
         if not pools:
             from aocsim.parallel import Workers
 
             size = spec.search.batch if spec.search is not None else len(points)
             pools.append(Workers(min(workers, size), warm=_warm, args=(spec.models,)))
-        return _local(spec, base, points, pools[0], str(store.fits))  # Dask workers may not see the folder
+        return _local(spec, base, points, pools[0], str(store.fits), batched)  # Dask workers may not see the folder
 
     try:
         if spec.search is not None:

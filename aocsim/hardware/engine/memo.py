@@ -66,6 +66,24 @@ def derive(value: Any) -> Any:
                     "strings, mappings, dataclasses or profiles")
 
 
+_FROZEN: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id -> (the object, its derived key)
+FROZEN_KEPT = 64
+
+
+def derive_frozen(value: Any) -> Any:
+    """`derive(value)` for an object that never changes once built (a profile's components: `DeviceProfile.parts`
+    is built once per profile and read-only), remembered by identity: a chip's static draws are looked up for
+    every tile of every weight load, and deriving a profile's every value each time cost a tenth of a
+    search (aocsim/hardware/engine/programming.py)."""
+    entry = _FROZEN.get(id(value))
+    if entry is None or entry[0] is not value:
+        entry = (value, derive(value))  # (holding the object keeps its id from being reused)
+        _FROZEN[id(value)] = entry
+        while len(_FROZEN) > FROZEN_KEPT:
+            _FROZEN.popitem(last=False)
+    return entry[1]
+
+
 class Memo(Generic[T]):
     """Results by the inputs that decide them (module docstring).
 
