@@ -273,9 +273,17 @@ class DeviceLinear(nn.Module):
 
     def _nodes(self, t: torch.Tensor, key: keys.Key, call: int | torch.Tensor = 0, samples: torch.Tensor | None = None,
                passes: int = 1, compile: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Node volts [R, M] of inputs t [R, K] (the mean of `passes` passes) and the input scales [R]."""
+        """Node volts [R, M] of inputs t [R, K] (the mean of `passes` passes) and the input scales [R]; a row
+        whose inputs are not finite (a state that diverged digitally) reads NaN, its row alone (the tiles take
+        it as zero drive), so that its token's solve reports divergence instead of the run stopping."""
+        bad = ~torch.isfinite(t).all(dim=1)
+        diverged = bool(bad.any())
+        if diverged:
+            t = torch.where(bad[:, None], torch.zeros((), dtype=t.dtype), t)
         out = self.tiles(self.wide(t), partial_sums=self.partial_sums, generator=key, call=call, samples=samples,
                          passes=passes, compile=compile)
+        if diverged:
+            return out.nodes.masked_fill(bad[:, None], float("nan")), out.input_scale
         return out.nodes, out.input_scale
 
     def _by_position(self, x: torch.Tensor, samples: torch.Tensor, visit: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -72,8 +72,9 @@ def median_over_positions(trace: torch.Tensor) -> torch.Tensor:
 
 def per_token(out: Any, tol: float) -> SolveResult:
     """A model output's iterations and residuals per token [B, L] as a SolveResult (converged at
-    most `tol`, else max_iter)."""
+    most `tol`, diverged where the residual is not finite, else max_iter)."""
     status = torch.where(out.residuals <= tol, SolveStatus.CONVERGED.value, SolveStatus.MAX_ITER.value)
+    status = torch.where(torch.isfinite(out.residuals), status, SolveStatus.DIVERGED.value)
     nan = torch.full_like(out.residuals, float("nan"))
     return SolveResult(out.z, status, out.iterations, nan, out.residuals, out.trace, "picard (per token)")
 

@@ -4,7 +4,8 @@ Each case is one search (NSGA-II, a generation of `batch` trials over SLM bits, 
 per-load values a population stacks, `tile_product.PER_LOAD`) run twice in this process on the same
 workload, once as populations (`sweep(..., batched=True)`: a generation's trials one call,
 aocsim/experiments/population.py) and once point by point (a call per trial, as sweeps ran before), in
-alternating order after an untimed warm-up search; and each trial's cost in exact-path times: the
+alternating order after an untimed warm-up search, each starting with every memo empty (its fits are its
+own: the memory of one search would otherwise serve the other's); and each trial's cost in exact-path times: the
 search's seconds per trial over the exact path's seconds on the same tokens (best of 3, timed in the same
 run). Torch on one thread; one local worker, so that the ratio is the batching's alone.
 """
@@ -92,6 +93,7 @@ def bench_search(models: tuple[str, ...] = ("parity-implicit", "a5-implicit"), *
 
     from aocsim.errors import InputError
     from aocsim.experiments.sweep.run import sweep
+    from aocsim.hardware.engine.memo import forget_all
 
     unknown = [m for m in models if m not in SEARCH_CASES]
     if unknown:
@@ -111,6 +113,7 @@ def bench_search(models: tuple[str, ...] = ("parity-implicit", "a5-implicit"), *
                 seconds, accuracy = {}, {}
                 for batched in (False, True) if len(rows) % 2 == 0 else (True, False):
                     out = Path(tmp) / f"out-{batched}"
+                    forget_all()  # each search fits its points anew, as a fresh process would
                     start = time.perf_counter()
                     ds = sweep(spec, out, batched=batched)
                     seconds[batched] = time.perf_counter() - start

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The commands whose options the docs use, longest first (a subcommand before its group).
 COMMANDS = ("sweep status", "sweep show", "sweep run", "sweep", "devices show", "devices list", "bench loop",
-            "bench sweep", "bench compare", "compare", "plot", "train", "evaluate", "models table")
+            "bench sweep", "bench compare", "bench search", "compare", "plot", "train", "evaluate", "models table")
 SPAN = re.compile(r"`([^`]+)`")  # inline code, which may wrap onto the next line
 COMMAND = re.compile(r"(?:^|\s)aocsim(?:\s+(?:--threads\s+\S+|-v+))*\s+([a-z].*)$", re.S)
 

@@ -244,3 +244,25 @@ def test_a_weak_output_is_not_calibrated_into_noise() -> None:
     gain = layer.gain.abs()
     assert float(gain.max() / gain.min()) <= GAIN_SPREAD ** 2 + 1e-9
     assert layer.calibration_error < 0.15, layer.calibration_error
+
+
+def test_a_diverged_row_reads_nan_alone_and_its_tokens_report_divergence(parity) -> None:
+    """A state that diverged digitally (an extreme design point: a5-implicit on aoc48 at 4 SLM bits, a 6-bit
+    ADC and 1e-5 W per unit stopped a whole search with 't contains NaN') reads NaN in its own row of a map on
+    tiles, the other rows as without it, and its token's status is diverged."""
+    from aocsim.execute.hybrid import per_token
+    from aocsim.nn.implicit_ssm import SSMOutput
+    from aocsim.solve.result import SolveStatus
+
+    model, tokens, _, cal = parity
+    placed = place_ssm(model, load_device("aoc48"), cal, hybrid(), generator=0)
+    layer = placed.maps["inject"]
+    x = cal["inject"][:6].clone()
+    clean, _ = layer._nodes(x, keys.as_key(5))
+    x[2, 3] = float("inf")
+    node, _ = layer._nodes(x, keys.as_key(5))
+    assert torch.isnan(node[2]).all() and torch.equal(node[[0, 1, 3, 4, 5]], clean[[0, 1, 3, 4, 5]])
+    residuals = torch.tensor([[0.01, float("nan"), 0.5]])
+    out = SSMOutput(torch.zeros(1, 3, 2), torch.zeros(1, 3, 4), torch.ones(1, 3, dtype=torch.int64), residuals, None)
+    assert per_token(out, 0.1).status.tolist() == [[SolveStatus.CONVERGED.value, SolveStatus.DIVERGED.value,
+                                                    SolveStatus.MAX_ITER.value]]

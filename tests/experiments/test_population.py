@@ -91,3 +91,41 @@ def test_a_population_refuses_points_of_other_placements_and_seed_counts() -> No
     with pytest.raises(InputError, match="loads\\[1\\] is not a load"):
         compare_population(model, [base, base.with_overrides({"injection.dac_bits": 6})], TOKENS, seeds=[[1], [2]],
                            calibration=TOKENS)
+
+
+def test_a_sweep_groups_points_into_populations_of_one_shape() -> None:
+    from aocsim.experiments.sweep.run import populations
+    from aocsim.experiments.sweep.spec import Point
+
+    def point(i: int, **settings) -> Point:
+        return Point("parity-implicit", settings, (i,), f"k{i}")
+
+    points = [point(0, **{"slm.bits": 4}), point(1, **{"slm.bits": 5, "readout.adc_bits": 8}),
+              point(2, **{"slm.bits": 4, "placement.averaging": 2}),  # a placement: another shape
+              point(3, **{"slm.bits": 6, "injection.dac_bits": 6}),  # not a per-load value
+              point(4, **{"noise.power_per_unit_w": 1e-5}), point(5, **{"slm.bits": 7})]
+    assert [[p.key for p in g] for g in populations(points, 1)] == [["k0", "k1", "k4", "k5"], ["k2"], ["k3"]]
+    # a part per worker
+    assert [[p.key for p in g] for g in populations(points, 2)] == [["k0", "k1"], ["k4", "k5"], ["k2"], ["k3"]]
+    assert [[p.key for p in g] for g in populations(points, 1, batched=False)] == [[p.key] for p in points]
+    screened = Point("parity-implicit", {"slm.bits": 4}, (6,), "k6", fraction=0.25)
+    assert len(populations([points[0], screened], 1)) == 2  # another share of the workload
+
+
+def test_the_search_bench_asks_a_search_a_sweep_accepts(tmp_path) -> None:
+    """`aocsim bench search` builds its searches as specs; each case's is a valid search on its placement."""
+    import yaml
+
+    from aocsim.experiments.bench_search import SEARCH_CASES, SearchBenchRow, format_search_bench, search_spec
+    from aocsim.experiments.sweep.spec import load_spec
+
+    for model, case in SEARCH_CASES.items():
+        path = tmp_path / f"{model}.yaml"
+        path.write_text(yaml.safe_dump(search_spec(model, trials=8, batch=4, case=case)))
+        spec = load_spec(path)
+        assert spec.search is not None and spec.search.batch == 4 and spec.search.budget == 8
+        assert {"slm.bits", "readout.adc_bits", "noise.power_per_unit_w"} <= {p.path for p in spec.search.space}
+    row = SearchBenchRow("parity-implicit", 16, 8, 32, 1, batched_s=30.0, point_by_point_s=60.0, exact_s=0.5,
+                         accuracy_agrees=True)
+    assert row.speedup == 2.0 and row.per_minute(row.batched_s) == 32.0 and row.exact_times(row.batched_s) == 3.75
+    assert "2.00x" in format_search_bench([row])

@@ -63,12 +63,15 @@ def test_every_per_load_value_is_named_here() -> None:
 
 
 @pytest.mark.parametrize("key", sorted(POPULATION))
-@pytest.mark.parametrize("partial_sums", ["analog", "digital"])
-def test_a_population_stack_gives_each_design_point_its_own_product(key: str, partial_sums: str) -> None:
+@pytest.mark.parametrize("partial_sums,predistort", [("analog", False), ("digital", False), ("analog", True)])
+def test_a_population_stack_gives_each_design_point_its_own_product(key: str, partial_sums: str,
+                                                                    predistort: bool) -> None:
+    """(predistorted: each point's emitters measured with its own light and ADC, its own cubics)"""
     device = load_device("aoc48")
     weight = 0.01 * _rand(0, 30, 70)
     points = [device, device.with_overrides({key: POPULATION[key]}), device.with_overrides({"readout.adc_bits": 10})]
-    loads = [TiledMatrix(p, weight, generator=keys.as_key(seed)) for p, seed in zip(points, (11, 12, 13))]
+    loads = [TiledMatrix(p, weight, generator=keys.as_key(seed), predistort=predistort)
+             for p, seed in zip(points, (11, 12, 13))]
     run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)]
     t, ids = _rand(1, 3 * 6, 70), torch.arange(18) % 6
     stacked = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=2, passes=2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
@@ -66,6 +67,16 @@ def derive(value: Any) -> Any:
                     "strings, mappings, dataclasses or profiles")
 
 
+MEMOS: "weakref.WeakSet[Memo[Any]]" = weakref.WeakSet()  # every memo alive: a benchmark starts each timing cold
+
+
+def forget_all() -> None:
+    """Empty every memo's memory (their folders are left as they are): what a fresh process has."""
+    for memo in MEMOS:
+        memo.clear()
+    _FROZEN.clear()
+
+
 _FROZEN: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id -> (the object, its derived key)
 FROZEN_KEPT = 64
 
@@ -104,6 +115,7 @@ class Memo(Generic[T]):
         self.kind, self.size, self.stored = kind, size, stored
         self.to_records, self.from_records, self.hashed = to_records, from_records, hashed
         self._entries: OrderedDict[tuple, tuple[T, list[keys.Key] | None]] = OrderedDict()
+        MEMOS.add(self)
 
     def key(self, inputs: tuple) -> tuple:
         """The key of `inputs` (memory's; the folder's is its digest with the version and the code)."""

@@ -37,7 +37,9 @@ class Plan:
     grid (rows, cols), tile_size, channels, outputs M; passes: averaged passes; layout: the optical
     stage's; partial_sums; clip, dac, adc: whether the DAC clips, the DAC quantises and the ADC
     quantises; predistort; keep_partials: whether the partials are returned too; loads: weight loads
-    of the same program stacked (`tile_product.LoadStack`), each on its own group of the rows.
+    of the same program stacked (`tile_product.LoadStack`), each on its own group of the rows;
+    shapes_per_load: `shapes` is a tuple of each load's (a population's points measure their emitters
+    with their own light and ADC).
     """
 
     grid: tuple[int, int]
@@ -53,6 +55,7 @@ class Plan:
     predistort: bool
     keep_partials: bool = False
     loads: int = 1
+    shapes_per_load: bool = False  # a population's loads predistort with each its own measured cubics
 
 
 def input_scale(t: torch.Tensor, input_range: Any) -> torch.Tensor:
@@ -87,8 +90,15 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     s_in = input_scale(t, x["input_range"])
     drive = t / s_in[:, None]
     if plan.predistort:  # shapes given: the profile and the modules are not read
-        u = predistorted_tiles(None, drive, cols, ts, n, [0] * (rows * cols), 0.0,  # type: ignore[arg-type]
-                               lambda v: dac(plan, v, x["dac"]), x["shapes"])
+        def tiles_of(d: torch.Tensor, shapes: Any) -> torch.Tensor:
+            return predistorted_tiles(None, d, cols, ts, n, [0] * (rows * cols), 0.0,  # type: ignore[arg-type]
+                                      lambda v: dac(plan, v, x["dac"]), shapes)
+
+        if plan.shapes_per_load:  # group s through load s's cubics
+            group = batch // plan.loads
+            u = torch.cat([tiles_of(drive[s * group:(s + 1) * group], shapes) for s, shapes in enumerate(x["shapes"])], 1)
+        else:
+            u = tiles_of(drive, x["shapes"])
     else:
         blocks = F.pad(dac(plan, drive, x["dac"]), (0, cols * ts - k)).view(batch, cols, ts)
         u = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols, device=t.device) % cols]

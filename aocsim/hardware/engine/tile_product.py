@@ -112,6 +112,21 @@ def converter(span: object, bits: int | None) -> tuple[float, float, float]:
     return low, high, C.code_step(low, high, bits) if bits is not None else 0.0
 
 
+def _shapes(each: list[Any]) -> Any:
+    """The loads' predistortion cubics: one load's where every load's are the same (a chip's seeds), else
+    the list of each load's (a population's)."""
+    first = each[0]
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, tuple):
+            return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and (a is b or torch.equal(a, b))
+        return a == b
+
+    return first if all(same(first, other) for other in each[1:]) else list(each)
+
+
 class LoadStack:
     """Weight loads (`TiledMatrix`s) of one program on one chip, or of a population's programs of one shape,
     run as one product (module docstring).
@@ -183,17 +198,20 @@ class LoadStack:
             first._gates[passes, at] = hold_gates(v, first.grid, ts, m, first.modules if first.multiplexed else None,
                                                   passes, *at)
         gates = first._gates[passes, at] if partial_sums == "analog" else None
-        if first.predistort and (first._shapes is None or first._shapes[0] != at):
-            modules = [first.mount.module(i) for i in range(rows * cols)]
-            first._shapes = (at, tile_shapes(first.profile, n, modules, first.input_range, *at))
+        if first.predistort:
+            for load in self.loads:  # each load's measured cubics (a population's differ: its light and ADC)
+                if load._shapes is None or load._shapes[0] != at:
+                    modules = [load.mount.module(i) for i in range(rows * cols)]
+                    load._shapes = (at, tile_shapes(load.profile, n, modules, load.input_range, *at))
+        shapes = None if not first.predistort else _shapes([load._shapes[1] for load in self.loads])
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
         every = None if bases[0] is None else [b for each in bases for b in each]  # by (load, pass)
         clip, dac_bits, adc_bits = v.injection.clip, v.injection.dac_bits, v.readout.adc_bits
         plan = Plan(first.grid, ts, n, m, passes, layout, partial_sums, clip is not None, dac_bits is not None,
-                    adc_bits is not None, first.predistort, keep_partials, s)
+                    adc_bits is not None, first.predistort, keep_partials, s, isinstance(shapes, list))
         shared = {"input_range": first.input_range, "dac": converter(clip, dac_bits),
-                  "shapes": first._shapes[1] if first.predistort else None, "constants": constants.tensors(),
+                  "shapes": tuple(shapes) if isinstance(shapes, list) else shapes, "constants": constants.tensors(),
                   "k0": k0, "gain": first.loops[0].node(0, t)[0], "gate": None if gates is None else gates[0],
                   "keep": None if gates is None else gates[1],
                   "shift": None if gates is None else gates[2]}
