@@ -29,8 +29,8 @@ from aocsim.execute.option_groups import MAMBA2
 from aocsim.execute.placed import PlacedModel
 from aocsim.execute.placement import Placement
 from aocsim.execute.run import Run, seed_key
-from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, on_tiles, place_ssm,
-                                        sequence_ids, sized)
+from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, fit_programs_population, on_tiles,
+                                        place_ssm, sequence_ids, sized)
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -117,6 +117,12 @@ class HybridMamba2(PlacedModel):
         super().__init__(model, profile, placement, prepared)
         self.calibration = prepared
         self.programs = fit_programs(model, self.run_profile, prepared, placement)  # once per chip
+
+    @classmethod
+    def fit_population(cls, model: Mamba2LM, profiles: list[DeviceProfile], prepared: dict[str, torch.Tensor],
+                       placement: Placement) -> None:
+        """Every point's tile programs fitted together (`fit_programs_population`), remembered for its placement."""
+        fit_programs_population(model, profiles, prepared, sized(placement, profiles[0]))
 
     @property
     def program_error(self) -> float:

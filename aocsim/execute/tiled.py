@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, fit_key, fit_maps
+from aocsim.execute.device_linear import DeviceLinear, fit_key, fit_maps, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs
@@ -115,6 +115,14 @@ class TiledDEQ(PlacedModel):
             self.operator = model.operator().detach()
         chip = self.run_profile
         self.program, = fit_maps(chip, [(self.operator, prepared, fit_key(chip))], placement.tile)  # per chip
+
+    @classmethod
+    def fit_population(cls, model: DEQ, profiles: list[DeviceProfile], prepared: torch.Tensor,
+                       placement: Placement) -> None:
+        """Every point's tile program for beta W fitted together (`fit_maps_population`), remembered for its placement."""
+        with torch.no_grad():
+            operator = model.operator().detach()
+        fit_maps_population(profiles, [(operator, prepared, fit_key(profiles[0]))], placement.tile)
 
     @property
     def program_error(self) -> float:

@@ -129,3 +129,24 @@ def test_the_search_bench_asks_a_search_a_sweep_accepts(tmp_path) -> None:
                          accuracy_agrees=True)
     assert row.speedup == 2.0 and row.per_minute(row.batched_s) == 32.0 and row.exact_times(row.batched_s) == 3.75
     assert "2.00x" in format_search_bench([row])
+
+
+@pytest.mark.slow
+def test_a_tiled_deqs_population_fits_together_and_runs_as_each_point_alone(tmp_path) -> None:
+    """A DEQ larger than the device (digits-deq48 on aoc16: beta W on tiles): its points' programs fitted
+    together, each Dataset identical to the point's own compare (its runs are its own)."""
+    from aocsim import disk_memo
+    from aocsim.experiments.workloads import default_workload
+
+    model = load_model("digits-deq48")
+    w = default_workload(model, samples=30)
+    base = load_device("aoc16")
+    points = [base.with_overrides({"slm.bits": b, "readout.adc_bits": a}) for b, a in ((6, 8), (8, 10), (4, 6))]
+    together = compare_population(model, points, w.inputs, w.targets, seeds=[[1], [2], [3]], chips=[0],
+                                  calibration=w.calibration)
+    assert together[0].attrs["kind"] == "tiled DEQ"
+    with disk_memo.use(str(tmp_path / "alone")):
+        device_linear.FITS.clear()
+        for point, seed, ds in zip(points, (1, 2, 3), together):
+            alone = compare(model, point, w.inputs, w.targets, seeds=[seed], chips=[0], calibration=w.calibration)
+            xr.testing.assert_identical(alone.drop_attrs(), ds.drop_attrs())
