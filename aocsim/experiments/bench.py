@@ -19,6 +19,7 @@ from unittest import mock
 
 import torch
 
+from aocsim.experiments import aihwkit_yardstick
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.hardware.engine.reference import PerStageLoop
@@ -34,6 +35,9 @@ class LoopBenchRow:
     folded_per_s: float
     per_stage_per_s: float
     max_abs_diff: float | None  # final states of the two implementations (deterministic setting only)
+    # IBM aihwkit-lightning's AnalogLinear iterated the same way (noisy settings, where it is installed:
+    # aocsim/experiments/aihwkit_yardstick.py), eager or compiled as the row is
+    aihwkit_per_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -73,6 +77,10 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
                                    .drifted(torch.Generator().manual_seed(seed + 2))
                  for name, flag in variants.items()}
         ref = PerStageLoop(loops[setting])
+        yardsticks = {}  # the noisy loop's peer: an analog layer with its DAC, ADC and output noise
+        if not quiet and aihwkit_yardstick.available():
+            yardsticks = {name: aihwkit_yardstick.analog_loop(n, dtype, compiled=flag, seed=seed)
+                          for name, flag in variants.items()}
         for batch in batches:
             x = torch.rand(batch, n, generator=gen).to(dtype)
             z0 = torch.zeros(batch, n, dtype=dtype)
@@ -89,6 +97,8 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
                                                       generator=torch.Generator().manual_seed(seed)))
                 for name, loop in loops.items()}
             timed["per-stage"] = per_stage
+            for name, fn in yardsticks.items():
+                timed[f"aihwkit {name}"] = lambda fn=fn: fn(z0, x, iterations)
             with torch.no_grad():
                 # warm-up (and compilation), and a check that they compute the same thing
                 results = {name: fn() for name, fn in timed.items()}
@@ -100,17 +110,24 @@ def bench_loop(profile: str = "aoc48", batches: tuple[int, ...] = (1, 64, 1024),
             for name in loops:
                 diff = (float((results[name] - results["per-stage"]).abs().max())
                         if setting == "deterministic" else None)
-                rows.append(LoopBenchRow(name, batch, work / best[name], work / best["per-stage"], diff))
+                peer = best.get(f"aihwkit {name}")
+                rows.append(LoopBenchRow(name, batch, work / best[name], work / best["per-stage"], diff,
+                                         None if peer is None else work / peer))
     return rows
 
 
 def format_loop_bench(rows: list[LoopBenchRow]) -> str:
+    peers = any(r.aihwkit_per_s is not None for r in rows)
     lines = [f"{'setting':24s} {'batch':>6s} {'folded (it/s)':>15s} {'per-stage (it/s)':>17s} {'ratio':>7s} "
-             f"{'max |diff|':>11s}"]
+             f"{'max |diff|':>11s}" + (f" {'aihwkit (it/s)':>15s} {'folded / aihwkit':>17s}" if peers else "")]
     for r in rows:
         diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.1e}"
-        lines.append(f"{r.setting:24s} {r.batch:6d} {r.folded_per_s:15.3e} {r.per_stage_per_s:17.3e} "
-                     f"{r.ratio:6.2f}x {diff:>11s}")
+        line = (f"{r.setting:24s} {r.batch:6d} {r.folded_per_s:15.3e} {r.per_stage_per_s:17.3e} "
+                f"{r.ratio:6.2f}x {diff:>11s}")
+        if peers:
+            line += (f" {'-':>15s} {'-':>17s}" if r.aihwkit_per_s is None else
+                     f" {r.aihwkit_per_s:15.3e} {r.folded_per_s / r.aihwkit_per_s:16.2f}x")
+        lines.append(line)
     return "\n".join(lines)
 
 
