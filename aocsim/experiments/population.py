@@ -22,11 +22,16 @@ import xarray as xr
 
 from aocsim._checks import short
 from aocsim.errors import InputError
+from aocsim.execute.device_linear import FITS
 from aocsim.execute.registry import resolve_profile
 from aocsim.experiments.compare import _dataset, _plan, record_runs
 from aocsim.experiments.workloads import default_calibration
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.progress import bar
+
+# Points fitted together at most: the fits memo keeps this many programs in memory (`device_linear.FITS`), and
+# each point is placed from it right after (with the calibration store off, a program pushed out would be fitted again).
+FIT_CHUNK = FITS.size
 
 
 def compare_population(model: Any, devices: Sequence[DeviceProfile], inputs: torch.Tensor,
@@ -59,8 +64,11 @@ def compare_population(model: Any, devices: Sequence[DeviceProfile], inputs: tor
     runs: list[dict[int, list[dict[str, Any]]]] = [{} for _ in plans]
     for k, ci in bar(list(enumerate(first.chips)), desc="population chips", enabled=progress):
         profiles = [resolve_profile(plan.base, ci) for plan in plans]
-        placed.cls.fit_population(m, profiles, prepared, placed.placement)
-        built = [placed.build(m, profile, prepared) for profile in profiles]
+        built = []
+        for i in range(0, len(profiles), FIT_CHUNK):  # each chunk placed while its fits are still in memory
+            chunk = profiles[i:i + FIT_CHUNK]
+            placed.cls.fit_population(m, chunk, prepared, placed.placement)
+            built += [placed.build(m, profile, prepared) for profile in chunk]
         results = placed.cls.run_population(built, first.inputs, [plan.seeds for plan in plans])
         for p, (one, plan) in enumerate(zip(built, plans)):
             overrides = json.dumps(one.run_overrides(), sort_keys=True, default=str)

@@ -61,7 +61,10 @@ def test_a_populations_fits_are_each_points_own(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.slow
-def test_a_populations_datasets_are_what_compare_gives_each_point() -> None:
+def test_a_populations_datasets_are_what_compare_gives_each_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aocsim.experiments import population
+
+    monkeypatch.setattr(population, "FIT_CHUNK", 3)  # fitted and placed 3 points and then 1, run as one batch
     model = load_model("parity-implicit")
     seeds = [[10 + i, 20 + i] for i in range(len(POINTS))]
     together = compare_population(model, _profiles(), TOKENS, TARGETS, seeds=seeds, chips=[1],
