@@ -1,7 +1,7 @@
 """A folder of results too costly to compute twice (a chip's tile programs, its emitters' measured
 cubics): the calibration store, which every process reads and writes, and a sweep's own folder.
 
-`aocsim.execute.device_linear.fit_maps` and `aocsim.hardware.engine.emitter_calibration.measured_shapes`
+`aocsim.execute.map_fit.fit_maps` and `aocsim.hardware.engine.emitter_calibration.measured_shapes`
 memoise in memory per process, and look in a folder too: by default the user's calibration store
 (`store_folder`: as a machine keeps its calibration, a chip placed once on this computer is read back
 by every later run), and while `use(folder)` is open that folder instead (a sweep's `fits/`,

@@ -32,7 +32,7 @@ def bench() -> None:
 @friendly
 def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[int, ...], compiled: bool) -> None:
     """Sample-iterations per second of the folded loop vs the twin-style per-stage loop (float32, CPU)."""
-    from aocsim.experiments.bench import bench_loop, format_loop_bench
+    from aocsim.experiments.bench_loop import bench_loop, format_loop_bench
 
     try:
         with compute() as threads:

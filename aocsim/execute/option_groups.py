@@ -132,7 +132,7 @@ class SequenceOptions(OptionGroup):
 
 @dataclass(frozen=True)
 class TileOptions(OptionGroup):
-    """How a model's linear maps run on optical tiles (aocsim/execute/device_linear.py: `fit_maps`,
+    """How a model's linear maps run on optical tiles (aocsim/execute/map_fit.py: `fit_maps`,
     `DeviceLinear`)."""
 
     tile_size: int | None = option(
@@ -163,7 +163,7 @@ class TileOptions(OptionGroup):
 
     def fitted(self) -> "TileOptions":
         """The options a tile program's fit reads (averaging is not one: points that differ only in it share
-        their fits, aocsim/execute/device_linear.py `fit_maps`)."""
+        their fits, aocsim/execute/map_fit.py `fit_maps`)."""
         return dataclasses.replace(self, averaging=None)
 
 

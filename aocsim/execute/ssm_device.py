@@ -30,7 +30,8 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
 from aocsim.execute.compiled_mix import install_compiled_mix
-from aocsim.execute.device_linear import DeviceLinear, MapProgram, fit_key, fit_maps_population
+from aocsim.execute.device_linear import DeviceLinear
+from aocsim.execute.map_fit import MapProgram, fit_key, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
@@ -267,7 +268,7 @@ def fit_programs(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibrati
 def fit_programs_population(model: ImplicitSSM | Mamba2LM, devices: list[DeviceProfile],
                             calibration: dict[str, torch.Tensor], placement: Placement) -> list[dict[str, MapProgram]]:
     """`fit_programs` for each design point of a population on one chip, fitted together
-    (`device_linear.fit_maps_population`)."""
+    (`map_fit.fit_maps_population`)."""
     missing = [n for n in on_tiles(model, placement) if not isinstance(calibration, dict) or n not in calibration]
     if missing:
         raise InputError(f"calibration has no inputs for {missing[0]!r}; expected calibration_inputs(model, tokens) "

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import DeviceLinear, fit_key, fit_maps, fit_maps_population
+from aocsim.execute.device_linear import DeviceLinear
+from aocsim.execute.map_fit import fit_key, fit_maps, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs

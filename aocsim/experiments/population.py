@@ -22,14 +22,14 @@ import xarray as xr
 
 from aocsim._checks import short
 from aocsim.errors import InputError
-from aocsim.execute.device_linear import FITS
+from aocsim.execute.map_fit import FITS
 from aocsim.execute.registry import resolve_profile
 from aocsim.experiments.compare import _dataset, _plan, record_runs
 from aocsim.experiments.workloads import default_calibration
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.progress import bar
 
-# Points fitted together at most: the fits memo keeps this many programs in memory (`device_linear.FITS`), and
+# Points fitted together at most: the fits memo keeps this many programs in memory (`map_fit.FITS`), and
 # each point is placed from it right after (with the calibration store off, a program pushed out would be fitted again).
 FIT_CHUNK = FITS.size
 

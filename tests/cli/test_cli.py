@@ -280,7 +280,7 @@ def test_the_loop_bench_times_aihwkits_analog_layer_beside_the_noisy_loop() -> N
     import torch
 
     from aocsim.experiments import aihwkit_yardstick
-    from aocsim.experiments.bench import bench_loop, format_loop_bench
+    from aocsim.experiments.bench_loop import bench_loop, format_loop_bench
 
     assert aihwkit_yardstick.available()  # a test dependency (pyproject.toml)
     x, z0 = torch.rand(4, 48), torch.zeros(4, 48)

@@ -334,7 +334,7 @@ def fast_long_work() -> Any:
     patch.setattr(evaluate, "evaluate_state_tracking", fake_state_tracking)
     patch.setattr(recipes, "RECIPES", {name: (lambda out, **k: resolve_model_dir("digits-deq48"))
                                        for name in recipes.RECIPES})
-    patch.setattr("aocsim.experiments.bench.bench_loop", lambda profile, *a, **k: aocsim.load_device(profile) and [])
+    patch.setattr("aocsim.experiments.bench_loop.bench_loop", lambda profile, *a, **k: aocsim.load_device(profile) and [])
     yield
     patch.undo()
 

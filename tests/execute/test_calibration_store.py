@@ -11,7 +11,7 @@ import torch
 import xarray as xr
 
 from aocsim import compare, disk_memo
-from aocsim.execute import device_linear
+from aocsim.execute import map_fit
 from aocsim.tasks.groups import group, word_problems
 
 TOKENS, TARGETS = word_problems(group("parity"), 2, 16, identity_prob=0.5, generator=8)
@@ -21,7 +21,7 @@ TOKENS, TARGETS = word_problems(group("parity"), 2, 16, identity_prob=0.5, gener
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty store (tests run with the store off, tests/conftest.py) and an empty memory of fits."""
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, str(tmp_path))
-    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
+    monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
     return tmp_path / "calibration"
 
 
@@ -48,17 +48,17 @@ def test_spawned_workers_fill_the_store_and_a_later_run_reads_it_without_fitting
     in memory reads both (a fit now fails the test) and gives the same Dataset."""
     spread = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1), workers=2)
     assert len(list(store.glob("fits-*.h5"))) == 2
-    device_linear.FITS.clear()
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
+    map_fit.FITS.clear()
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     read = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
     xr.testing.assert_identical(spread.drop_attrs(), read.drop_attrs())
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
-    device_linear.FITS.clear()
+    map_fit.FITS.clear()
     with pytest.raises(pytest.fail.Exception, match="fitted again"):  # the store off: nothing read
         compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
     monkeypatch.undo()  # the store off, fitted here: the same Dataset again
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
-    device_linear.FITS.clear()
+    map_fit.FITS.clear()
     alone = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
     xr.testing.assert_identical(spread.drop_attrs(), alone.drop_attrs())
 
@@ -157,15 +157,15 @@ def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recor
     profile = resolve_profile("aoc48", 0)
     calibration, placement = calibration_inputs(model, TOKENS), resolve(model, profile).placement
     fitted: list[int] = []
-    real = device_linear._fit_maps
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: fitted.append(1) or real(*a, **k))
+    real = map_fit._fit_maps
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: fitted.append(1) or real(*a, **k))
     jobs = {"fit": lambda: fit_programs(model, profile, calibration, placement),
             "emitters": lambda: E.measured_shapes(profile, 48, 2, 0.2, torch.float64, "cpu")}
     for name, job in jobs.items():
         with keys.recording() as fresh:
             job()
         assert fresh, name
-        device_linear.FITS.clear()
+        map_fit.FITS.clear()
         E.SHAPES.clear()
         done = len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]
         job()  # read from the store
@@ -192,12 +192,12 @@ def test_fits_read_from_the_store_count_against_the_memorys_size(store: Path,
     chips = [resolve_profile("aoc48", chip) for chip in (0, 1, 2)]
     for profile in chips:
         fit_programs(model, profile, calibration, resolve(model, profile).placement)
-    device_linear.FITS.clear()
-    monkeypatch.setattr(device_linear.FITS, "size", 2)
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
+    map_fit.FITS.clear()
+    monkeypatch.setattr(map_fit.FITS, "size", 2)
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     for profile in chips:
         fit_programs(model, profile, calibration, resolve(model, profile).placement)
-    assert len(device_linear.FITS) == 2
+    assert len(map_fit.FITS) == 2
 
 
 def test_a_write_that_fails_leaves_no_part_behind(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:

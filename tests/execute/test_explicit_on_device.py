@@ -75,13 +75,13 @@ def test_a_map_that_only_multiplies_zero_gets_no_tiles() -> None:
 ])
 def test_what_an_explicit_model_cannot_take_is_refused_before_any_fit(placement, message, data,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from aocsim.execute import device_linear
+    from aocsim.execute import map_fit
 
     def no_fit(*args, **kwargs):
         raise AssertionError("a fit ran before the refusal")
 
-    monkeypatch.setattr(device_linear, "_fit_maps", no_fit)
-    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
+    monkeypatch.setattr(map_fit, "_fit_maps", no_fit)
+    monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
     tokens, targets = data
     with pytest.raises(InputError, match=message):
         compare("parity-explicit1", "aoc48", tokens, targets, placement=placement)

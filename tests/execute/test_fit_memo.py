@@ -1,4 +1,4 @@
-"""The tile programs' memo (`aocsim.execute.device_linear.fit_maps`): a model is fitted once per chip and
+"""The tile programs' memo (`aocsim.execute.map_fit.fit_maps`): a model is fitted once per chip and
 process, whatever sweep points follow, and only where nothing the fit reads has changed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 import xarray as xr
 
 from aocsim import compare, load_model
-from aocsim.execute import device_linear, tile_program
+from aocsim.execute import map_fit, tile_program
 from aocsim.execute.option_groups import TileOptions
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs
 from aocsim.execute.registry import resolve, resolve_profile
@@ -32,14 +32,14 @@ def one_thread():
 def fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The fits actually run (memo misses), with an empty memo."""
     calls: list[int] = []
-    real = device_linear._fit_maps
+    real = map_fit._fit_maps
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(device_linear, "_fit_maps", counted)
-    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
+    monkeypatch.setattr(map_fit, "_fit_maps", counted)
+    monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
     monkeypatch.setattr(tile_program, "PROBES", 128)  # quality plays no part here
     return calls
 
@@ -88,7 +88,7 @@ def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> Non
     with keys.recording() as drawn_by_hit:
         remembered = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 1 and [k.value for k in drawn_by_hit] == [k.value for k in drawn_by_fit] != []
-    device_linear.FITS.clear()
+    map_fit.FITS.clear()
     fresh = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 2
     for name in fresh:
@@ -107,11 +107,11 @@ def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list
     calibration = calibration_inputs(model, TOKENS)
     placement = resolve(model, profile).placement
     plain = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
-    device_linear.FITS.clear()
+    map_fit.FITS.clear()
     with disk_memo.use(tmp_path):
         fitted = fit_programs(model, profile, calibration, placement)
         assert len(fits) == 2 and len(list(tmp_path.glob("fits-*.h5"))) == 1
-        device_linear.FITS.clear()
+        map_fit.FITS.clear()
         read = fit_programs(model, profile, calibration, placement)
         assert len(fits) == 2  # read from the folder, not fitted
         for name in fitted:
@@ -119,7 +119,7 @@ def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list
             assert torch.equal(a.weight, b.weight) and torch.equal(a.columns, b.columns)
             assert (a.sigma, a.error, a.dead, a.tile_size, a.input_range, a.mount) == (
                 b.sigma, b.error, b.dead, b.tile_size, b.input_range, b.mount)
-        device_linear.FITS.clear()
+        map_fit.FITS.clear()
         stored = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
         assert len(fits) == 2
         fit_programs(model, profile.with_overrides({"noise.multiplier": 2.0}), calibration, placement)
@@ -159,10 +159,10 @@ def test_a_compiled_fit_is_remembered_apart(fits: list[int], monkeypatch: pytest
     not the same bits): its programs are its own, so that a compiled run gives the same bits whether or
     not an eager one fitted the chip before it in the process (and the other way round)."""
     seen: list[object] = []
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda devices, maps, tile: seen.append(tile.compile) or [[]])
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda devices, maps, tile: seen.append(tile.compile) or [[]])
     profile = load_device("aoc48")
     for compile in (False, True, False, True):
-        device_linear.fit_maps(profile, [], TileOptions(partial_sums="analog", compile=compile))
+        map_fit.fit_maps(profile, [], TileOptions(partial_sums="analog", compile=compile))
     assert seen == [False, True]  # one fit each, then memo hits
 
 

@@ -9,7 +9,7 @@ import xarray as xr
 
 from aocsim import compare, load_model
 from aocsim.errors import InputError
-from aocsim.execute import device_linear, tile_program
+from aocsim.execute import map_fit, tile_program
 from aocsim.execute.registry import resolve, resolve_profile
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs, fit_programs_population
 from aocsim.experiments.population import compare_population
@@ -28,7 +28,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
+    monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
     monkeypatch.setattr(tile_program, "PROBES", 256)
     with disk_memo.use(str(tmp_path)):
         yield
@@ -49,7 +49,7 @@ def test_a_populations_fits_are_each_points_own(monkeypatch: pytest.MonkeyPatch,
     calibration = calibration_inputs(model, TOKENS)
     placement = resolve(model, chips[0]).placement
     together = fit_programs_population(model, chips, calibration, placement)
-    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())  # alone: fitted again
+    monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())  # alone: fitted again
     for chip, programs in zip(chips, together):
         with disk_memo.use(str(tmp_path / "alone")):  # (not read back from the population's store)
             alone = fit_programs(model, chip, calibration, placement)
@@ -111,6 +111,8 @@ def test_a_sweep_groups_points_into_populations_of_one_shape() -> None:
     # a part per worker
     assert [[p.key for p in g] for g in populations(points, 2)] == [["k0", "k1"], ["k4", "k5"], ["k2"], ["k3"]]
     assert [[p.key for p in g] for g in populations(points, 1, batched=False)] == [[p.key] for p in points]
+    many = [point(10 + i, **{"slm.bits": 4 + i % 5}) for i in range(40)]
+    assert [len(g) for g in populations(many, 1)] == [14, 14, 12]  # at most POPULATION_MOST (16) a call
     screened = Point("parity-implicit", {"slm.bits": 4}, (6,), "k6", fraction=0.25)
     assert len(populations([points[0], screened], 1)) == 2  # another share of the workload
 
@@ -149,7 +151,7 @@ def test_a_tiled_deqs_population_fits_together_and_runs_as_each_point_alone(tmp_
                                   calibration=w.calibration)
     assert together[0].attrs["kind"] == "tiled DEQ"
     with disk_memo.use(str(tmp_path / "alone")):
-        device_linear.FITS.clear()
+        map_fit.FITS.clear()
         for point, seed, ds in zip(points, (1, 2, 3), together):
             alone = compare(model, point, w.inputs, w.targets, seeds=[seed], chips=[0], calibration=w.calibration)
             xr.testing.assert_identical(alone.drop_attrs(), ds.drop_attrs())

@@ -348,17 +348,17 @@ def test_regressions_sweep_their_errors(tmp_path: Path) -> None:
 def test_a_resumed_sweep_reads_its_chips_fits_from_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sequence model's tile programs are fitted once for the points that share a chip (fits/ in the
     sweep's folder) and read back by a resumed sweep whose process has not fitted them."""
-    from aocsim.execute import device_linear
+    from aocsim.execute import map_fit
 
-    monkeypatch.setattr(device_linear, "FITS", device_linear.FITS.fresh())
+    monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
     spec = parse_spec({"model": "parity-implicit", "device": "aoc48", "data": {"sequences": 2, "length_factor": 1},
                        "axes": {"placement.averaging": [1, 2]}, "seeds": 1, "chips": 1, "metrics": ["agreement"]})
     out = tmp_path / "sweep"
     first = sweep(spec, out, workers=1)
     assert len(list((out / "fits").glob("fits-*.h5"))) == 1  # averaging: nothing a fit reads
     next(iter((out / "points").glob("*.nc"))).unlink()
-    device_linear.FITS.clear()
-    monkeypatch.setattr(device_linear, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
+    map_fit.FITS.clear()
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     xr.testing.assert_identical(first, sweep(spec, out, workers=1, resume=True))
 
 

@@ -72,7 +72,7 @@ def test_threads_option_reaches_torch_and_is_restored(monkeypatch: pytest.Monkey
     monkeypatch.setattr(threads, "load_average", lambda: 0.0)
     before = torch.get_num_threads()
     seen = []
-    monkeypatch.setattr("aocsim.experiments.bench.bench_loop",
+    monkeypatch.setattr("aocsim.experiments.bench_loop.bench_loop",
                         lambda *a, **k: seen.append(torch.get_num_threads()) or [])
     out = CliRunner().invoke(main, ["--threads", "1", "bench", "loop", "--no-compiled"])
     assert out.exit_code == 0, out.output

@@ -63,6 +63,11 @@ def run_point(spec: SweepSpec, base: Any, point: Point, fits: str | None = None)
     return run_population(spec, base, [point], fits)[0][1]
 
 
+# Points in one call at most: a sweep writes a population's points when it ends, so a killed sweep loses at
+# most this many points' work and its progress bar moves at least this often (a search's generation is one).
+POPULATION_MOST = 16
+
+
 def population_key(point: Point) -> tuple:
     """What the points run as one population share (aocsim/experiments/population.py): the model, the
     share of the workload, the placement and every profile setting but the per-load ones
@@ -75,7 +80,8 @@ def population_key(point: Point) -> tuple:
 
 def populations(points: list[Point], workers: int, batched: bool = True) -> list[list[Point]]:
     """The points grouped into populations (`population_key`), each cut into about as many parts as there are
-    workers (no more than it has points), so that every worker has one; in the points' order. Not
+    workers (no more than it has points), so that every worker has one, of at most `POPULATION_MOST` points;
+    in the points' order. Not
     `batched`: a point each (how sweeps ran before populations; `aocsim bench search` measures both)."""
     if not batched:
         return [[p] for p in points]
@@ -84,7 +90,7 @@ def populations(points: list[Point], workers: int, batched: bool = True) -> list
         groups.setdefault(population_key(p), []).append(p)
     out = []
     for group in groups.values():
-        parts = min(workers, len(group))
+        parts = min(len(group), max(workers, -(-len(group) // POPULATION_MOST)))
         size = -(-len(group) // parts)
         out += [group[i:i + size] for i in range(0, len(group), size)]
     return out
