@@ -252,7 +252,8 @@ class HybridSSM(PlacedModel):
         for group in dict.fromkeys(shape):
             members = [i for i in range(len(own)) if shape[i] == group]
             every = [(own[i], seed) for i in members for seed in seeds[i]]
-            runs = own[members[0]]._stacked(every, inputs) if len(every) > 1 else [own[members[0]].run(inputs, every[0][1])]
+            first = own[members[0]]
+            runs = first._stacked(every, inputs) if len(every) > 1 else [first.run(inputs, every[0][1])]
             for i in members:
                 out[i], runs = runs[:len(seeds[i])], runs[len(seeds[i]):]
         return out

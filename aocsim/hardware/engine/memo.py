@@ -145,7 +145,7 @@ class Memo(Generic[T]):
     def many(self, inputs: list[tuple], compute: Callable[[list[int]], list[T]]) -> list[T]:
         """The results for several inputs (a population's): those remembered or stored as one call gives them,
         the others computed together by `compute(indices)` (their results in that order) and kept, each under
-        its own key, as if computed alone (a population's fits are each point's own: tests/execute/test_population.py)."""
+        its own key, as if computed alone (a population's fits are each point's own: tests/experiments/test_population.py)."""
         known: dict[int, T] = {}
         for i, one in enumerate(inputs):
             key = self.key(one)
