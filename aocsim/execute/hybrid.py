@@ -246,7 +246,7 @@ class HybridSSM(PlacedModel):
         skip the input positions its chip measured dead at its SLM bits); else point by point."""
         own = [p for p in placed if type(p) is cls]
         if len(own) < len(placed) or not cls.stacks(placed[0].placement):
-            return PlacedModel.run_population.__func__(cls, placed, inputs, seeds)  # type: ignore[attr-defined]
+            return super().run_population(placed, inputs, seeds)
         shape = [tuple((n, tuple(p.columns.tolist())) for n, p in point.programs.items()) for point in own]
         out: list[list[Run]] = [[] for _ in own]
         for group in dict.fromkeys(shape):

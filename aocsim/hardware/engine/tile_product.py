@@ -139,7 +139,7 @@ class LoadStack:
         if not loads:
             raise InputError("loads = []; expected at least one weight load (TiledMatrix)")
         first = loads[0]
-        values = shared_values(first.profile)
+        values = shared_values(first.profile) if len(loads) > 1 else ""  # (a load alone: nothing to compare)
         for i, load in enumerate(loads[1:], 1):
             same = (shared_values(load.profile) == values, load.weight.shape == first.weight.shape,
                     load.tile_size == first.tile_size, load.mount == first.mount,
@@ -157,6 +157,8 @@ class LoadStack:
             raise InputError(f"readout.adc_bits = {self._adc_bits} over the loads; expected all integers or all None "
                              "(an ADC on every load or on none)")
         self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
+        self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
+        self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
 
     def constants(self, load_keys: Sequence[keys.Key | None], call: int) -> tuple[Constants, torch.Tensor]:
         """The loads' stacked constants and k0 (one load's as they are; several with a leading [S]), each
@@ -198,12 +200,13 @@ class LoadStack:
             first._gates[passes, at] = hold_gates(v, first.grid, ts, m, first.modules if first.multiplexed else None,
                                                   passes, *at)
         gates = first._gates[passes, at] if partial_sums == "analog" else None
-        if first.predistort:
+        if first.predistort and at not in self._shapes:  # once per stack and dtype, not per call
             for load in self.loads:  # each load's measured cubics (a population's differ: its light and ADC)
                 if load._shapes is None or load._shapes[0] != at:
                     modules = [load.mount.module(i) for i in range(rows * cols)]
                     load._shapes = (at, tile_shapes(load.profile, n, modules, load.input_range, *at))
-        shapes = None if not first.predistort else _shapes([load._shapes[1] for load in self.loads])
+            self._shapes[at] = _shapes([load._shapes[1] for load in self.loads])
+        shapes = self._shapes[at] if first.predistort else None
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
         every = None if bases[0] is None else [b for each in bases for b in each]  # by (load, pass)
@@ -218,8 +221,11 @@ class LoadStack:
         adc = converter(v.readout.range_v, adc_bits)
         adc_step: float | torch.Tensor = adc[2]
         if len(set(self._adc_bits)) > 1:  # a population's ADCs: each row's load's code step, [S G, 1]
-            steps = [converter(v.readout.range_v, b)[2] for b in self._adc_bits]
-            adc_step = torch.tensor(steps, dtype=t.dtype, device=t.device).repeat_interleave(t.shape[0] // s)[:, None]
+            if (*at, t.shape[0]) not in self._steps:
+                steps = [converter(v.readout.range_v, b)[2] for b in self._adc_bits]
+                self._steps[(*at, t.shape[0])] = torch.tensor(steps, dtype=t.dtype, device=t.device
+                                                              ).repeat_interleave(t.shape[0] // s)[:, None]
+            adc_step = self._steps[(*at, t.shape[0])]
 
         def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor, adc_step: float | torch.Tensor
                     ) -> tuple[torch.Tensor, ...]:
