@@ -3,6 +3,7 @@ process, whatever sweep points follow, and only where nothing the fit reads has 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import xarray as xr
@@ -212,3 +213,28 @@ def test_a_profile_is_keyed_by_its_values_not_its_file() -> None:
     memo = Memo("test", 4)
     assert memo.key((profile,)) == memo.key((moved,))
     assert memo.key((profile,)) != memo.key((profile.with_overrides({"noise.multiplier": 2.0}),))
+
+
+def test_a_key_remembers_only_frozen_parts_that_cannot_change() -> None:
+    """`memo.derive` remembers a frozen dataclass's key by identity only where it holds nothing mutable: a
+    profile's components (read-only arrays) are derived once; a frozen dataclass holding a tensor is derived
+    anew, so that changing the tensor in place changes its key (a stale key would serve wrong numbers)."""
+    import dataclasses
+
+    from aocsim.hardware.engine import memo
+
+    parts = load_device("aoc48").parts
+    assert memo.derive(parts) == memo.derive(parts) and id(parts) in memo._FROZEN
+
+    @dataclasses.dataclass(frozen=True)
+    class Holder:
+        values: torch.Tensor
+
+    held = Holder(torch.zeros(3))
+    before = memo.derive(held)
+    held.values[0] = 1.0
+    assert memo.derive(held) != before and id(held) not in memo._FROZEN
+    writeable = Holder(np.zeros(3))  # type: ignore[arg-type]
+    before = memo.derive(writeable)
+    writeable.values[0] = 1.0
+    assert memo.derive(writeable) != before

@@ -42,14 +42,21 @@ def tensor_digest(t: torch.Tensor) -> tuple:
 
 def derive(value: Any) -> Any:
     """A hashable key part for `value`: tensors and arrays by their bits, mappings by their sorted items,
-    dataclasses by type and fields, a profile by its values."""
+    dataclasses by type and fields, a profile by its values. A frozen dataclass that holds nothing mutable (no
+    tensor, no writeable array: a profile's components, `DeviceProfile.parts`, built once per profile) is
+    derived once and remembered by identity: a chip's static draws are looked up for every tile of every
+    weight load (aocsim/hardware/engine/programming.py), and deriving a profile's every value each time
+    cost a tenth of a search."""
+    global _MUTABLE
     if value is None or isinstance(value, (bool, int, float, str, bytes)):  # first: keys are mostly these, and
         return value  # a compiled graph's is derived at every call
     if type(value) is tuple or type(value) is list:
         return tuple(derive(v) for v in value)
     if isinstance(value, torch.Tensor):
+        _MUTABLE += 1
         return tensor_digest(value)
     if isinstance(value, np.ndarray):
+        _MUTABLE += int(value.flags.writeable)
         return ("array", str(value.dtype), value.shape, hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest())
     if isinstance(value, (torch.dtype, torch.device)):
         return str(value)
@@ -60,11 +67,26 @@ def derive(value: Any) -> Any:
     if isinstance(value, DeviceProfile):
         return ("profile", derive(value.values))  # its values decide the bits; its name and file do not
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__qualname__, *((f.name, derive(getattr(value, f.name))) for f in dataclasses.fields(value)))
+        frozen = type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
+        entry = _FROZEN.get(id(value)) if frozen else None
+        if entry is not None and entry[0] is value:
+            return entry[1]
+        before = _MUTABLE
+        key = (type(value).__qualname__, *((f.name, derive(getattr(value, f.name))) for f in dataclasses.fields(value)))
+        if frozen and _MUTABLE == before:  # (holding the object keeps its id from being reused)
+            _FROZEN[id(value)] = (value, key)
+            while len(_FROZEN) > FROZEN_KEPT:
+                _FROZEN.popitem(last=False)
+        return key
     if isinstance(value, (list, tuple)):  # a named tuple, a subclass
         return tuple(derive(v) for v in value)
     raise TypeError(f"memo: cannot derive a key from a {type(value).__name__}; expected tensors, arrays, numbers, "
                     "strings, mappings, dataclasses or profiles")
+
+
+_MUTABLE = 0  # tensors and writeable arrays met by `derive` so far: a dataclass holding one is not remembered
+_FROZEN: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id -> (a frozen dataclass, its derived key)
+FROZEN_KEPT = 256
 
 
 MEMOS: "weakref.WeakSet[Memo[Any]]" = weakref.WeakSet()  # every memo alive: a benchmark starts each timing cold
@@ -75,24 +97,6 @@ def forget_all() -> None:
     for memo in MEMOS:
         memo.clear()
     _FROZEN.clear()
-
-
-_FROZEN: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id -> (the object, its derived key)
-FROZEN_KEPT = 64
-
-
-def derive_frozen(value: Any) -> Any:
-    """`derive(value)` for an object that never changes once built (a profile's components: `DeviceProfile.parts`
-    is built once per profile and read-only), remembered by identity: a chip's static draws are looked up for
-    every tile of every weight load, and deriving a profile's every value each time cost a tenth of a
-    search (aocsim/hardware/engine/programming.py)."""
-    entry = _FROZEN.get(id(value))
-    if entry is None or entry[0] is not value:
-        entry = (value, derive(value))  # (holding the object keeps its id from being reused)
-        _FROZEN[id(value)] = entry
-        while len(_FROZEN) > FROZEN_KEPT:
-            _FROZEN.popitem(last=False)
-    return entry[1]
 
 
 class Memo(Generic[T]):

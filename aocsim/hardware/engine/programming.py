@@ -19,7 +19,7 @@ import torch
 from aocsim.errors import InputError
 from aocsim.hardware.physics import components as C, temperature
 from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.memo import Memo, derive_frozen
+from aocsim.hardware.engine.memo import Memo
 from aocsim.hardware.physics.sources import dark_offset_units
 from aocsim.hardware.profiles.parts import Drift, Parts, Slm
 
@@ -45,10 +45,10 @@ def _cached(build: Callable[..., Any]) -> Callable[..., Any]:
     device's components (all of them, so that no edit of a profile can meet a stale entry): a chip's static
     draws are made once however many weight loads (tiles, fits, seeds) it takes. Callers do not change
     the tensors returned."""
-    memo: Memo[Any] = Memo(build.__name__.strip("_"), MEMO_SIZE, hashed=True)
+    memo: Memo[Any] = Memo(build.__name__.strip("_"), MEMO_SIZE)
 
     def cached(parts: Parts, n: int, *, dtype: torch.dtype, device: torch.device | str, tile: int = 0) -> Any:
-        return memo((derive_frozen(parts), n, str(dtype), str(torch.device(device)), tile),
+        return memo((parts, n, dtype, torch.device(device), tile),
                     lambda: build(parts, n, dtype=dtype, device=device, tile=tile))
 
     cached.__doc__ = build.__doc__
