@@ -22,6 +22,13 @@ def converter_rate_hz(parts: Parts, kind: str) -> float:
     return 1.0 / (every * float(parts.loop.round_trip_s))
 
 
+def step_energy_ratio(from_bits: int, to_bits: int) -> float:
+    """A converter's energy at `to_bits` over its energy at `from_bits` at one rate: 2^(to - from), a constant
+    Walden figure of merit (energy per conversion step). The one place the rule lives: conversions are
+    priced by it (`conversion_energy_j`) and a profile's reference energies moved by it (`energy.at_precision`)."""
+    return 2.0 ** (to_bits - from_bits)
+
+
 def conversion_energy_j(parts: Parts, kind: str) -> float:
     """Energy of one conversion of the injection DAC (`kind` "dac") or the readout ADC ("adc") at its bits
     and rate (docs/PHYSICS.md section 6): the profile's energy at `energy.precision_bits` times
@@ -32,7 +39,7 @@ def conversion_energy_j(parts: Parts, kind: str) -> float:
     e = parts.energy
     reference, bits = ((e.dac_energy_j, parts.injection.dac_bits) if kind == "dac" else
                        (e.adc_energy_j, parts.readout.adc_bits))
-    steps = 2.0 ** ((e.precision_bits if bits is None else bits) - e.precision_bits)
+    steps = step_energy_ratio(e.precision_bits, e.precision_bits if bits is None else bits)
     return float(reference) * steps * max(1.0, converter_rate_hz(parts, kind) / float(e.converter_knee_hz))
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from aocsim._checks import integer, short
 from aocsim.errors import InputError
 from aocsim.hardware.physics import sources
-from aocsim.hardware.physics.converters import conversion_energy_j, converter_lines, pass_time_s
+from aocsim.hardware.physics.converters import conversion_energy_j, converter_lines, pass_time_s, step_energy_ratio
 from aocsim.hardware.physics.light import emitter_light_w, led_bias_units
 from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -212,8 +212,8 @@ def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
     The light (`noise.power_per_unit_w`) moves the detector noise at the bias light by the change in
     bits, thermal and dark-current noise kept (`light_scale`: x 4 per bit when shot noise dominates);
     converters become b-bit converters (`injection.dac_bits`, `readout.adc_bits` where they are set; their
-    reference energies move with the precision they are quoted at, x 2 per bit, so that one figure of
-    merit prices them: `conversion_energy_j`). Electronics and SLM stay; the SLM's bits are set
+    reference energies move with the precision they are quoted at by the one figure of merit that
+    prices them, `converters.step_energy_ratio`). Electronics and SLM stay; the SLM's bits are set
     separately.
     """
     bits = integer(bits, "bits", minimum=1)
@@ -225,8 +225,8 @@ def at_precision(profile: DeviceProfile, bits: int) -> DeviceProfile:
                                              ("readout.adc_bits", v.readout.adc_bits)) if now is not None}
     return profile.with_overrides({
         "noise.power_per_unit_w": v.noise.power_per_unit_w * light_scale(v, d),
-        "energy.dac_energy_j": v.energy.dac_energy_j * 2.0 ** d,
-        "energy.adc_energy_j": v.energy.adc_energy_j * 2.0 ** d,
+        "energy.dac_energy_j": v.energy.dac_energy_j * step_energy_ratio(v.energy.precision_bits, bits),
+        "energy.adc_energy_j": v.energy.adc_energy_j * step_energy_ratio(v.energy.precision_bits, bits),
         "energy.precision_bits": bits,
         **converters,
     })
