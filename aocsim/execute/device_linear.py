@@ -67,9 +67,7 @@ class DeviceLinear(nn.Module):
     `tile.compile` runs the tile products of its per-token calls compiled (`TiledMatrix`, compile=True: the
             same numbers to float rounding; needs a C++ compiler, compiles once per process and shape):
             calls of one position per row (a token's iterations, a DEQ's) and calls outside a placed run;
-            in a run whose token passes all have the batch's rows (`TokenKeys.one_shape`), a pass over
-            many positions at once (the injection's) position by position, through the graph of a
-            token's pass (`_by_position`); elsewhere such a pass, and the calibration passes, eagerly.
+            a pass over many positions at once (the injection's) and the calibration passes run eagerly.
     The rule reads only the call itself, never what ran before, so a seed gives the same bits
     however often and in whatever order the model runs.
     """
@@ -125,16 +123,6 @@ class DeviceLinear(nn.Module):
             return out.nodes.masked_fill(bad[:, None], float("nan")), out.input_scale
         return out.nodes, out.input_scale
 
-    def _by_position(self, x: torch.Tensor, samples: torch.Tensor, visit: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Node volts [R T, M] and input scales [R T] of a compiled pass over positions, x [R, T, K]: position
-        by position, each a product of R rows with a call per row, the shape and structure of a token
-        pass (aocsim/nn/ssm_rows.py), so that the pass runs through that pass's compiled graph."""
-        b, length = x.shape[:2]
-        ids, calls = samples.view(b, length), torch.full((b,), visit, dtype=torch.int64, device=samples.device)
-        each = [self._nodes(x[:, t], self.run_key, calls, ids[:, t], self.averaging, True) for t in range(length)]
-        return (torch.stack([node for node, _ in each], 1).reshape(b * length, -1),
-                torch.stack([scale for _, scale in each], 1).reshape(-1))
-
     def output(self, node: torch.Tensor, scale: torch.Tensor, gain: torch.Tensor, offset: torch.Tensor,
                sigma: torch.Tensor | None = None) -> torch.Tensor:
         """y [R, M] from node volts [R, M] and input scales [R], calibrated by `gain` and `offset` ([M],
@@ -159,9 +147,7 @@ class DeviceLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = self.token_keys
-        if rows is not None and rows.one_shape and self.compile and x.ndim == 3 and not rows.per_row:
-            node, scale = self._by_position(x, rows.samples(tuple(x.shape[:-1])), rows.visit)
-        elif rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
+        if rows is not None and rows.positions is not None:  # a placed model's run: keyed per token
             node, scale = self._nodes(x.reshape(-1, self.in_features), self.run_key, rows.calls(),
                                       rows.samples(tuple(x.shape[:-1])), self.averaging,
                                       self.compile and (rows.per_row or rows.positions.numel() == 1))

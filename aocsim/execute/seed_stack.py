@@ -7,9 +7,9 @@ one batch of S B rows (seed s's rows s B ... (s + 1) B - 1): the digital parts o
 all of them at once, and each map's tile products run as one product of its S loads
 (`tile_product.LoadStack`), each row through its own seed's load, calibrated by that load's gain and
 offset, its noise keyed by its seed's run key, sequence id and position, as alone. A seed's results
-are its results run alone, to the rounding of a product over more rows (CPU BLAS kernels can change
-with the batch size below 4 rows, so a load's group is padded to the rows a pass of its seed alone
-would have had: `ssm_token.MIN_ROWS`).
+are its results run alone to the rounding of a product over more rows: the same draws, the same
+statistics, not always the same bits (a kernel can change with the rows, and an ADC turn a last bit
+into another code; tests/execute/test_seed_stack.py states the tolerance).
 
 What only a run alone can do (`stackable`): simultaneous mode (its frozen prefixes are the batch's),
 analog elementwise functions, and compiled tile products (a graph per batch size) run seed by seed;
@@ -33,14 +33,6 @@ from aocsim.execute.token_keys import TokenKeys
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.tile_product import LoadStack
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMOutput
-from aocsim.nn.ssm_token import MIN_ROWS
-
-# What one tile product's calls cost beyond its arithmetic, in rows x tiles x passes of it (about 0.7 ms
-# against 1.2 us per row, tile and pass, eager on one CPU core): a stack whose padding would cost more
-# than the calls it saves runs its loads one by one (a5-implicit at the recommended placement: 16
-# passes of 14 tiles, so that a few rows of padding outweigh a call).
-OVERHEAD = 600
-
 
 def stackable(placement: Placement) -> bool:
     """Whether a placement's runs can be stacked over seeds (module docstring)."""
@@ -72,27 +64,6 @@ class StackedLinear(nn.Module):
         """Each load's noise key for a run (one per seed)."""
         self.run_keys = list(generators)
 
-    def _one_by_one(self, x: torch.Tensor, flat: torch.Tensor, load: torch.Tensor, counts: torch.Tensor,
-                    least: int) -> torch.Tensor:
-        """The call as each seed's map alone computes it: a product per load on its rows (padded with zero
-        inputs to the `least` rows a pass of its seed alone has), calibrated by that load."""
-        rows = self.token_keys
-        samples = rows.samples(tuple(x.shape[:-1]))
-        y = flat.new_empty(flat.shape[0], self.out_features)
-        for s, layer in enumerate(self.layers):
-            if int(counts[s]) == 0:
-                continue
-            mine = (load == s).nonzero().squeeze(1)
-            pad = max(least - mine.numel(), 0)
-            t = torch.cat([flat[mine], flat.new_zeros(pad, flat.shape[1])])
-            ids = torch.cat([samples.to(flat.device)[mine], samples.new_zeros(pad, device=flat.device)])
-            call = rows.calls()
-            if isinstance(call, torch.Tensor):  # each row's own visit (the padding's: 0)
-                call = torch.cat([call.to(flat.device)[mine], call.new_zeros(pad, device=flat.device)])
-            node, scale = layer._nodes(t, self.run_keys[s], call, ids, layer.averaging)
-            y[mine] = layer.output(node[:mine.numel()], scale[:mine.numel()], layer.gain, layer.offset)
-        return y.reshape(*x.shape[:-1], self.out_features)
-
     def activity(self, *, loads: bool = True):  # every load is the same program on the same tiles
         return self.layers[0].activity(loads=loads)
 
@@ -110,10 +81,7 @@ class StackedLinear(nn.Module):
             grouping = _grouping(rows, tuple(x.shape[:-1]), count)
             rows.shared[flat.shape[0], count] = tuple(g.to(flat.device) if isinstance(g, torch.Tensor) else g
                                                       for g in grouping)  # the ids kept with the rows' device
-        load, order, slot, group, ids, calls, counts, least = rows.shared[flat.shape[0], count]
-        tiles = first.tiles.grid[0] * first.tiles.grid[1] * first.averaging
-        if (count * group - flat.shape[0]) * tiles > (count - 1) * OVERHEAD:  # padding costs more than calls
-            return self._one_by_one(x, flat, load, counts, least)
+        load, order, slot, group, ids, calls = rows.shared[flat.shape[0], count]
         t = flat.new_zeros(count * group, first.width)
         t[slot] = first.wide(flat[order])
         out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=calls,
@@ -126,17 +94,15 @@ class StackedLinear(nn.Module):
 
 
 def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[Any, ...]:
-    """A pass's rows grouped by load, G per load: as many as the largest load has, and at least the rows
-    a pass of one seed alone has (`least`: MIN_ROWS of its batch, as `ssm_token` pads it); empty places
-    are zero inputs, discarded. Returns each flat row's load, the order that groups them, each one's
-    place in the groups, G, the places' stream indices [count G], their call (the pass's visit, or
-    each place's own [count G] with rows on their own tokens), the rows per load and `least`."""
+    """A pass's rows grouped by load, G per load: as many as the largest load has (a load's rows still
+    iterating; the empty places are zero inputs, discarded). Returns each flat row's load, the order that
+    groups them, each one's place in the groups, G, the places' stream indices [count G] and their call
+    (the pass's visit, or each place's own [count G] with rows on their own tokens)."""
     samples, batch = rows.samples(leading), rows.batch_rows()
     per = samples.shape[0] // batch.numel()  # positions per row
     load = rows.loads[batch].repeat_interleave(per)
     counts = torch.bincount(load, minlength=count)
-    least = min(MIN_ROWS, len(rows.sequences) // count * per)
-    group = max(int(counts.max()), least)
+    group = int(counts.max())
     order = torch.argsort(load, stable=True)
     starts = torch.cumsum(counts, 0) - counts
     slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
@@ -145,7 +111,7 @@ def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[An
     calls = rows.calls()
     if isinstance(calls, torch.Tensor):
         calls = calls.new_zeros(count * group).index_put_((slot,), calls[order])
-    return load, order, slot, group, ids, calls, counts, least
+    return load, order, slot, group, ids, calls
 
 
 class StackedSSM(PlacedSSM):

@@ -161,7 +161,6 @@ class PlacedSSM:
         # passes (one graph); not with extras (keyed by the pass's visit)
         self.model.independent_rows = (self.model.active_rows or self.compiled) and self.independent and not extras
         self.model.full_passes = self.compiled
-        context.one_shape = self.compiled and self.model.independent_rows
         try:
             yield self.model
         finally:

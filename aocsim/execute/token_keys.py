@@ -26,9 +26,6 @@ class TokenKeys:
     visit: int | torch.Tensor = 0
     rows: torch.Tensor | None = None
     loads: torch.Tensor | None = None
-    # every token pass of the run has the batch's rows (compiled products: one graph, aocsim/nn/ssm_rows.py);
-    # a pass over many positions then runs position by position through that pass's graph
-    one_shape: bool = False
     shared: dict[Any, Any] = field(default_factory=dict, repr=False)  # what the maps of one pass share
 
     def announce(self, positions: torch.Tensor, visit: int | torch.Tensor, rows: torch.Tensor | None = None) -> None:

@@ -7,12 +7,13 @@ and cost what their kernel calls cost. Here a pass carries every row that has to
 its own token t and iteration k: its injection u[:, t], its states after token t - 1, and, through
 the model's `pass_hook`, its own position and visit k (a device keys its noise by them). Each row
 goes through exactly the iterations, stops and states of its token-by-token solve (the same damped
-Picard updates, tests `aocsim.solve.core.residuals` and `verdicts`, on the same shapes), so its
-results are those of `solve_token` to the rounding of the batch's products (the same bits from
-`ssm_token.MIN_ROWS` rows on: a pass keeps at least that many, padded with finished rows whose
-results are discarded; with `ImplicitSSM.full_passes` every pass is padded to the whole batch, so
-that compiled tile products see one shape). The rows must be independent problems and their maps
-keyed per row: a placed model's (aocsim/execute/ssm_device.py, `ImplicitSSM.independent_rows`).
+Picard updates, tests `aocsim.solve.core.residuals` and `verdicts`), so its results are those of
+`solve_token` to the rounding of the batch's products: a product's kernel, and so its last bits, can
+change with its rows, and a device's ADC can turn that into another code, so the two agree in
+statistics, not bit for bit (tests/nn/test_ssm_rows.py states the tolerance). With
+`ImplicitSSM.full_passes` every pass is padded to the whole batch with finished rows (their results
+discarded), so that compiled tile products see one shape. The rows must be independent problems and
+their maps keyed per row: a placed model's (aocsim/execute/ssm_device.py, `ImplicitSSM.independent_rows`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from aocsim.nn.ssm_token import MIN_ROWS, padded, put, relative_change, take
+from aocsim.nn.ssm_token import put, relative_change, take
 from aocsim.solve.core import DIVERGENCE_RATIO, per_sample, residuals, verdicts
 from aocsim.solve.solvers import Picard
 
@@ -40,11 +41,11 @@ def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter:
     iterations = torch.zeros(b, length, dtype=torch.int64, device=u.device)
     seen = u.new_full((b, length, min(max_iter + 1, 32)), float("nan")) if trace else None  # grown as needed
     atol, rtol = per_sample(0.0, "atol", b, z), per_sample(tol, "tol", b, z)
-    picard, least = Picard(tau), b if model.full_passes else min(MIN_ROWS, b)
+    picard = Picard(tau)
     going = token < length
     while bool(going.any()):
         index = going.nonzero().squeeze(1)
-        rows = index if index.numel() >= least else padded(index, ~going, least)[0]  # with finished rows
+        rows = _padded(index, ~going, b) if model.full_passes and index.numel() < b else index
         at = token[rows].clamp_max(length - 1)
         model.announce_rows(at, k[rows], rows)
         out, after = model.f_token(z[rows], u[rows, at], take(caches, rows))
@@ -76,3 +77,10 @@ def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter:
     if seen is not None:
         seen = seen[..., : int(iterations.max()) + 1]
     return zs, iterations, rel_out, seen
+
+
+def _padded(index: torch.Tensor, idle: torch.Tensor, least: int) -> torch.Tensor:
+    """A pass's rows `index` [R] (ascending) with the first rows of `idle` [B] (bool) added up to `least`
+    rows (their results are discarded), ascending."""
+    pad = idle.nonzero().squeeze(1)[:max(least - index.numel(), 0)]
+    return torch.sort(torch.cat([index, pad])).values

@@ -2,9 +2,11 @@
 tokens' states fixed, on every row of the batch or on the rows still iterating.
 
 As an `ActiveRowsMap` (a placed model's), `aocsim.solve.solve` sees a `RowMap` and, once some rows
-have stopped, evaluates the others alone: a sequence's solve is what it would be in any batch (rows
-are independent problems, the device's noise is keyed by sequence id and position, not by row), and
-a batch's cost follows its mean iteration count instead of its slowest row's.
+have stopped, evaluates the others alone: a sequence draws the same noise in any batch (rows are
+independent problems, the device's noise is keyed by sequence id and position, not by row), its
+results are the same to the rounding of products over other rows (statistics, not bits: a kernel can
+change with the rows and an ADC turn that into another code), and a batch's cost follows its mean
+iteration count instead of its slowest row's.
 """
 
 from __future__ import annotations
@@ -14,13 +16,6 @@ from typing import Any
 import torch
 
 from aocsim.nn.ssm_blocks import TokenCache
-
-# A pass of fewer rows than this is padded with stopped rows (at their last iterate, their results
-# discarded): CPU BLAS multiplies fewer than 4 rows with other kernels, whose different rounding a
-# device's ADC can turn into a different code. From 4 rows on, a row's product is the same bits in
-# any batch (tests/solve/test_row_solve.py).
-MIN_ROWS = 4
-
 
 def take(caches: list[TokenCache], index: torch.Tensor | None) -> list[TokenCache]:
     """The caches of rows `index` (None: all)."""
@@ -33,15 +28,6 @@ def put(caches: list[TokenCache], index: torch.Tensor | None, rows: list[TokenCa
         return rows
     return [TokenCache(c.conv.index_copy(0, index, r.conv), c.ssm.index_copy(0, index, r.ssm))
             for c, r in zip(caches, rows)]
-
-
-def padded(index: torch.Tensor, idle: torch.Tensor, least: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A pass's rows `index` [R] (ascending) padded with the first rows of `idle` [B] (bool) to `least`
-    rows (MIN_ROWS: their results are discarded): the rows, ascending, the order that sorts index then
-    padding into them, and the padding."""
-    pad = idle.nonzero().squeeze(1)[:max(least - index.numel(), 0)]
-    rows, order = torch.sort(torch.cat([index, pad]))
-    return rows, order, pad
 
 
 def relative_change(out: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -75,19 +61,10 @@ class TokenMap:
     def evaluate(self, z: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
         """f_token on rows `index` (ascending) of the batch (None: every row), z [R, d_model]."""
         batch = self.u_t.shape[0]
-        wanted = index
-        if index is not None and index.numel() < min(MIN_ROWS, batch) and self.at is not None:
-            stopped = torch.ones(batch, dtype=torch.bool, device=index.device)
-            stopped[index] = False
-            index, order, pad = padded(index, stopped, MIN_ROWS)
-            z = torch.cat([z, self.at[pad]])[order]
         self.model._announce(self.t, self.t + 1, self.visits, index)
         self.visits += 1
         u = self.u_t if index is None else self.u_t[index]
         out, after = self.model.f_token(z, u, take(self.caches, index))
-        if wanted is not None and wanted.numel() < index.numel():  # the padding's results discarded
-            keep = torch.isin(index, wanted)
-            index, z, out, after = index[keep], z[keep], out[keep], take(after, keep.nonzero().squeeze(1))
         if index is None and self.at is not None:  # a stopped row, evaluated with its batch, keeps its states
             moved = (z != self.at).any(-1)
             after = [TokenCache(torch.where(moved[:, None, None], a.conv, c.conv),

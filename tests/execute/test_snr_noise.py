@@ -99,7 +99,10 @@ def test_the_mapping_measures_the_db_set_on_the_abstract_model(model, kind: str)
 def test_noise_off_is_the_exact_path(model, options) -> None:
     placed = _abstract(model, **EXACT, **options)
     run, exact = placed.run(TOKENS, seed=1), placed.exact(model, TOKENS, placed.placement)
-    assert torch.equal(run.outputs, exact.outputs) and torch.equal(run.z, exact.z)
+    # the exact path in whole batches, the placed run in passes of the rows still iterating: float32 rounding
+    assert torch.equal(run.solve.iterations, exact.solve.iterations)
+    torch.testing.assert_close(run.outputs, exact.outputs, rtol=0, atol=1e-5)
+    torch.testing.assert_close(run.z, exact.z, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["sequential", "simultaneous"])

@@ -163,11 +163,11 @@ def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
 @pytest.mark.parametrize("count,dtype", [(1, torch.float32), (3, torch.float32), (1, torch.float64),
                                          (3, torch.float64)])
 @pytest.mark.parametrize("per_row", [False, True])
-def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, dtype: torch.dtype, per_row: bool,
+def test_a_product_in_pieces_of_rows_gives_the_values_of_one_piece(count: int, dtype: torch.dtype, per_row: bool,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large product runs in pieces of rows (`tile_product.CHUNK_BYTES`, each of at least BLAS_ROWS):
-    every row's output, input scale and partials, and the clipped count, are those of one piece (float32, a
-    device run's; float64, a tile program's probes)."""
+    """A large product runs in pieces of rows (`tile_product.CHUNK_BYTES`): every row's output and partials are
+    those of one piece to the last bits of a product (float64: a BLAS kernel changes with a call's rows), its
+    input scale and the clipped count the same (float32, a device run's; float64, a tile program's probes)."""
     from aocsim.hardware.engine import tile_product
 
     device = load_device("aoc48", overrides={"readout.range_v": [-0.3, 0.3]})  # some nodes beyond it
@@ -180,12 +180,14 @@ def test_a_product_in_pieces_of_rows_gives_the_bits_of_one_piece(count: int, dty
     options = dict(partial_sums="analog", call=call, passes=3, keep_partials=True)
     whole = LoadStack(loads)(t, run_keys, ids, **options)
     size = t.element_size()
-    monkeypatch.setattr(tile_product, "CHUNK_BYTES", size * count * 10 * 2 * 3 * 3 * 48)  # pieces of 8 rows (10
-    # rounded down to BLAS's blocks of 4; the last 7)
+    monkeypatch.setattr(tile_product, "CHUNK_BYTES", size * count * 10 * 2 * 3 * 3 * 48)  # pieces of 10 rows (the
+    # last 3)
     chunked = []  # the pieces' rows, seen by the product's body
     monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: chunked.append(x["t"].shape[0]) or
                         tile_pass.run(plan, x, compile))
     pieces = LoadStack(loads)(t, run_keys, ids, **options)
-    assert torch.equal(pieces.y, whole.y) and torch.equal(pieces.input_scale, whole.input_scale)
-    assert torch.equal(pieces.partials, whole.partials) and pieces.adc_clipped == whole.adc_clipped > 0
-    assert chunked == [8 * count] * 2 + [7 * count]
+    scale = float(whole.y.abs().max())  # a last bit of a product, not a code: here no ADC code moves
+    torch.testing.assert_close(pieces.y, whole.y, rtol=0, atol=1e-6 * scale)
+    torch.testing.assert_close(pieces.partials, whole.partials, rtol=0, atol=1e-6 * scale)
+    assert torch.equal(pieces.input_scale, whole.input_scale) and pieces.adc_clipped == whole.adc_clipped > 0
+    assert chunked == [10 * count] * 2 + [3 * count]

@@ -12,6 +12,7 @@ from aocsim.execute.ssm_device import place_ssm
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
 from aocsim.solve.core import RowMap, solve
+from tests._parity import assert_same_ssm_run
 
 
 class Contraction:
@@ -54,9 +55,9 @@ def test_a_row_map_gives_the_whole_batch_results_on_fewer_rows() -> None:
     assert sum(rows.seen) == int((a.iterations + 1).sum()) < sum(whole.seen) == 8 * len(whole.seen)
 
 
-def test_a_pass_of_few_rows_is_padded_to_the_whole_batch_kernels(parity_words) -> None:
-    """A single row evaluated alone gives its bits in the whole batch (float32: a product of fewer than
-    four rows rounds differently on CPU BLAS, which a device's ADC can turn into a code)."""
+def test_a_pass_of_few_rows_gives_their_whole_batch_values_to_rounding(parity_words) -> None:
+    """Rows evaluated alone give their values in the whole batch to float32 rounding (a product of fewer rows
+    may take another BLAS kernel: statistics, not bits, tests/_parity.py); a pass keeps every row's states."""
     model, tokens, _ = parity_words
     u = model.injection(tokens)[:, 0]
     caches = [block.init_cache(u.shape[0], u) for block in model.blocks]
@@ -66,14 +67,14 @@ def test_a_pass_of_few_rows_is_padded_to_the_whole_batch_kernels(parity_words) -
         for picked in ([5], [0, 7], [3, 9, 20]):
             index = torch.tensor(picked)
             one = ActiveRowsMap(model, u, caches, 0)
-            one.at = z.clone()  # the iterates of the stopped rows the pass is padded with
-            assert torch.equal(one.rows(z[index], index), whole[index]), picked
+            one.at = z.clone()
+            torch.testing.assert_close(one.rows(z[index], index), whole[index], rtol=1e-5, atol=1e-6)
             assert len(one.last[0].ssm) == u.shape[0]
 
 
 def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity_words) -> None:
-    """Sequential mode on aoc48 (noise on): evaluating only the rows still iterating changes no prediction,
-    iteration or status, and the states only to rounding; the tile products see fewer rows."""
+    """Sequential mode on aoc48 (noise on): evaluating only the rows still iterating gives the whole batches'
+    results in statistics (tests/_parity.py); the tile products see fewer rows."""
     model, tokens, cal = parity_words
     placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
     seen = {True: 0, False: 0}
@@ -87,11 +88,8 @@ def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity_words) -
         finally:
             hook.remove()
     a, b = runs[True], runs[False]
-    assert torch.equal(a.logits.argmax(-1), b.logits.argmax(-1))
-    assert torch.equal(a.iterations, b.iterations)
+    assert_same_ssm_run(a, b)  # other rows in the passes: statistics, not bits (tests/_parity.py)
     assert bool((a.iterations < a.iterations.max(0).values).any())  # rows stop at different iterations
-    torch.testing.assert_close(a.z, b.z, rtol=0, atol=1e-5)
-    torch.testing.assert_close(a.trace, b.trace, equal_nan=True, rtol=0, atol=1e-4)
     assert seen[True] < 0.8 * seen[False]
 
 
