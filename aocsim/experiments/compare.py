@@ -68,8 +68,10 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
         chips: values of `variation.chip_seed` (one placement each).
         calibration: inputs whose exact-path values the placement fits and calibrates on (default: the
             model's task's, aocsim.experiments.workloads).
-        workers: cores for the device runs (`aocsim.parallel.run_parts`); the results do not depend on it (a
-            kind that runs a chip's seeds as one batch, an SSM in sequential mode, uses a core per chip).
+        workers: cores for the device runs (`aocsim.parallel.run_parts`). A kind that runs its weight loads as
+            one batch (an SSM in sequential mode) runs every chip and seed of a part as one batch, a part per
+            worker at most; the results depend on the workers only in statistics (a batch's rounding:
+            docs/DEVICE_RUNS.md, "A chip's seeds run as one batch").
         progress: a progress bar over the runs.
 
     Returns:
@@ -100,22 +102,22 @@ class _Plan:
     targets: torch.Tensor | None
     seeds: list[int]
     chips: list[int]
-    where: list[tuple[int, slice]]
+    where: list[tuple[tuple[int, ...], slice]]  # each part's chips (indices) and seeds
     calibration: Any
     exact: Any = None
     prepared: Any = None
 
     def predictions(self, k: int) -> int:
         """Part k's predictions (seeds x samples x positions): its rough cost, to hand the longest out first."""
-        s = self.where[k][1]
-        return (s.stop - s.start) * math.prod(self.inputs.shape[:len(self.placed.cls.dims)])
+        chips, s = self.where[k]
+        return len(chips) * (s.stop - s.start) * math.prod(self.inputs.shape[:len(self.placed.cls.dims)])
 
     def parts(self) -> list[tuple[Any, ...]]:
         """`chip_runs`'s arguments for every part."""
         p = self.placed
-        return [(p, self.model, resolve_profile(self.base, self.chips[ci]), self.prepared,
+        return [(p, self.model, [resolve_profile(self.base, self.chips[ci]) for ci in chips], self.prepared,
                  self.inputs, self.exact.z, [self.seeds[i] for i in range(s.start, s.stop)], self.targets)
-                for ci, s in self.where]
+                for chips, s in self.where]
 
 
 def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets: torch.Tensor | None = None, *,
@@ -129,9 +131,8 @@ def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets
     placed = resolve(m, base, placement)
     x, y = placed.cls.check_inputs(m, inputs, targets)
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
-    stacked = placed.stacks()  # a chip's seeds as one batch
     return _Plan(placed, m, base, x, y, seed_ids, chip_ids,
-                 _parts(len(chip_ids), len(seed_ids), workers, split=split and not stacked), calibration)
+                 _parts(len(chip_ids), len(seed_ids), workers, split=split, stacked=placed.stacks()), calibration)
 
 
 def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, progress: bool = False
@@ -161,26 +162,28 @@ def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, p
             plan.exact = placed.cls.exact(m, plan.inputs, placed.placement)
         every = [(j, k, part) for j, plan in enumerate(plans) for k, part in enumerate(plan.parts())]
         every.sort(key=lambda e: -plans[e[0]].predictions(e[1]))  # stable: each plan's own order kept
-        runs: list[dict[int, list[dict[str, Any]]]] = [{} for _ in plans]
+        runs: list[dict[int, list[list[dict[str, Any]]]]] = [{} for _ in plans]
         done = run_parts(chip_runs, [part for _, _, part in every], pool)
-        runs_of = [plans[j].where[k][1] for j, k, _ in every]  # a part: one chip's seeds s.start..s.stop-1
-        for i, per_seed in bar(done, desc="compare runs (chip x seed)", total=sum(s.stop - s.start for s in runs_of),
-                               enabled=progress, weight=lambda item: runs_of[item[0]].stop - runs_of[item[0]].start):
+        size = [len(plans[j].where[k][0]) * (plans[j].where[k][1].stop - plans[j].where[k][1].start)
+                for j, k, _ in every]  # a part's runs: its chips x its seeds
+        for i, per_chip in bar(done, desc="compare runs (chip x seed)", total=sum(size), enabled=progress,
+                               weight=lambda item: size[item[0]]):
             j, k, _ = every[i]
-            runs[j][k] = per_seed
+            runs[j][k] = per_chip
     return [_dataset(plan, runs[j]) for j, plan in enumerate(plans)]
 
 
-def _dataset(plan: _Plan, runs: dict[int, list[dict[str, Any]]]) -> xr.Dataset:
-    """A compare's Dataset from its parts' runs (`chip_runs`, by part)."""
+def _dataset(plan: _Plan, runs: dict[int, list[list[dict[str, Any]]]]) -> xr.Dataset:
+    """A compare's Dataset from its parts' runs (`chip_runs`, by part: per chip, per seed)."""
     placed, x = plan.placed, plan.inputs
     shape = (len(plan.chips), len(plan.seeds), *x.shape[:len(placed.cls.dims)])
     device: dict[str, np.ndarray] = {}
     traces: dict[tuple[int, int], np.ndarray] = {}
     program_error = 0.0  # the worst chip's tile programs (models on tiles)
     overrides = ["{}"] * len(plan.chips)  # what each chip's runs used beside the base profile
-    for i, per_seed in runs.items():  # each run is keyed by its chip and seed alone
-        ci, s = plan.where[i]
+    every = ((ci, s, per_seed) for i, per_chip in runs.items() for ci, per_seed in zip(plan.where[i][0], per_chip)
+             for s in (plan.where[i][1],))
+    for ci, s, per_seed in every:  # each run is keyed by its chip and seed alone
         for si, run in zip(range(s.start, s.stop), per_seed):
             program_error = max(program_error, run.pop("program_error"))
             overrides[ci] = run.pop("run_overrides")
@@ -201,29 +204,37 @@ def warm_worker() -> None:
     import aocsim.execute.registry  # noqa: F401 - the placed-model classes and their engine
 
 
-def _parts(chips: int, seeds: int, workers: int, split: bool = True) -> list[tuple[int, slice]]:
-    """The runs shared out as (chip, seeds), longest first: a part per chip while the chips fill whole
-    rounds of the workers (each chip placed once: a placement fits its tile programs and measures its
-    emitters, seconds to a minute), then the chips left over split into pieces of their seeds, so
-    that the last round keeps every core busy (a split chip is placed once per piece). Without
-    `split` (a kind that runs a chip's seeds as one batch, whose rounding follows the batch) a part
-    per chip, so that the Dataset does not depend on the workers."""
+def _parts(chips: int, seeds: int, workers: int, split: bool = True, stacked: bool = False
+           ) -> list[tuple[tuple[int, ...], slice]]:
+    """The runs shared out as (chips, seeds), longest first. A kind that runs its loads as one batch
+    (`stacked`) runs every chip and seed of a part as one batch: one part, or with `split` one per worker
+    (contiguous chips). Otherwise a part per chip while the chips fill whole rounds of the workers (each
+    chip placed once: a placement fits its tile programs and measures its emitters, seconds to a minute),
+    then the chips left over split into pieces of their seeds, so that the last round keeps every core
+    busy (a split chip is placed once per piece); without `split` a part per chip."""
+    if stacked:
+        return [(tuple(range(c.start, c.stop)), slice(0, seeds))
+                for c in split_rows(chips, workers if split else 1)]
     whole = chips - chips % workers if workers > 1 and split else chips
     rest = chips - whole
     pieces = 1 if rest == 0 else min(seeds, -(-workers // rest))
-    return ([(ci, slice(0, seeds)) for ci in range(whole)]
-            + [(ci, s) for ci in range(whole, chips) for s in split_rows(seeds, pieces)])
+    return ([((ci,), slice(0, seeds)) for ci in range(whole)]
+            + [((ci,), s) for ci in range(whole, chips) for s in split_rows(seeds, pieces)])
 
 
-def chip_runs(resolved: Placed, model: Any, profile: DeviceProfile, prepared: Any, x: torch.Tensor,
-              exact_z: torch.Tensor, seeds: list[int], targets: torch.Tensor | None = None) -> list[dict[str, Any]]:
-    """One chip: the model placed once (`Placed.build`: the kind, with noise injection where the placement
-    asks for it), then run with every seed; what `compare` records per run, as numpy arrays (a
-    module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
-    placed = resolved.build(model, profile, prepared)
-    overrides = json.dumps(placed.run_overrides(), sort_keys=True, default=str)  # the chip's, for every seed
-    # one by one, or as one batch where the kind stacks them
-    return record_runs(resolved.cls, placed, placed.run_seeds(x, seeds), exact_z, overrides, targets)
+def chip_runs(resolved: Placed, model: Any, profiles: list[DeviceProfile], prepared: Any, x: torch.Tensor,
+              exact_z: torch.Tensor, seeds: list[int], targets: torch.Tensor | None = None
+              ) -> list[list[dict[str, Any]]]:
+    """A part's chips: the model placed once per chip (`Placed.build`: the kind, with noise injection where
+    the placement asks for it), then every chip run with every seed, as one batch where the kind runs its
+    loads so (`run_population`: every chip's and seed's loads stacked); what `compare` records per chip and
+    run, as numpy arrays (a module-level function so that `aocsim.parallel.run_parts` can run it elsewhere)."""
+    built = [resolved.build(model, profile, prepared) for profile in profiles]
+    results = (resolved.cls.run_population(built, x, [seeds] * len(built)) if len(built) > 1
+               else [built[0].run_seeds(x, seeds)])
+    return [record_runs(resolved.cls, placed, runs, exact_z,
+                        json.dumps(placed.run_overrides(), sort_keys=True, default=str), targets)  # the chip's
+            for placed, runs in zip(built, results)]
 
 
 def record_runs(cls: Any, placed: Any, runs: list[Any], exact_z: torch.Tensor, overrides: str,

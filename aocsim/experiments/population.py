@@ -61,7 +61,7 @@ def compare_population(model: Any, devices: Sequence[DeviceProfile], inputs: tor
     prepared = placed.cls.prepare(m, default_calibration(m) if first.calibration is None else first.calibration,
                                   placed.placement)
     exact = placed.cls.exact(m, first.inputs, placed.placement)  # once: the same for every point
-    runs: list[dict[int, list[dict[str, Any]]]] = [{} for _ in plans]
+    runs: list[dict[int, list[list[dict[str, Any]]]]] = [{} for _ in plans]
     for k, ci in bar(list(enumerate(first.chips)), desc="population chips", enabled=progress):
         profiles = [resolve_profile(plan.base, ci) for plan in plans]
         built = []
@@ -72,10 +72,10 @@ def compare_population(model: Any, devices: Sequence[DeviceProfile], inputs: tor
         results = placed.cls.run_population(built, first.inputs, [plan.seeds for plan in plans])
         for p, (one, plan) in enumerate(zip(built, plans)):
             overrides = json.dumps(one.run_overrides(), sort_keys=True, default=str)
-            runs[p][k] = record_runs(placed.cls, one, results[p], exact.z, overrides, plan.targets)
+            runs[p][k] = [record_runs(placed.cls, one, results[p], exact.z, overrides, plan.targets)]
     out = []
     for p, plan in enumerate(plans):
-        plan = replace(plan, prepared=prepared, exact=exact, where=[(ci, slice(0, len(plan.seeds)))
+        plan = replace(plan, prepared=prepared, exact=exact, where=[((ci,), slice(0, len(plan.seeds)))
                                                                      for ci in range(len(plan.chips))])
         out.append(_dataset(plan, runs[p]))
     return out

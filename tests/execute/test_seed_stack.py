@@ -4,6 +4,7 @@ tokens, values to float32 rounding where they agree, means within their standard
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -58,6 +59,29 @@ def test_a_compare_gives_the_dataset_of_seed_by_seed_runs(parity, monkeypatch: p
     assert float(abs(a.residual.values - b.residual.values)[same.numpy()].max()) < 1e-6
 
 
+def test_a_compare_runs_its_chips_and_seeds_as_one_batch(parity, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 chips x 3 seeds in one call, one batch of nine weight loads (each row through its own chip's load and
+    seed's keys): each chip's results are what its compare alone gives, in statistics (tests/_parity.py)."""
+    model, w = parity
+    batches = []
+    stacked = hybrid.HybridSSM._stacked
+    monkeypatch.setattr(hybrid.HybridSSM, "_stacked", lambda self, runs, inputs, samples=None:
+                        batches.append(len(runs)) or stacked(self, runs, inputs, samples))
+    x, y, chips = w.inputs[:, :10], w.targets[:, :10], (0, 1, 2)
+    together = compare(model, "aoc48", x, y, seeds=(0, 1, 2), chips=chips, calibration=w.calibration).sel(path="device")
+    assert batches == [9]
+    for chip in chips:
+        a = together.sel(chip=chip)
+        b = compare(model, "aoc48", x, y, seeds=(0, 1, 2), chips=(chip,), calibration=w.calibration
+                    ).sel(path="device", chip=chip)
+        for name in ("prediction", "iterations", "status"):
+            assert_agree(torch.as_tensor(a[name].values), torch.as_tensor(b[name].values), f"chip {chip}: {name}")
+        for name in ("iterations", "energy_j", "residual"):
+            assert_means_agree(torch.as_tensor(a[name].values), torch.as_tensor(b[name].values), f"chip {chip}: {name}")
+    residual = together.residual.values
+    assert not np.array_equal(residual[0], residual[1]) and not np.array_equal(residual[1], residual[2])
+
+
 def test_what_a_stack_cannot_run_runs_seed_by_seed(parity) -> None:
     model, w = parity
     placed = place(model, "aoc48", Placement(ema_alpha=0.5), calibration=w.calibration)  # its readout is a run's
@@ -88,13 +112,16 @@ def test_the_compare_bench_counts_each_seeds_tokens() -> None:
     assert line[-4:] == ["1000", "2000", "500", "4.0x"]
 
 
-def test_a_kind_that_stacks_seeds_keeps_each_chip_in_one_part() -> None:
+def test_a_kind_that_stacks_its_loads_runs_a_parts_chips_and_seeds_as_one_batch() -> None:
     from aocsim.experiments.compare import _parts
 
-    # 3 chips on 2 workers: seed by seed the last chip's seeds are split to keep both cores busy; stacked,
-    # a split would change the batches (and so the rounding) with the number of workers
-    assert _parts(3, 3, 2) == [(0, slice(0, 3)), (1, slice(0, 3)), (2, slice(0, 2)), (2, slice(2, 3))]
-    assert _parts(3, 3, 2, split=False) == [(c, slice(0, 3)) for c in range(3)]
+    # 3 chips on 2 workers, seed by seed: a part per chip, the last chip's seeds split to keep both cores busy
+    assert _parts(3, 3, 2) == [((0,), slice(0, 3)), ((1,), slice(0, 3)), ((2,), slice(0, 2)), ((2,), slice(2, 3))]
+    assert _parts(3, 3, 2, split=False) == [((c,), slice(0, 3)) for c in range(3)]
+    # stacked: every chip and seed of a part in one batch, a part per worker (or one, beside other models')
+    assert _parts(3, 3, 2, stacked=True) == [((0, 1), slice(0, 3)), ((2,), slice(0, 3))]
+    assert _parts(3, 3, 2, split=False, stacked=True) == [((0, 1, 2), slice(0, 3))]
+    assert _parts(3, 3, 1, stacked=True) == [((0, 1, 2), slice(0, 3))]
     kind = hybrid.HybridSSM.kind
     assert hybrid.HybridSSM.stacks(Placement().resolved(kind))
     assert not hybrid.HybridSSM.stacks(Placement(mode="simultaneous").resolved(kind))

@@ -53,7 +53,7 @@ def test_a_stack_of_loads_gives_each_row_its_own_loads_product(options: dict, dt
 # A population's design points: each per-load value changed on the second load (tile_product.PER_LOAD).
 POPULATION = {"slm.bits": 5, "slm.programming_error_levels": 0.02, "noise.power_per_unit_w": 3e-6,
               "noise.bias_units": 2.0, "noise.rin.rin_db_per_hz": -120.0,
-              "noise.responsivity_a_per_w": 0.3, "readout.adc_bits": 5}
+              "noise.responsivity_a_per_w": 0.3, "readout.adc_bits": 5, "variation.chip_seed": 7}
 
 
 def test_every_per_load_value_is_named_here() -> None:

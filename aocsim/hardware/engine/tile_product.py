@@ -82,13 +82,14 @@ class TiledProduct:
 # another code, so the two agree in statistics (tests/hardware/test_load_stack.py states the tolerance).
 CHUNK_BYTES = 1 << 20
 
-# Profile values in which a stack's loads may differ (a population of design points run as one product):
-# each acts through its load's own constants (`TiledMatrix.stacked`: the SLM's programming, the detectors'
-# light and noise) or through the ADC's code step, which the product takes per row; `energy.*` and the
-# names price or describe and never enter a product. tests/hardware/test_load_stack.py runs a stack of
-# loads differing in each against the loads alone.
+# Profile values in which a stack's loads may differ (a population of design points, or a compare's chips, run
+# as one product): each acts through its load's own constants (`TiledMatrix.stacked`: the SLM's programming,
+# the detectors' light and noise, the chip's static draws) or through the ADC's code step, which the product
+# takes per row; `energy.*` and the names price or describe and never enter a product.
+# tests/hardware/test_load_stack.py runs a stack of loads differing in each against the loads alone.
 PER_LOAD = ("slm.bits", "slm.programming_error_levels", "noise.power_per_unit_w",
-            "noise.bias_units", "noise.rin.rin_db_per_hz", "noise.responsivity_a_per_w", "readout.adc_bits")
+            "noise.bias_units", "noise.rin.rin_db_per_hz", "noise.responsivity_a_per_w", "readout.adc_bits",
+            "variation.chip_seed")
 _DESCRIBING = ("energy.", "name", "description", "provenance.")
 
 
