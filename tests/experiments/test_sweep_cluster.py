@@ -29,8 +29,9 @@ from aocsim.experiments.sweep.cluster import sweep_on_slurm
 
 pytest.importorskip("dask_jobqueue")  # the test extra has it; aocsim[cluster] does too
 
+# (an axis outside tile_product.PER_LOAD: each point its own call, so that a job can be killed between points)
 SPEC = {"model": "digits-deq48", "device": "aoc48", "data": {"samples": 30},
-        "axes": {"noise.multiplier": [1, 4, 16]}, "seeds": 1, "chips": 1,
+        "axes": {"injection.dac_bits": [12, 10, 8]}, "seeds": 1, "chips": 1,
         "metrics": ["accuracy", "agreement", "iterations", "energy_per_inference_j"]}
 # The user's jobqueue config, as ~/.config/dask/jobqueue.yaml would give it: everything on loopback.
 LOOPBACK = {"jobqueue.slurm.cores": 1, "jobqueue.slurm.memory": "4GB",

@@ -26,6 +26,7 @@ from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.emitter_calibration import tile_shapes
 from aocsim.hardware.engine.partial_sums import hold_draws, hold_gates
+from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.engine.step import Constants, stack_loads
 from aocsim.hardware.engine.tile_pass import Plan, run
 from aocsim.hardware.physics import components as C
@@ -84,12 +85,14 @@ CHUNK_BYTES = 1 << 20
 
 # Profile values in which a stack's loads may differ (a population of design points, or a compare's chips, run
 # as one product): each acts through its load's own constants (`TiledMatrix.stacked`: the SLM's programming,
-# the detectors' light and noise, the chip's static draws) or through the ADC's code step, which the product
-# takes per row; `energy.*` and the names price or describe and never enter a product.
+# the detectors' light and noise, the chip's static draws) or through what the product takes per row: the ADC's
+# code step, and the hold's kT/C, gain and shift on analog partial sums (`LoadStack._hold`); `energy.*` and the
+# names price or describe and never enter a product.
 # tests/hardware/test_load_stack.py runs a stack of loads differing in each against the loads alone.
 PER_LOAD = ("slm.bits", "slm.programming_error_levels", "noise.power_per_unit_w",
             "noise.bias_units", "noise.rin.rin_db_per_hz", "noise.responsivity_a_per_w", "readout.adc_bits",
-            "variation.chip_seed")
+            "variation.chip_seed", "variation.relative_std", "noise.multiplier", "noise.thermal.temperature_k",
+            "noise.dark.current_a", "readout.hold_capacitance_f")
 _DESCRIBING = ("energy.", "name", "description", "provenance.")
 
 
@@ -158,6 +161,7 @@ class LoadStack:
         self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
         self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
         self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
+        self._holds: dict[tuple, tuple] = {}  # a population's hold gates per row, by (passes, dtype, device, rows)
 
     def constants(self, load_keys: Sequence[keys.Key | None], call: int) -> tuple[Constants, torch.Tensor]:
         """The loads' stacked constants and k0 (one load's as they are; several with a leading [S]), each
@@ -175,6 +179,29 @@ class LoadStack:
         if not first.multiplexed:
             self._constants = stacked
         return stacked
+
+    def _hold(self, passes: int, at: tuple, rows: int) -> tuple[torch.Tensor, ...] | None:
+        """The hold's (gate, keep, shift) on analog partial sums (`hold_gates`, kept per load): one load's
+        [cols, M] where every load's are the same (a chip's seeds), else each row's load's [S G, cols, M] (a
+        population's kT/C, leakage or injection differ); None where no load's hold acts."""
+        first = self.loads[0]
+        for load in self.loads if len(self.loads) > 1 else [first]:
+            if (passes, at) not in load._gates:
+                wave = load.modules if load.multiplexed else None
+                load._gates[passes, at] = hold_gates(load.profile.parts, load.grid, load.tile_size,
+                                                     load.weight.shape[0], wave, passes, *at)
+        each = [load._gates[passes, at] for load in self.loads]
+        if all(g is None for g in each):
+            return None
+        if all(g is not None and all(torch.equal(a, b) for a, b in zip(g, each[0])) for g in each):
+            return each[0]
+        if (passes, *at, rows) not in self._holds:
+            like = next(g for g in each if g is not None)
+            none = (torch.zeros_like(like[0]), torch.ones_like(like[1]), torch.zeros_like(like[2]))  # no hold acts
+            self._holds[passes, *at, rows] = tuple(
+                torch.stack([(g if g is not None else none)[j] for g in each]).repeat_interleave(rows // len(each), 0)
+                for j in range(3))
+        return self._holds[passes, *at, rows]
 
     def __call__(self, t: torch.Tensor, load_keys: Sequence[keys.Key | None], ids: torch.Tensor, *,
                  partial_sums: str, call: int | torch.Tensor, passes: int, keep_partials: bool = False,
@@ -195,10 +222,7 @@ class LoadStack:
         (rows, cols), ts, n = first.grid, first.tile_size, first.channels
         layout, v = first.loops[0].layout(), first.profile.parts
         at = (t.dtype, t.device)
-        if partial_sums == "analog" and (passes, at) not in first._gates:  # the hold's plan, kept
-            first._gates[passes, at] = hold_gates(v, first.grid, ts, m, first.modules if first.multiplexed else None,
-                                                  passes, *at)
-        gates = first._gates[passes, at] if partial_sums == "analog" else None
+        gates = self._hold(passes, at, t.shape[0]) if partial_sums == "analog" else None
         if first.predistort and at not in self._shapes:  # once per stack and dtype, not per call
             for load in self.loads:  # each load's measured cubics (a population's differ: its light and ADC)
                 if load._shapes is None or load._shapes[0] != at:
@@ -214,9 +238,14 @@ class LoadStack:
                     adc_bits is not None, first.predistort, keep_partials, s, isinstance(shapes, list))
         shared = {"input_range": first.input_range, "dac": converter(clip, dac_bits),
                   "shapes": tuple(shapes) if isinstance(shapes, list) else shapes, "constants": constants.tensors(),
-                  "k0": k0, "gain": first.loops[0].node(0, t)[0], "gate": None if gates is None else gates[0],
-                  "keep": None if gates is None else gates[1],
-                  "shift": None if gates is None else gates[2]}
+                  "k0": k0, "gain": first.loops[0].node(0, t)[0]}
+        per_row = gates is not None and gates[0].dim() == 3  # a population's holds: each row's load's [S G, cols, M]
+        if gates is not None and not per_row:
+            shared.update(gate=gates[0], keep=gates[1], shift=gates[2])
+        if gates is None:
+            shared.update(gate=None, keep=None, shift=None)
+        hold = gates if per_row else (None, None, None)
+        noisy = next((load.profile.parts for load in self.loads if Hold.of(load.profile.parts).noise_std_v != 0), v)
         adc = converter(v.readout.range_v, adc_bits)
         adc_step: float | torch.Tensor = adc[2]
         if len(set(self._adc_bits)) > 1:  # a population's ADCs: each row's load's code step, [S G, 1]
@@ -226,9 +255,12 @@ class LoadStack:
                                                               ).repeat_interleave(t.shape[0] // s)[:, None]
             adc_step = self._steps[(*at, t.shape[0])]
 
-        def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor, adc_step: float | torch.Tensor
+        def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor, adc_step: float | torch.Tensor,
+                    gate: torch.Tensor | None, keep: torch.Tensor | None, shift: torch.Tensor | None
                     ) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None
+            rows_hold = {} if gate is None else {"gate": gate.transpose(0, 1)[:, None], "keep": keep.transpose(0, 1)[:, None],
+                                                 "shift": shift.transpose(0, 1)[:, None]}  # [cols, 1, R, M]
             if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
                 flat = keys.fold_calls(every, keys.Stream.TILE_CALL, call, rows * cols, t.device, s)  # [S K, T]
                 # (or, a call per row, [S, G, K, T])
@@ -240,19 +272,19 @@ class LoadStack:
                 if s == 1:
                     streams, counters = streams[0], counters[0, 0, 0]
             if gates is not None:  # the loads' kT/C streams and counters
-                draws = hold_draws(v, every, call, rows * cols, ids, ts, s)
-            x = {"t": t, **shared, "adc": (adc[0], adc[1], adc_step), "streams": streams, "counters": counters,
-                 "hold_draws": draws}
+                draws = hold_draws(noisy, every, call, rows * cols, ids, ts, s)
+            x = {"t": t, **shared, **rows_hold, "adc": (adc[0], adc[1], adc_step), "streams": streams,
+                 "counters": counters, "hold_draws": draws}
             return run(plan, x, compile)
 
         group = t.shape[0] // s
         step = max(1, CHUNK_BYTES // (t.element_size() * s * rows * cols * passes * n))  # rows of each load
         if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
-            y, s_in, clipped, *partials = product(t, ids, call, adc_step)
+            y, s_in, clipped, *partials = product(t, ids, call, adc_step, *hold)
         else:  # in pieces of rows whose temporaries stay in a core's cache
             edges = list(range(0, group, step)) + [group]
             pieces = [product(*(_rows(a, lo, hi, s) if isinstance(a, torch.Tensor) else a
-                                for a in (t, ids, call, adc_step)))
+                                for a in (t, ids, call, adc_step, *hold)))
                       for lo, hi in zip(edges[:-1], edges[1:])]
             y = torch.cat([p[0].view(s, -1, m) for p in pieces], 1).view(-1, m)
             s_in = torch.cat([p[1].view(s, -1) for p in pieces], 1).view(-1)
