@@ -1,14 +1,14 @@
 """`compare_population`: a population of design points, one model on one placement's shapes, as one run.
 
 Co-design asks many design points (sweeps' grids, a search's generations) of one model that differ in
-profile values that are not shapes: SLM and ADC bits, light, RIN, noise multipliers (`tile_product.PER_LOAD`). Run one by one,
-each point pays its own exact path, its own fits and its own device passes, and a pass of a few sequences
-costs mostly per-call overhead. Here the exact path runs once; per chip, every point's tile programs are
-fitted together (each point's own program, remembered as its own: `PlacedModel.fit_population`), then
-every point's seeds run as one batch where the kind can (`PlacedModel.run_population`: a hybrid SSM stacks
-every point's loads, each row through its own point's load and keyed by its own seed). Each point's
-Dataset is what `compare` gives it alone, statistically: its keyed draws are its own, and a larger batch
-changes only a product's rounding (tests/experiments/test_population.py). See docs/SWEEPS.md section 7.
+profile values that are not shapes: SLM and ADC bits, light, RIN, noise multipliers (`tile_product.PER_LOAD`).
+Run one by one, each point pays its own exact path, its own fits and its own device passes, and a pass of a
+few sequences costs mostly per-call overhead. Here the exact path runs once; per chip, every point's tile
+programs are fitted together (each point's own program, remembered as its own: `PlacedModel.fit_population`),
+then every chip's and point's seeds run as one batch where the kind can (`PlacedModel.run_population`: a
+hybrid SSM stacks every load, each row through its own chip's and point's load, keyed by its own seed). Each
+point's Dataset is what `compare` gives it alone, statistically: its keyed draws are its own, and a larger
+batch changes only a product's rounding (tests/experiments/test_population.py). See docs/SWEEPS.md section 7.
 """
 
 from __future__ import annotations
@@ -62,17 +62,19 @@ def compare_population(model: Any, devices: Sequence[DeviceProfile], inputs: tor
                                   placed.placement)
     exact = placed.cls.exact(m, first.inputs, placed.placement)  # once: the same for every point
     runs: list[dict[int, list[list[dict[str, Any]]]]] = [{} for _ in plans]
+    built: list[tuple[int, int, Any]] = []  # (chip, point, placed), every chip's points: run as one population
     for k, ci in bar(list(enumerate(first.chips)), desc="population chips", enabled=progress):
         profiles = [resolve_profile(plan.base, ci) for plan in plans]
-        built = []
         for i in range(0, len(profiles), FIT_CHUNK):  # each chunk placed while its fits are still in memory
             chunk = profiles[i:i + FIT_CHUNK]
             placed.cls.fit_population(m, chunk, prepared, placed.placement)
-            built += [placed.build(m, profile, prepared) for profile in chunk]
-        results = placed.cls.run_population(built, first.inputs, [plan.seeds for plan in plans])
-        for p, (one, plan) in enumerate(zip(built, plans)):
-            overrides = json.dumps(one.run_overrides(), sort_keys=True, default=str)
-            runs[p][k] = [record_runs(placed.cls, one, results[p], exact.z, overrides, plan.targets)]
+            built += [(k, i + j, placed.build(m, profile, prepared)) for j, profile in enumerate(chunk)]
+    # the chips too are rows of one batch (`variation.chip_seed` is a per-load value)
+    results = placed.cls.run_population([one for _, _, one in built], first.inputs,
+                                        [plans[p].seeds for _, p, _ in built])
+    for (k, p, one), result in zip(built, results):
+        overrides = json.dumps(one.run_overrides(), sort_keys=True, default=str)
+        runs[p][k] = [record_runs(placed.cls, one, result, exact.z, overrides, plans[p].targets)]
     out = []
     for p, plan in enumerate(plans):
         plan = replace(plan, prepared=prepared, exact=exact, where=[((ci,), slice(0, len(plan.seeds)))

@@ -67,10 +67,10 @@ def test_a_populations_datasets_are_what_compare_gives_each_point(monkeypatch: p
     monkeypatch.setattr(population, "FIT_CHUNK", 3)  # fitted and placed 3 points and then 1, run as one batch
     model = load_model("parity-implicit")
     seeds = [[10 + i, 20 + i] for i in range(len(POINTS))]
-    together = compare_population(model, _profiles(), TOKENS, TARGETS, seeds=seeds, chips=[1],
+    together = compare_population(model, _profiles(), TOKENS, TARGETS, seeds=seeds, chips=[1, 2],
                                   calibration=TOKENS)
     for profile, s, ds in zip(_profiles(), seeds, together):
-        alone = compare(model, profile, TOKENS, TARGETS, seeds=s, chips=[1], calibration=TOKENS)
+        alone = compare(model, profile, TOKENS, TARGETS, seeds=s, chips=[1, 2], calibration=TOKENS)
         # the same draws, programs and calibration: the same statuses, iterations and predictions; continuous
         # values to the rounding of a larger batch's digital products, which can move a reading across an
         # ADC code (seen: 2 of 288 residuals, by 1.6e-7 relative)
