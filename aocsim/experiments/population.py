@@ -1,7 +1,7 @@
 """`compare_population`: a population of design points, one model on one placement's shapes, as one run.
 
 Co-design asks many design points (sweeps' grids, a search's generations) of one model that differ in
-profile values that are not shapes: SLM and ADC bits, light, RIN, noise multipliers (`tile_product.PER_LOAD`).
+profile values that are not shapes: SLM and ADC bits, light, RIN, noise, temperature (`tile_product.PER_LOAD`).
 Run one by one, each point pays its own exact path, its own fits and its own device passes, and a pass of a
 few sequences costs mostly per-call overhead. Here the exact path runs once; per chip, every point's tile
 programs are fitted together (each point's own program, remembered as its own: `PlacedModel.fit_population`),

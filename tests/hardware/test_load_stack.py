@@ -55,7 +55,9 @@ POPULATION = {"slm.bits": 5, "slm.programming_error_levels": 0.02, "noise.power_
               "noise.bias_units": 2.0, "noise.rin.rin_db_per_hz": -120.0,
               "noise.responsivity_a_per_w": 0.3, "readout.adc_bits": 5, "variation.chip_seed": 7,
               "variation.relative_std": 0.03, "noise.multiplier": 4.0, "noise.thermal.temperature_k": 900.0,
-              "noise.dark.current_a": 1e-7, "readout.hold_capacitance_f": 1e-14}
+              "noise.dark.current_a": 1e-7, "readout.hold_capacitance_f": 1e-14, "environment.temperature_delta_k": 30.0}
+# (the machine the population is built on: aoc48 with temperature coefficients, so that a temperature acts)
+TEMPERATURE_COEFFICIENTS = {"environment.hold_leakage_per_k": 0.3, "environment.led_cubic_per_k": 0.05}
 
 
 def test_every_per_load_value_is_named_here() -> None:
@@ -69,7 +71,7 @@ def test_every_per_load_value_is_named_here() -> None:
 def test_a_population_stack_gives_each_design_point_its_own_product(key: str, partial_sums: str,
                                                                     predistort: bool) -> None:
     """(predistorted: each point's emitters measured with its own light and ADC, its own cubics)"""
-    device = load_device("aoc48")
+    device = load_device("aoc48", TEMPERATURE_COEFFICIENTS)
     weight = 0.01 * _rand(0, 30, 70)
     points = [device, device.with_overrides({key: POPULATION[key]}), device.with_overrides({"readout.adc_bits": 10})]
     loads = [TiledMatrix(p, weight, generator=keys.as_key(seed), predistort=predistort)

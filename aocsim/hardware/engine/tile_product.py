@@ -92,7 +92,7 @@ CHUNK_BYTES = 1 << 20
 PER_LOAD = ("slm.bits", "slm.programming_error_levels", "noise.power_per_unit_w",
             "noise.bias_units", "noise.rin.rin_db_per_hz", "noise.responsivity_a_per_w", "readout.adc_bits",
             "variation.chip_seed", "variation.relative_std", "noise.multiplier", "noise.thermal.temperature_k",
-            "noise.dark.current_a", "readout.hold_capacitance_f")
+            "noise.dark.current_a", "readout.hold_capacitance_f", "environment.temperature_delta_k")
 _DESCRIBING = ("energy.", "name", "description", "provenance.")
 
 
