@@ -132,7 +132,8 @@ def _plan(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targets
     x, y = placed.cls.check_inputs(m, inputs, targets)
     seed_ids, chip_ids = _ids("seeds", seeds), _ids("chips", chips)
     return _Plan(placed, m, base, x, y, seed_ids, chip_ids,
-                 _parts(len(chip_ids), len(seed_ids), workers, split=split, stacked=placed.stacks()), calibration)
+                 _parts(len(chip_ids), len(seed_ids), workers, split=split, stacked=placed.stacks(), rows=len(x)),
+                 calibration)
 
 
 def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, progress: bool = False
@@ -204,17 +205,24 @@ def warm_worker() -> None:
     import aocsim.execute.registry  # noqa: F401 - the placed-model classes and their engine
 
 
-def _parts(chips: int, seeds: int, workers: int, split: bool = True, stacked: bool = False
+# The most batch rows (chips x seeds x sequences) a stacked part runs at once: a run keeps every row's
+# residual trace (float64, per position and iteration: 4096 rows of 256 tokens x 30 iterations, 250 MB).
+STACK_ROWS = 4096
+
+
+def _parts(chips: int, seeds: int, workers: int, split: bool = True, stacked: bool = False, rows: int = 1
            ) -> list[tuple[tuple[int, ...], slice]]:
     """The runs shared out as (chips, seeds), longest first. A kind that runs its loads as one batch
-    (`stacked`) runs every chip and seed of a part as one batch: one part, or with `split` one per worker
-    (contiguous chips). Otherwise a part per chip while the chips fill whole rounds of the workers (each
+    (`stacked`; `rows`: the rows of one run) runs every chip and seed of a part as one batch: one part, or
+    with `split` one per worker (contiguous chips), and as many more as keep a part within `STACK_ROWS`
+    rows (a chip's seeds stay together). Otherwise a part per chip while the chips fill whole rounds of the workers (each
     chip placed once: a placement fits its tile programs and measures its emitters, seconds to a minute),
     then the chips left over split into pieces of their seeds, so that the last round keeps every core
     busy (a split chip is placed once per piece); without `split` a part per chip."""
     if stacked:
+        least = -(-chips // max(1, STACK_ROWS // (seeds * rows)))  # parts within STACK_ROWS
         return [(tuple(range(c.start, c.stop)), slice(0, seeds))
-                for c in split_rows(chips, workers if split else 1)]
+                for c in split_rows(chips, max(workers if split else 1, least))]
     whole = chips - chips % workers if workers > 1 and split else chips
     rest = chips - whole
     pieces = 1 if rest == 0 else min(seeds, -(-workers // rest))

@@ -122,6 +122,9 @@ def test_a_kind_that_stacks_its_loads_runs_a_parts_chips_and_seeds_as_one_batch(
     assert _parts(3, 3, 2, stacked=True) == [((0, 1), slice(0, 3)), ((2,), slice(0, 3))]
     assert _parts(3, 3, 2, split=False, stacked=True) == [((0, 1, 2), slice(0, 3))]
     assert _parts(3, 3, 1, stacked=True) == [((0, 1, 2), slice(0, 3))]
+    # within STACK_ROWS rows a part: 3 seeds x 512 sequences, 2 chips a part (a chip's seeds together)
+    assert _parts(5, 3, 1, stacked=True, rows=512) == [((0, 1), slice(0, 3)), ((2, 3), slice(0, 3)), ((4,), slice(0, 3))]
+    assert _parts(2, 3, 1, stacked=True, rows=4096) == [((0,), slice(0, 3)), ((1,), slice(0, 3))]
     kind = hybrid.HybridSSM.kind
     assert hybrid.HybridSSM.stacks(Placement().resolved(kind))
     assert not hybrid.HybridSSM.stacks(Placement(mode="simultaneous").resolved(kind))
