@@ -26,10 +26,10 @@ from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.emitter_calibration import tile_shapes
 from aocsim.hardware.engine.partial_sums import hold_draws, hold_gates
-from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.engine.step import Constants, stack_loads
 from aocsim.hardware.engine.tile_pass import Plan, run
 from aocsim.hardware.physics import components as C
+from aocsim.hardware.physics.hold import Hold
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class LoadStack:
         self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
         self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
         self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
-        self._holds: dict[tuple, tuple] = {}  # a population's hold gates per row, by (passes, dtype, device, rows)
+        self._holds: dict[tuple, Any] = {}  # the hold by (passes, dtype, device), per row by (..., rows): `_hold`
 
     def constants(self, load_keys: Sequence[keys.Key | None], call: int) -> tuple[Constants, torch.Tensor]:
         """The loads' stacked constants and k0 (one load's as they are; several with a leading [S]), each
@@ -181,26 +181,30 @@ class LoadStack:
         return stacked
 
     def _hold(self, passes: int, at: tuple, rows: int) -> tuple[torch.Tensor, ...] | None:
-        """The hold's (gate, keep, shift) on analog partial sums (`hold_gates`, kept per load): one load's
-        [cols, M] where every load's are the same (a chip's seeds), else each row's load's [S G, cols, M] (a
-        population's kT/C, leakage or injection differ); None where no load's hold acts."""
-        first = self.loads[0]
-        for load in self.loads if len(self.loads) > 1 else [first]:
-            if (passes, at) not in load._gates:
-                wave = load.modules if load.multiplexed else None
-                load._gates[passes, at] = hold_gates(load.profile.parts, load.grid, load.tile_size,
-                                                     load.weight.shape[0], wave, passes, *at)
-        each = [load._gates[passes, at] for load in self.loads]
-        if all(g is None for g in each):
-            return None
-        if all(g is not None and all(torch.equal(a, b) for a, b in zip(g, each[0])) for g in each):
-            return each[0]
+        """The hold's (gate, keep, shift) on analog partial sums (`hold_gates`): one load's [cols, M] where every
+        load's are the same (a chip's seeds), else each row's load's [S G, cols, M] (a population's kT/C,
+        leakage or injection differ); None where no load's hold acts. Decided once per stack."""
+        if (passes, at) not in self._holds:
+            for load in self.loads:
+                if (passes, at) not in load._gates:  # kept per load
+                    wave = load.modules if load.multiplexed else None
+                    load._gates[passes, at] = hold_gates(load.profile.parts, load.grid, load.tile_size,
+                                                         load.weight.shape[0], wave, passes, *at)
+            each = [load._gates[passes, at] for load in self.loads]
+            first = each[0]
+            if all(g is None for g in each) or all(g is not None and all(torch.equal(a, b) for a, b in zip(g, first))
+                                                   for g in each):
+                self._holds[passes, at] = first
+            else:  # [S, cols, M] each; a load whose hold does not act: no noise, keeps all, no shift
+                like = next(g for g in each if g is not None)
+                none = (torch.zeros_like(like[0]), torch.ones_like(like[1]), torch.zeros_like(like[2]))
+                self._holds[passes, at] = tuple(torch.stack([(g if g is not None else none)[j] for g in each])
+                                                for j in range(3))
+        hold = self._holds[passes, at]
+        if hold is None or hold[0].dim() == 2:
+            return hold
         if (passes, *at, rows) not in self._holds:
-            like = next(g for g in each if g is not None)
-            none = (torch.zeros_like(like[0]), torch.ones_like(like[1]), torch.zeros_like(like[2]))  # no hold acts
-            self._holds[passes, *at, rows] = tuple(
-                torch.stack([(g if g is not None else none)[j] for g in each]).repeat_interleave(rows // len(each), 0)
-                for j in range(3))
+            self._holds[passes, *at, rows] = tuple(h.repeat_interleave(rows // len(self.loads), 0) for h in hold)
         return self._holds[passes, *at, rows]
 
     def __call__(self, t: torch.Tensor, load_keys: Sequence[keys.Key | None], ids: torch.Tensor, *,
@@ -240,11 +244,8 @@ class LoadStack:
                   "shapes": tuple(shapes) if isinstance(shapes, list) else shapes, "constants": constants.tensors(),
                   "k0": k0, "gain": first.loops[0].node(0, t)[0]}
         per_row = gates is not None and gates[0].dim() == 3  # a population's holds: each row's load's [S G, cols, M]
-        if gates is not None and not per_row:
-            shared.update(gate=gates[0], keep=gates[1], shift=gates[2])
-        if gates is None:
-            shared.update(gate=None, keep=None, shift=None)
-        hold = gates if per_row else (None, None, None)
+        shared.update(zip(("gate", "keep", "shift"), gates if gates is not None and not per_row else (None,) * 3))
+        hold = gates if per_row else (None, None, None)  # sliced with the rows, as the ADC steps
         noisy = next((load.profile.parts for load in self.loads if Hold.of(load.profile.parts).noise_std_v != 0), v)
         adc = converter(v.readout.range_v, adc_bits)
         adc_step: float | torch.Tensor = adc[2]
@@ -259,8 +260,8 @@ class LoadStack:
                     gate: torch.Tensor | None, keep: torch.Tensor | None, shift: torch.Tensor | None
                     ) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None
-            rows_hold = {} if gate is None else {"gate": gate.transpose(0, 1)[:, None], "keep": keep.transpose(0, 1)[:, None],
-                                                 "shift": shift.transpose(0, 1)[:, None]}  # [cols, 1, R, M]
+            rows_hold = {} if gate is None else {name: h.transpose(0, 1)[:, None]  # [cols, 1, R, M]
+                                                 for name, h in (("gate", gate), ("keep", keep), ("shift", shift))}
             if layout.draws:  # one stream per load, tile and pass; counters (sample, channel)
                 flat = keys.fold_calls(every, keys.Stream.TILE_CALL, call, rows * cols, t.device, s)  # [S K, T]
                 # (or, a call per row, [S, G, K, T])
