@@ -73,25 +73,32 @@ def bench_sweep_cmd(points: int, workers: tuple[int, ...]) -> None:
 @click.option("--compiled/--no-compiled", default=False, show_default=True,
               help="Also time each case with its tile products compiled (placement compile; needs a C++ compiler).")
 @click.option("--seeds", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Seeds of the one chip (run as one batch: docs/DEVICE_RUNS.md); the device's tokens count each seed's.")
+              help="Seeds of each chip (with the chips, run as one batch: docs/DEVICE_RUNS.md); the device's tokens "
+                   "count each run's.")
+@click.option("--chips", default=1, show_default=True, type=click.IntRange(min=1), help="Chips (0 ... N-1).")
+@click.option("--model", "models", multiple=True, type=click.Choice(["parity-implicit", "a5-implicit"]),
+              default=("parity-implicit", "a5-implicit"), show_default=True,
+              help="Cases to time (repeatable; a5-implicit: plain and at the recommended placement).")
 @friendly
-def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled: bool, seeds: int) -> None:
+def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled: bool, seeds: int, chips: int,
+                      models: tuple[str, ...]) -> None:
     """Tokens per second of parity-implicit and a5-implicit (plain, and at the placement docs/DEVICE_RUNS.md
-    recommends) on their exact paths and in `aocsim compare` (one chip, `--seeds` seeds, sequential mode),
+    recommends) on their exact paths and in `aocsim compare` (`--chips` x `--seeds` runs, sequential mode),
     timed in this run on one torch thread."""
     import torch
 
-    from aocsim.experiments.bench import bench_compare, format_compare_bench
+    from aocsim.experiments.bench import COMPARE_CASES, bench_compare, format_compare_bench
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rows = bench_compare(device=device, sequences=sequences, length_factor=length_factor, compiled=compiled,
-                             seeds=seeds)
+        rows = bench_compare(tuple(c for c in COMPARE_CASES if c[1] in models), device=device, sequences=sequences,
+                             length_factor=length_factor, compiled=compiled, seeds=seeds, chips=chips)
     finally:
         torch.set_num_threads(before)
-    click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, one chip and "
-               f"{'one seed' if seeds == 1 else f'{seeds} seeds'}, sequential mode, 1 torch thread; the exact path "
+    click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, "
+               f"{'one chip' if chips == 1 else f'{chips} chips'} x {'one seed' if seeds == 1 else f'{seeds} seeds'}, "
+               "sequential mode, 1 torch thread; the exact path "
                "the best of 3 runs, each compare one")
     click.echo(format_compare_bench(rows))
 

@@ -83,6 +83,7 @@ class CompareBenchRow:
     device_s: float  # `compare` on one chip and `seeds` seeds: placement, exact reference and device runs
     warmup_s: float | None = None  # compiled rows: the short run before, which fitted and compiled
     seeds: int = 1
+    chips: int = 1  # chips x seeds runs, as one batch (docs/DEVICE_RUNS.md)
     new_process: bool = False  # timed in a new process on the store the first compare wrote
     placed: int | None = None  # fits, emitter measurements and graphs the compare computed (0: none; None: not counted)
 
@@ -93,14 +94,14 @@ class CompareBenchRow:
 
     @property
     def ratio(self) -> float:
-        """The device's time per token over the exact path's (each seed's tokens counted)."""
-        return self.device_s / (self.seeds * self.exact_s)
+        """The device's time per token over the exact path's (each chip's and seed's tokens counted)."""
+        return self.device_s / (self.chips * self.seeds * self.exact_s)
 
 
 def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASES, *, device: str = "aoc48",
-                  sequences: int = 256, length_factor: int = 4, compiled: bool = False, seeds: int = 1
-                  ) -> list[CompareBenchRow]:
-    """Each case's exact path and its `compare` on `device` (one chip, `seeds` seeds, sequential mode) on
+                  sequences: int = 256, length_factor: int = 4, compiled: bool = False, seeds: int = 1,
+                  chips: int = 1) -> list[CompareBenchRow]:
+    """Each case's exact path and its `compare` on `device` (`chips` chips x `seeds` seeds, sequential mode) on
     the same fresh sequences (`aocsim.experiments.workloads`), timed one after the other (the exact path
     the best of three runs, each compare once), with a calibration store of their own (empty at first).
 
@@ -127,20 +128,20 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
             exact = best_time(lambda: model.predict(w.inputs, mode="sequential"), 3)
 
             def row(case: str, timed: tuple[float, int], **more: Any) -> CompareBenchRow:
-                return CompareBenchRow(case, w.inputs.numel(), exact, timed[0], seeds=seeds,  # noqa: B023
+                return CompareBenchRow(case, w.inputs.numel(), exact, timed[0], seeds=seeds, chips=chips,  # noqa: B023
                                        placed=timed[1], **more)
 
-            rows.append(row(label, _timed_compare(model, device, w, placement, seeds)))
-            again = _in_new_process(name, device, sequences, length_factor, placement, seeds)
+            rows.append(row(label, _timed_compare(model, device, w, placement, seeds, chips)))
+            again = _in_new_process(name, device, sequences, length_factor, placement, seeds, chips)
             rows.append(row(f"{label}, chip calibrated" if not again[1] else f"{label}, new process", again,
                             new_process=True))
             if compiled:
                 options = {**(placement or {}), "compile": True}
-                warmup = _timed_compare(model, device, w, options, 1, tokens=2)[0]
-                rows.append(row(f"{label}, compiled", _timed_compare(model, device, w, options, seeds),
+                warmup = _timed_compare(model, device, w, options, 1, 1, tokens=2)[0]
+                rows.append(row(f"{label}, compiled", _timed_compare(model, device, w, options, seeds, chips),
                                 warmup_s=warmup))
                 rows.append(row(f"{label}, compiled, new process",
-                                _in_new_process(name, device, sequences, length_factor, options, seeds),
+                                _in_new_process(name, device, sequences, length_factor, options, seeds, chips),
                                 new_process=True))
     return rows
 
@@ -167,7 +168,7 @@ def _own_store() -> Iterator[None]:
 
 
 def compare_seconds(name: str, device: str, sequences: int, length_factor: int, placement: dict | None,
-                    seeds: int) -> tuple[float, int]:
+                    seeds: int, chips: int = 1) -> tuple[float, int]:
     """The seconds of one `bench_compare` case's compare in this process, on one torch thread, after
     the model is loaded and the sequences made (in a new process: what a later run pays), and how many
     fits and emitter measurements it computed (0: it read the chip's calibration)."""
@@ -178,10 +179,10 @@ def compare_seconds(name: str, device: str, sequences: int, length_factor: int, 
     _warm_xarray()
     model = load_model(name)
     return _timed_compare(model, device, default_workload(model, sequences=sequences, length_factor=length_factor),
-                          placement, seeds)
+                          placement, seeds, chips)
 
 
-def _timed_compare(model: Any, device: str, w: Any, placement: dict | None, seeds: int,
+def _timed_compare(model: Any, device: str, w: Any, placement: dict | None, seeds: int, chips: int = 1,
                    tokens: int | None = None) -> tuple[float, int]:
     """The seconds of `compare` on workload `w` (its first `tokens` positions; None: all), and how many
     fits, emitter measurements and compiled graphs it computed (`disk_memo.computed`: 0 when it read
@@ -192,7 +193,7 @@ def _timed_compare(model: Any, device: str, w: Any, placement: dict | None, seed
     before = sum(disk_memo.computed.values())
     start = time.perf_counter()
     compare(model, device, w.inputs[:, :tokens], w.targets[:, :tokens], placement=placement,
-            calibration=w.calibration, seeds=tuple(range(seeds)))
+            calibration=w.calibration, seeds=tuple(range(seeds)), chips=tuple(range(chips)))
     return time.perf_counter() - start, sum(disk_memo.computed.values()) - before
 
 
@@ -214,7 +215,8 @@ def _in_new_process(*case: Any) -> tuple[float, int]:
 def format_compare_bench(rows: list[CompareBenchRow]) -> str:
     width = max([36] + [len(r.case) for r in rows])
     lines = [f"{'model':{width}s} {'tokens':>7s} {'exact (tok/s)':>14s} {'device (tok/s)':>15s} {'device / exact':>15s}"]
-    lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} {r.seeds * r.tokens / r.device_s:15.0f} "
+    lines += [f"{r.case:{width}s} {r.tokens:>7d} {r.tokens / r.exact_s:14.0f} "
+              f"{r.chips * r.seeds * r.tokens / r.device_s:15.0f} "
               f"{r.ratio:14.1f}x" + (f"  (fitted and compiled in a {r.warmup_s:.0f} s run before)"
                                      if r.warmup_s else "  (a new process; the chip's calibration read from the store)"
                                      if r.calibrated and "compiled" not in r.case else

@@ -71,7 +71,7 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
         workers: cores for the device runs (`aocsim.parallel.run_parts`). A kind that runs its weight loads as
             one batch (an SSM in sequential mode) runs every chip and seed of a part as one batch, a part per
             worker at most; the results depend on the workers only in statistics (a batch's rounding:
-            docs/DEVICE_RUNS.md, "A chip's seeds run as one batch").
+            docs/DEVICE_RUNS.md, "A compare's chips and seeds run as one batch").
         progress: a progress bar over the runs.
 
     Returns:

@@ -110,6 +110,9 @@ def test_the_compare_bench_counts_each_seeds_tokens() -> None:
     assert row.ratio == pytest.approx(4.0)  # 3 x 1000 tokens in 6 s against 1000 in 0.5 s
     line = format_compare_bench([row]).splitlines()[1].split()
     assert line[-4:] == ["1000", "2000", "500", "4.0x"]
+    chips = CompareBenchRow("parity-implicit", 1000, exact_s=0.5, device_s=12.0, seeds=3, chips=2)
+    assert chips.ratio == pytest.approx(4.0)  # 2 chips x 3 seeds x 1000 tokens in 12 s against 1000 in 0.5 s
+    assert format_compare_bench([chips]).splitlines()[1].split()[-4:] == ["1000", "2000", "500", "4.0x"]
 
 
 def test_a_kind_that_stacks_its_loads_runs_a_parts_chips_and_seeds_as_one_batch() -> None:
