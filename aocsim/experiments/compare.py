@@ -69,8 +69,8 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
         calibration: inputs whose exact-path values the placement fits and calibrates on (default: the
             model's task's, aocsim.experiments.workloads).
         workers: cores for the device runs (`aocsim.parallel.run_parts`). A kind that runs its weight loads as
-            one batch (an SSM in sequential mode) runs every chip and seed of a part as one batch, a part per
-            worker at most; the results depend on the workers only in statistics (a batch's rounding:
+            one batch (an SSM in sequential mode) runs every chip and seed of a part as one batch (a part per
+            worker, more where a batch would pass `STACK_ROWS` rows); the results depend on the workers only in statistics (a batch's rounding:
             docs/DEVICE_RUNS.md, "A compare's chips and seeds run as one batch").
         progress: a progress bar over the runs.
 
