@@ -70,8 +70,9 @@ def compare(model: Any, device: DeviceProfile | str, inputs: torch.Tensor, targe
             model's task's, aocsim.experiments.workloads).
         workers: cores for the device runs (`aocsim.parallel.run_parts`). A kind that runs its weight loads as
             one batch (an SSM in sequential mode) runs every chip and seed of a part as one batch (a part per
-            worker, more where a batch would pass `STACK_ROWS` rows); the results depend on the workers only in statistics (a batch's rounding:
-            docs/DEVICE_RUNS.md, "A compare's chips and seeds run as one batch").
+            worker, more where a batch would pass `STACK_ROWS` rows); the results depend on the workers only
+            in statistics (a batch's rounding: docs/DEVICE_RUNS.md, "A compare's chips and seeds run as one
+            batch").
         progress: a progress bar over the runs.
 
     Returns:
