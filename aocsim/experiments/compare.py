@@ -183,17 +183,17 @@ def _dataset(plan: _Plan, runs: dict[int, list[list[dict[str, Any]]]]) -> xr.Dat
     traces: dict[tuple[int, int], np.ndarray] = {}
     program_error = 0.0  # the worst chip's tile programs (models on tiles)
     overrides = ["{}"] * len(plan.chips)  # what each chip's runs used beside the base profile
-    every = ((ci, s, per_seed) for i, per_chip in runs.items() for ci, per_seed in zip(plan.where[i][0], per_chip)
-             for s in (plan.where[i][1],))
-    for ci, s, per_seed in every:  # each run is keyed by its chip and seed alone
-        for si, run in zip(range(s.start, s.stop), per_seed):
-            program_error = max(program_error, run.pop("program_error"))
-            overrides[ci] = run.pop("run_overrides")
-            trace = run.pop("trace")
-            if trace is not None:
-                traces[ci, si] = trace
-            for name, values in run.items():
-                device.setdefault(name, np.zeros(shape, dtype=values.dtype))[ci, si] = values
+    for i, per_chip in runs.items():
+        chips, s = plan.where[i]
+        for ci, per_seed in zip(chips, per_chip):  # each run is keyed by its chip and seed alone
+            for si, run in zip(range(s.start, s.stop), per_seed):
+                program_error = max(program_error, run.pop("program_error"))
+                overrides[ci] = run.pop("run_overrides")
+                trace = run.pop("trace")
+                if trace is not None:
+                    traces[ci, si] = trace
+                for name, values in run.items():
+                    device.setdefault(name, np.zeros(shape, dtype=values.dtype))[ci, si] = values
     lit, modules = int(device.pop("channels").max()), int(device.pop("modules").max())
     activity = Activity(**{name: device.pop(name) for name in ACTIVITY}, channels=lit or None, modules=modules)
     device["energy_j"] = np.asarray(energy_j(plan.base, activity)["total"])
@@ -216,10 +216,10 @@ def _parts(chips: int, seeds: int, workers: int, split: bool = True, stacked: bo
     """The runs shared out as (chips, seeds), longest first. A kind that runs its loads as one batch
     (`stacked`; `rows`: the rows of one run) runs every chip and seed of a part as one batch: one part, or
     with `split` one per worker (contiguous chips), and as many more as keep a part within `STACK_ROWS`
-    rows (a chip's seeds stay together). Otherwise a part per chip while the chips fill whole rounds of the workers (each
-    chip placed once: a placement fits its tile programs and measures its emitters, seconds to a minute),
-    then the chips left over split into pieces of their seeds, so that the last round keeps every core
-    busy (a split chip is placed once per piece); without `split` a part per chip."""
+    rows (a chip's seeds stay together). Otherwise a part per chip while the chips fill whole rounds of
+    the workers (each chip placed once: a placement fits its tile programs and measures its emitters,
+    seconds to a minute), then the chips left over split into pieces of their seeds, so that the last
+    round keeps every core busy (a split chip is placed once per piece); without `split` a part per chip."""
     if stacked:
         least = -(-chips // max(1, STACK_ROWS // (seeds * rows)))  # parts within STACK_ROWS
         return [(tuple(range(c.start, c.stop)), slice(0, seeds))
