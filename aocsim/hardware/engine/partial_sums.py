@@ -52,22 +52,6 @@ def hold_plan(grid: tuple[int, int], wave: int | None, passes: int, pass_s: floa
     return sampled, held
 
 
-def analog_sum(partials: torch.Tensor, parts: Parts, grid: tuple[int, int], tile_size: int,
-               wave: int | None, passes: int, bases: list[keys.Key] | None, call: int, samples: torch.Tensor
-               ) -> torch.Tensor:
-    """The ADC's input [K, B, M] from the partials [cols, K, B, M] (node volts; K may be 1 for `passes` that
-    draw nothing) of a product on `grid`: their sum where no hold acts (the same bits as before holds were
-    modelled), else the running sum of the module docstring. wave: tiles per wave (None: weight-stationary);
-    bases: the passes' keys (`TiledMatrix.pass_keys`; None without a key); samples: stream indices [B].
-    Its preparation (`hold_gates`, `hold_draws`) and its arithmetic (`held_sum`) are apart, so that a
-    compiled tile product runs the arithmetic with every number an input."""
-    gates = hold_gates(parts, grid, tile_size, partials.shape[-1], wave, passes, partials.dtype, partials.device)
-    if gates is None:
-        return partials.sum(0)
-    draws = hold_draws(parts, bases, call, grid[0] * grid[1], samples, tile_size)
-    return held_sum(partials, *gates, draws, grid[0], tile_size, passes)
-
-
 def hold_gates(parts: Parts, grid: tuple[int, int], tile_size: int, outputs: int, wave: int | None,
                passes: int, dtype: torch.dtype, device: torch.device | str
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
