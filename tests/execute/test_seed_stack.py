@@ -15,7 +15,7 @@ from aocsim.execute.registry import Placed, place
 from aocsim.experiments.compare import compare
 from aocsim.experiments.workloads import default_workload
 from aocsim.io.model_files import load_model
-from tests._parity import assert_agree, assert_means_agree
+from _parity import assert_agree, assert_means_agree
 
 
 @pytest.fixture(scope="module")

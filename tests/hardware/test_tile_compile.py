@@ -209,7 +209,7 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     assert 10 < sum(first) < len(first)  # a token's passes ran compiled, the calibration passes eagerly
     assert 4 * 7 in eager_rows  # and the injection's pass over every position eagerly (one call)
     assert len(mixed) > 10 and set(mixed) == {4}  # the digital middle compiled, for the whole batch
-    from tests._parity import assert_agree
+    from _parity import assert_agree
 
     assert_agree(runs[False].outputs.argmax(-1), runs[True].outputs.argmax(-1), "predictions")
     same = assert_agree(runs[False].solve.iterations, runs[True].solve.iterations, "iterations")

@@ -14,7 +14,7 @@ from aocsim.execute.ssm_device import place_ssm
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
-from tests._parity import assert_same_ssm_run
+from _parity import assert_same_ssm_run
 
 
 class Passes:

@@ -12,7 +12,7 @@ from aocsim.execute.ssm_device import place_ssm
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
 from aocsim.solve.core import RowMap, solve
-from tests._parity import assert_same_ssm_run
+from _parity import assert_same_ssm_run
 
 
 class Contraction:
