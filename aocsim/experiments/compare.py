@@ -214,16 +214,16 @@ STACK_ROWS = 4096
 def _parts(chips: int, seeds: int, workers: int, split: bool = True, stacked: bool = False, rows: int = 1
            ) -> list[tuple[tuple[int, ...], slice]]:
     """The runs shared out as (chips, seeds), longest first. A kind that runs its loads as one batch
-    (`stacked`; `rows`: the rows of one run) runs every chip and seed of a part as one batch: one part, or
-    with `split` one per worker (contiguous chips), and as many more as keep a part within `STACK_ROWS`
-    rows (a chip's seeds stay together). Otherwise a part per chip while the chips fill whole rounds of
+    (`stacked`; `rows`: the rows of one run) runs every chip and seed of a part as one batch: a part per
+    worker (contiguous chips, so that their fits run side by side), and as many more as keep a part within
+    `STACK_ROWS` rows (a chip's seeds stay together). Otherwise a part per chip while the chips fill whole rounds of
     the workers (each chip placed once: a placement fits its tile programs and measures its emitters,
     seconds to a minute), then the chips left over split into pieces of their seeds, so that the last
     round keeps every core busy (a split chip is placed once per piece); without `split` a part per chip."""
     if stacked:
         least = -(-chips // max(1, STACK_ROWS // (seeds * rows)))  # parts within STACK_ROWS
         return [(tuple(range(c.start, c.stop)), slice(0, seeds))
-                for c in split_rows(chips, max(workers if split else 1, least))]
+                for c in split_rows(chips, max(workers, least))]
     whole = chips - chips % workers if workers > 1 and split else chips
     rest = chips - whole
     pieces = 1 if rest == 0 else min(seeds, -(-workers // rest))

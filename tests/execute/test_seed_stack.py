@@ -121,9 +121,9 @@ def test_a_kind_that_stacks_its_loads_runs_a_parts_chips_and_seeds_as_one_batch(
     # 3 chips on 2 workers, seed by seed: a part per chip, the last chip's seeds split to keep both cores busy
     assert _parts(3, 3, 2) == [((0,), slice(0, 3)), ((1,), slice(0, 3)), ((2,), slice(0, 2)), ((2,), slice(2, 3))]
     assert _parts(3, 3, 2, split=False) == [((c,), slice(0, 3)) for c in range(3)]
-    # stacked: every chip and seed of a part in one batch, a part per worker (or one, beside other models')
+    # stacked: every chip and seed of a part in one batch, a part per worker (their fits side by side)
     assert _parts(3, 3, 2, stacked=True) == [((0, 1), slice(0, 3)), ((2,), slice(0, 3))]
-    assert _parts(3, 3, 2, split=False, stacked=True) == [((0, 1, 2), slice(0, 3))]
+    assert _parts(3, 3, 2, split=False, stacked=True) == [((0, 1), slice(0, 3)), ((2,), slice(0, 3))]
     assert _parts(3, 3, 1, stacked=True) == [((0, 1, 2), slice(0, 3))]
     # within STACK_ROWS rows a part: 3 seeds x 512 sequences, 2 chips a part (a chip's seeds together)
     assert _parts(5, 3, 1, stacked=True, rows=512) == [((0, 1), slice(0, 3)), ((2, 3), slice(0, 3)), ((4,), slice(0, 3))]
