@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from aocsim.errors import InputError
 from aocsim.execute.option_groups import ON_TILES, TileOptions
 from aocsim.execute import tile_program
 from aocsim.execute.tile_program import ROUNDS
@@ -130,7 +131,11 @@ def fit_maps_population(devices: list[DeviceProfile], maps: list[tuple[torch.Ten
                         tile: TileOptions = TileOptions()) -> list[list[MapProgram]]:
     """`fit_maps` for each of a population's design points on one chip: each point's programs remembered or
     stored as `fit_maps` keeps them, the others fitted together (`fit_map_population`), each the program
-    that point gets alone."""
+    that point gets alone. The maps' fit keys are the chip's (`fit_key`), so the points must share it."""
+    chips = sorted({d.parts.variation.chip_seed for d in devices})
+    if len(chips) > 1:
+        raise InputError(f"devices have variation.chip_seed = {chips}; expected the design points of one chip (a "
+                         "fit's probes are keyed by its chip: fit each chip's population on its own)")
     tile = on_tiles(tile).fitted()
     constants = (tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
                  tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)

@@ -94,6 +94,11 @@ def test_a_population_refuses_points_of_other_placements_and_seed_counts() -> No
     with pytest.raises(InputError, match="loads\\[1\\] is not a load"):
         compare_population(model, [base, base.with_overrides({"injection.dac_bits": 6})], TOKENS, seeds=[[1], [2]],
                            calibration=TOKENS)
+    # a population's fits are keyed by its chip: points of two chips are fitted chip by chip, not together
+    chips = [resolve_profile(base, 0), resolve_profile(base, 1)]
+    placement = resolve(model, chips[0]).placement
+    with pytest.raises(InputError, match=r"variation.chip_seed = \[0, 1\]; expected the design points of one chip"):
+        fit_programs_population(model, chips, calibration_inputs(model, TOKENS), placement)
 
 
 def test_a_sweep_groups_points_into_populations_of_one_shape() -> None:
