@@ -137,7 +137,7 @@ def bench_compare(cases: tuple[tuple[str, str, dict | None], ...] = COMPARE_CASE
                             new_process=True))
             if compiled:
                 options = {**(placement or {}), "compile": True}
-                warmup = _timed_compare(model, device, w, options, 1, 1, tokens=2)[0]
+                warmup = _timed_compare(model, device, w, options, seeds=1, chips=1, tokens=2)[0]
                 rows.append(row(f"{label}, compiled", _timed_compare(model, device, w, options, seeds, chips),
                                 warmup_s=warmup))
                 rows.append(row(f"{label}, compiled, new process",

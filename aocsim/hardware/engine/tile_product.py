@@ -162,6 +162,9 @@ class LoadStack:
         self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
         self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
         self._holds: dict[tuple, Any] = {}  # the hold by (passes, dtype, device), per row by (..., rows): `_hold`
+        # the parts of a load whose hold draws kT/C (any one: the draws are unit normals each load's gate scales)
+        self._kt_c = next((load.profile.parts for load in loads if Hold.of(load.profile.parts).noise_std_v != 0),
+                          first.profile.parts)
 
     def constants(self, load_keys: Sequence[keys.Key | None], call: int) -> tuple[Constants, torch.Tensor]:
         """The loads' stacked constants and k0 (one load's as they are; several with a leading [S]), each
@@ -246,7 +249,6 @@ class LoadStack:
         per_row = gates is not None and gates[0].dim() == 3  # a population's holds: each row's load's [S G, cols, M]
         shared.update(zip(("gate", "keep", "shift"), gates if gates is not None and not per_row else (None,) * 3))
         hold = gates if per_row else (None, None, None)  # sliced with the rows, as the ADC steps
-        noisy = next((load.profile.parts for load in self.loads if Hold.of(load.profile.parts).noise_std_v != 0), v)
         adc = converter(v.readout.range_v, adc_bits)
         adc_step: float | torch.Tensor = adc[2]
         if len(set(self._adc_bits)) > 1:  # a population's ADCs: each row's load's code step, [S G, 1]
@@ -273,7 +275,7 @@ class LoadStack:
                 if s == 1:
                     streams, counters = streams[0], counters[0, 0, 0]
             if gates is not None:  # the loads' kT/C streams and counters
-                draws = hold_draws(noisy, every, call, rows * cols, ids, ts, s)
+                draws = hold_draws(self._kt_c, every, call, rows * cols, ids, ts, s)
             x = {"t": t, **shared, **rows_hold, "adc": (adc[0], adc[1], adc_step), "streams": streams,
                  "counters": counters, "hold_draws": draws}
             return run(plan, x, compile)
