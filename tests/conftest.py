@@ -56,7 +56,7 @@ def contractive_linear(n: int, lipschitz: float, gen: torch.Generator, *, cond: 
 @pytest.fixture(scope="session")
 def parity_words():
     """parity-implicit, 24 parity word problems of 16 tokens and the calibration inputs of 16 others (a
-    placed model's runs on them: tests/solve/test_row_solve.py, tests/nn/test_ssm_rows.py)."""
+    placed model's runs on them: tests/solve/test_row_solve.py, tests/execute/test_ssm_rows.py)."""
     from aocsim import load_model
     from aocsim.execute.ssm_device import calibration_inputs
     from aocsim.tasks.groups import group, word_problems

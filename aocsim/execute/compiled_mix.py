@@ -2,7 +2,7 @@
 `compile`: the same function traced and compiled by Inductor (`backends.graph`), so that its few dozen
 small operations run as a few fused loops. Its weights are the model's, constants of the graph (keyed
 by their digest, so another model compiles its own); every pass of a compiled placement has the whole
-batch (aocsim/nn/ssm_rows.py), so one graph serves a run. The same numbers as eagerly, to float rounding."""
+batch (aocsim/execute/ssm_rows.py), so one graph serves a run. The same numbers as eagerly, to float rounding."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ per chip (`fit_programs`) and loaded and calibrated per seed (`place_ssm`); the 
 the causal conv, the scan, SiLU and softplus, and the head stay digital in the model's dtype.
 
 A run is the model's one pass over all tokens at once (the chunked scan), announced to the maps as one
-pass of every position at visit 0 (`Mamba2LM.pass_hook`): token t of sequence s draws its tile noise
+pass of every position at visit 0 (`KeyedRun.one_pass`): token t of sequence s draws its tile noise
 at counter s L + t, keyed by the seed, so that a sequence's bits do not depend on its batch (given its
 id, `samples`), and are the draws a token-by-token run would make (each token passes each map once,
 at visit 0). There is no mode to choose: sequential and simultaneous are the same one pass here.
@@ -141,8 +141,9 @@ class HybridMamba2(PlacedModel):
         tokens = self.model.check_tokens(inputs)
         ids = sequence_ids(samples, tokens.shape[0])
         with torch.no_grad(), placed.keyed(key.fold(keys.Stream.RUN), ids, tokens.shape[1], extras,
-                                           key.fold(keys.Stream.SNR)) as model:
-            z = model.hidden(tokens)
-            logits = model.head(z)
+                                           key.fold(keys.Stream.SNR)) as keyed:
+            keyed.one_pass(tokens.shape[1])
+            z = keyed.model.hidden(tokens)
+            logits = keyed.model.head(z)
         solve = one_pass(z)
         return Run(logits, z, solve, placed.activity(solve.iterations), None)

@@ -74,7 +74,7 @@ class StackedLinear(nn.Module):
         rows = self.token_keys
         if rows is None or rows.positions is None or rows.loads is None:
             raise InputError("a StackedLinear runs inside a stacked run only (aocsim/execute/seed_stack.py); "
-                             "expected a call announced by the model's pass_hook")
+                             "expected a pass announced to its TokenKeys (PlacedSSM.keyed)")
         first, count = self.layers[0], len(self.layers)
         flat = x.reshape(-1, self.in_features)
         if (flat.shape[0], count) not in rows.shared:  # the pass's other maps group their rows alike
@@ -143,8 +143,8 @@ class StackedSSM(PlacedSSM):
             raise InputError(f"generator has {len(generator)} keys; expected one per stacked seed ({self.loads})")
         tokens = self.model.check_tokens(tokens)
         ids = sequence_ids(sequences, tokens.shape[0])
-        with self.keyed(generator, ids.repeat(self.loads), tokens.shape[1]) as model:  # type: ignore[arg-type]
-            out = model(tokens.repeat(self.loads, 1), **options)
+        with self.keyed(generator, ids.repeat(self.loads), tokens.shape[1]) as run:  # type: ignore[arg-type]
+            out = run(tokens.repeat(self.loads, 1), **options)
         return [_seed_part(out, s, tokens.shape[0]) for s in range(self.loads)]
 
 
@@ -162,7 +162,6 @@ def _seed_part(out: SSMOutput, s: int, batch: int) -> SSMOutput:
 def stack_seeds(model: ImplicitSSM, seeds: list[PlacedSSM]) -> StackedSSM:
     """The placed seeds of one chip (`place_ssm`, each its own weight load of the chip's programs) as one model."""
     stacked = plain_copy(model)
-    stacked.active_rows = True
     maps = {name: StackedLinear([seed.maps[name] for seed in seeds]) for name in linear_maps(stacked)
             if name in seeds[0].maps}
     for name, layer in maps.items():

@@ -44,7 +44,7 @@ from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
 from aocsim.nn.implicit_ssm import ImplicitSSM
 from aocsim.nn.ssm_blocks import TokenCache
-from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap, relative_change
+from aocsim.nn.ssm_token import OnPass, TokenMap, relative_change
 
 SITES = ("inputs", "states")
 INPUTS, STATES = 0, 1  # the site's coordinate in the key
@@ -81,11 +81,25 @@ def perturb(x: torch.Tensor, normal: torch.Tensor, snr_db: float, kind: str, con
 
 
 class Part:
-    """What every part of a run shares: the output read as the model gave it (`output`)."""
+    """What every part of a run shares: the output read as the model gave it (`output`), the states
+    committed after each token as they are (`commit`), and no token iteration of its own (`solves_tokens`:
+    a part that has one is called as `ImplicitSSM.solve_token`; aocsim/execute/token_loop.py)."""
+
+    solves_tokens = False
+
+    def attach(self, model: ImplicitSSM) -> None:
+        """Attach to the placed model's own model for a run (its forward hooks)."""
+
+    def detach(self, model: ImplicitSSM) -> None:
+        """Undo `attach`."""
 
     def output(self, out: Any, model: Any) -> Any:
         """The run's output as this part reads it (the model's own, unless it reads another z)."""
         return out
+
+    def commit(self, caches: list[TokenCache], t: int) -> list[TokenCache]:
+        """Sequential mode: the states committed after token t, as the next token sees them."""
+        return caches
 
 
 class SiteNoise(Part):
@@ -110,14 +124,14 @@ class SiteNoise(Part):
         if self.site == "inputs":
             self.hooks = [block.in_proj.register_forward_pre_hook(partial(self._inputs, i))
                           for i, block in enumerate(model.blocks)]
-        else:
-            model.commit_hook = self._states
 
     def detach(self, model: ImplicitSSM) -> None:
         for hook in self.hooks:
             hook.remove()
         self.hooks = []
-        model.commit_hook = None
+
+    def commit(self, caches: list[TokenCache], t: int) -> list[TokenCache]:
+        return self._states(caches, t) if self.site == "states" else caches
 
     def _draw(self, x: torch.Tensor, samples: torch.Tensor, *coordinates: int) -> torch.Tensor:
         """x [S, N] of the samples' counters [S], perturbed with the draws of key.fold(*coordinates)."""
@@ -210,8 +224,8 @@ class EmaReadout(Part):
 
 
 class ReferenceSolve(Part):
-    """A token's iteration in sequential mode as the reference code runs it (the model's `token_solver`;
-    docs/LANGUAGE.md, the two conventions): damped Picard z <- (1 - tau) z + tau f(z) from z = 0, and
+    """A token's iteration in sequential mode as the reference code runs it (the placed model's token loop
+    calls it in place of `ImplicitSSM.solve_token`, aocsim/execute/token_loop.py; docs/LANGUAGE.md, the two conventions): damped Picard z <- (1 - tau) z + tau f(z) from z = 0, and
 
     - with `alpha` (snr_convention 'elementwise' with ema_alpha): the EMA m <- (1 - alpha) m + alpha f(z)
       from m = 0 (the zero start); the stop test reads m (relative change ||m_k - m_{k-1}|| / ||m_k||),
@@ -224,6 +238,8 @@ class ReferenceSolve(Part):
       Else each row stops at its own.
     """
 
+    solves_tokens = True
+
     def __init__(self, alpha: float | None, batch: bool) -> None:
         self.alpha, self.batch = alpha, batch
         self.token_keys: TokenKeys | None = None
@@ -232,15 +248,10 @@ class ReferenceSolve(Part):
     def reset(self, generator: keys.Seed = None) -> None:
         self.read = None
 
-    def attach(self, model: ImplicitSSM) -> None:
-        model.token_solver = self
-
-    def detach(self, model: ImplicitSSM) -> None:
-        model.token_solver = None
-
     def __call__(self, model: ImplicitSSM, u_t: torch.Tensor, caches: list[TokenCache], t: int, *, tau: float,
-                 tol: float, max_iter: int, trace: bool = False) -> tuple[Any, ...]:
-        token_map = (ActiveRowsMap if model.active_rows else TokenMap)(model, u_t, caches, t)
+                 tol: float, max_iter: int, trace: bool = False, on_pass: OnPass = None,
+                 map_type: type[TokenMap] = TokenMap) -> tuple[Any, ...]:
+        token_map = map_type(model, u_t, caches, t, False, on_pass)
         b, d = u_t.shape[0], model.config.d_model
         z = u_t.new_zeros(b, d)
         m = None if self.alpha is None else z.clone()

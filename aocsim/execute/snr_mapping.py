@@ -81,17 +81,19 @@ def device_snr_db(model: ImplicitSSM, profile: DeviceProfile, calibration: dict[
     for draw in (1, 2):  # two independent draws of the same load
         seen = []
         run = keys.as_key(seed).fold(keys.Stream.RUN, draw)
-        with placed.keyed(run, torch.arange(b), length, tuple(parts_for(placement.noise)), run.fold(keys.Stream.SNR)) as m:
-            m.pass_hook(torch.arange(length), 0)
+        with placed.keyed(run, torch.arange(b), length, tuple(parts_for(placement.noise)),
+                          run.fold(keys.Stream.SNR)) as keyed:
+            m = keyed.model
+            keyed.one_pass(length)
             u = m.injection(tokens)
             for t, (before, z, _after) in enumerate(exact):
                 if site == "inputs":
-                    m.pass_hook(torch.tensor([t]), 1)
+                    keyed.on_pass(torch.tensor([t]), 1, None)
                     fz, _ = m.f_token(z, u[:, t], before)
                     seen.append(m.blocks[0].norm(torch.lerp(z, fz, tau)))
                 else:
-                    _z, committed, *_ = m.solve_token(u[:, t], before, t, tau=tau, tol=placement.rtol, max_iter=cap)
-                    committed = committed if m.commit_hook is None else m.commit_hook(committed, t)
+                    _z, committed, *_ = keyed.loop.token(m, u[:, t], before, t, tau=tau, tol=placement.rtol,
+                                                         max_iter=cap, on_pass=keyed.on_pass)
                     seen.append(_flat(committed))
         values.append(torch.stack(seen, 1).double())
     if site == "inputs":

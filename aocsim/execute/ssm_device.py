@@ -4,15 +4,16 @@ each map sees on the exact path (`calibration_inputs`), and a run keyed per toke
 The same functions place any model whose blocks are `Mamba2Block`s: the plain Mamba2 language model
 (aocsim/nn/mamba2_lm.py: no injection, one pass; its placement class is aocsim/execute/mamba2.py).
 
-The model's own code runs unchanged (its modules are swapped), so both execution modes run on the
-device. Noise is keyed by token: the model announces each pass of tokens through its maps
-(`pass_hook`: the positions and their visit); a `PlacedSSM` run tells its maps the sequences' ids,
+The model's own code runs with its modules swapped, so both execution modes run on the device; in
+sequential mode the placed model runs its own token loop (aocsim/execute/token_loop.py). Noise is keyed
+by token: the run observes each pass of tokens through the maps (the model's `on_pass`: the positions
+and their visit, aocsim/nn/ssm_token.py); a `PlacedSSM` run tells its maps the sequences' ids,
 so the pass of token (s, t) at visit v through map m draws from key.fold(m).fold(TILE_CALL, v, i)
 for tile i at counter s L + t. A run is reproducible from its seed (`PlacedSSM.reset`), and in
 sequential mode a sequence's run does not depend on the batch it is in (given its id; simultaneous
 mode freezes converged prefixes per batch), nor on whether each row waits for its batch at every
-token or moves on alone (aocsim/nn/ssm_rows.py, where every part keys its draws per row). The
-placement class is aocsim/execute/hybrid.py.
+token or moves on alone (aocsim/execute/ssm_rows.py, where every part keys its draws per row), in
+statistics. The placement class is aocsim/execute/hybrid.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from aocsim.execute.compiled_mix import install_compiled_mix
 from aocsim.execute.device_linear import DeviceLinear
 from aocsim.execute.map_fit import MapProgram, fit_key, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
+from aocsim.execute.token_loop import TokenLoop
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity, load_shares
@@ -66,6 +68,23 @@ def plain_copy(model: ImplicitSSM | Mamba2LM) -> ImplicitSSM | Mamba2LM:
 
 
 @dataclass(frozen=True)
+class KeyedRun:
+    """What `PlacedSSM.keyed` yields: the placed model's own model, the observer that keys its passes'
+    noise (`on_pass`) and its token loop; call it like the model."""
+
+    model: ImplicitSSM | Mamba2LM
+    on_pass: Callable[..., None]
+    loop: TokenLoop
+
+    def __call__(self, tokens: torch.Tensor, **options: Any) -> Any:
+        return self.model(tokens, on_pass=self.on_pass, sequential=self.loop, **options)
+
+    def one_pass(self, length: int) -> None:
+        """Announce one pass of every position 0 ... length - 1 at visit 0 (a one-pass model's run)."""
+        self.on_pass(torch.arange(length), 0, None)
+
+
+@dataclass(frozen=True)
 class MapReport:
     """One placed map: name, shape, tile grid, scale sigma, the program's matrix error (last
     closed-loop round), the calibration error on its calibration inputs and the dead input positions."""
@@ -84,13 +103,14 @@ class PlacedSSM:
     like the model."""
 
     def __init__(self, model: ImplicitSSM | Mamba2LM, maps: dict[str, DeviceLinear],
-                 functions: dict[str, AnalogElementwise] | None = None) -> None:
+                 functions: dict[str, AnalogElementwise] | None = None, *, rows_alone: bool = True) -> None:
         self.model = model
+        self.rows_alone = rows_alone  # a token's passes carry only its rows still iterating (token_loop)
         self.maps = maps
         self.functions = functions or {}  # analog elementwise functions by block ("blocks.i.elementwise")
         names = [*linear_maps(model), *(f"blocks.{i}.elementwise" for i in range(len(model.blocks)))]
         self.index = {name: i for i, name in enumerate(names)}  # stable noise streams
-        # rows on their own tokens (aocsim/nn/ssm_rows.py) where every part keys its noise per row: digital
+        # rows on their own tokens (aocsim/execute/ssm_rows.py) where every part keys its noise per row: digital
         # elementwise functions, tiles whose weights stay (a time-multiplexed reload follows the visit)
         self.independent = not self.functions and not any(layer.tiles.multiplexed for layer in maps.values())
         # compiled tile products (a seed stack's maps never are; nn.Module.compile is a method, not this switch)
@@ -143,11 +163,12 @@ class PlacedSSM:
 
     @contextlib.contextmanager
     def keyed(self, generator: keys.Seed, sequences: torch.Tensor, length: int, extras: tuple = (),
-              extras_key: keys.Seed = None) -> Iterator[ImplicitSSM]:
+              extras_key: keys.Seed = None) -> Iterator[KeyedRun]:
         """While open, the placed model's passes draw noise keyed by `generator` (`reset`), the
-        sequences' ids [B] and their positions in sequences of `length` tokens; yields the model.
+        sequences' ids [B] and their positions in sequences of `length` tokens; yields the run (`KeyedRun`).
         `extras`: parts attached to the model for the run and keyed per token too (noise injection's,
-        aocsim/execute/noise_injection.py: noise set by an SNR, drawing from `extras_key`; an EMA readout)."""
+        aocsim/execute/snr.py: noise set by an SNR, drawing from `extras_key`; an EMA readout; the
+        reference's token iteration)."""
         self.reset(generator)
         context = self.token_keys(sequences.long(), length)
         parts = [*self.maps.values(), *self.functions.values(), *extras]
@@ -156,15 +177,14 @@ class PlacedSSM:
         for part in extras:
             part.reset(extras_key)
             part.attach(self.model)
-        self.model.pass_hook = context.announce
         # rows on their own tokens where they are evaluated alone, or with compiled products in whole-batch
         # passes (one graph); not with extras (keyed by the pass's visit)
-        self.model.independent_rows = (self.model.active_rows or self.compiled) and self.independent and not extras
-        self.model.full_passes = self.compiled
+        loop = TokenLoop(rows_alone=self.rows_alone, own_tokens=(self.rows_alone or self.compiled) and self.independent
+                         and not extras, full_passes=self.compiled, commits=tuple(part.commit for part in extras),
+                         solver=next((part for part in extras if part.solves_tokens), None))
         try:
-            yield self.model
+            yield KeyedRun(self.model, context.announce, loop)
         finally:
-            self.model.pass_hook, self.model.independent_rows, self.model.full_passes = None, False, False
             for part in extras:
                 part.detach(self.model)
             for layer in parts:
@@ -181,8 +201,8 @@ class PlacedSSM:
         """
         tokens = self.model.check_tokens(tokens)
         with self.keyed(generator, sequence_ids(sequences, tokens.shape[0]), tokens.shape[1], extras,
-                        extras_key) as model:
-            out = model(tokens, **options)
+                        extras_key) as run:
+            out = run(tokens, **options)
         for part in extras:
             out = part.output(out, self.model)
         return out
@@ -292,11 +312,6 @@ def place_ssm(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration:
                          "torch.Generator or Key")
     programs = fit_programs(model, device, calibration, placement) if programs is None else programs
     placed = plain_copy(model)
-    # A token's passes cost what its rows still iterating cost (aocsim/nn/ssm_token.py), and each row moves on
-    # to its next token once it stops (aocsim/nn/ssm_rows.py, `PlacedSSM.keyed`); compiled tile products keep
-    # whole batches (a graph per batch size would compile again at every size): all rows on their own
-    # tokens in passes padded to the batch, or token by token where a part keys by the pass.
-    placed.active_rows = not placement.compile
     layers: dict[str, DeviceLinear] = {}
     for m, (name, linear) in enumerate(linear_maps(placed).items()):
         if name not in programs:
@@ -315,4 +330,8 @@ def place_ssm(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration:
             block.elementwise = functions[name] = AnalogElementwise(
                 device, i, scales_of(calibration[name]), site_channels(placed.config), placed.head.weight.dtype,
                 generator=key.fold(len(linear_maps(placed)) + i))
-    return PlacedSSM(placed, layers, functions)
+    # A token's passes cost what its rows still iterating cost, and each row moves on to its next token once
+    # it stops (aocsim/execute/token_loop.py, `PlacedSSM.keyed`); compiled tile products keep whole batches
+    # (a graph per batch size would compile again at every size): all rows on their own tokens in passes
+    # padded to the batch, or token by token where a part keys by the pass.
+    return PlacedSSM(placed, layers, functions, rows_alone=not placement.compile)

@@ -14,9 +14,9 @@ from aocsim.errors import InputError
 @dataclass
 class TokenKeys:
     """What keys a device run's noise per token: the sequences' ids [B] and length, and the pass in
-    progress (from the model's `pass_hook`): its positions [T] and visit, and the batch rows in it
-    (rows None: all of them, else the rows still iterating, aocsim/nn/ssm_token.py); or, with rows on
-    their own tokens (aocsim/nn/ssm_rows.py), each row's position [R] and visit (int64 [R]). loads:
+    progress (from the model run's `on_pass`): its positions [T] and visit, and the batch rows in it
+    (rows None: all of them, else the rows still iterating, aocsim/execute/token_loop.py); or, with rows on
+    their own tokens (aocsim/execute/ssm_rows.py), each row's position [R] and visit (int64 [R]). loads:
     each batch row's weight load (seeds stacked in one batch, aocsim/execute/seed_stack.py; None: one
     load)."""
 
@@ -59,7 +59,7 @@ class TokenKeys:
         """The pass's visit, for a part that keys by the pass (not with rows on their own tokens)."""
         if self.per_row:
             raise InputError(f"{part} keys its draws by the pass, but this run has each row on its own token "
-                             "(aocsim/nn/ssm_rows.py); expected a run token by token (PlacedSSM.keyed decides)")
+                             "(aocsim/execute/ssm_rows.py); expected a run token by token (PlacedSSM.keyed decides)")
         return int(self.visit)
 
     def calls(self) -> int | torch.Tensor:

@@ -15,6 +15,7 @@ lists them); the unknown id is decoded as U+FFFD.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -23,6 +24,7 @@ from torch import nn
 from aocsim._checks import integer, real, short
 from aocsim.errors import InputError
 from aocsim.nn.mamba2_lm import Mamba2LM
+from aocsim.nn.ssm_token import announce
 from aocsim.tasks.corpus import Vocabulary
 from aocsim.train.language import card_vocabulary
 
@@ -71,6 +73,8 @@ class ExactNextLogits:
 
     def __init__(self, model: Any, *, tau: float, tol: float, max_iter: int) -> None:
         self.model, self.options = model, {"tau": tau, "tol": tol, "max_iter": max_iter}
+        self.on_pass: Any = None  # a placed model's observer of passes (`DeviceNextLogits`)
+        self.solve_token: Any = partial(type(model).solve_token, model)  # or a placed model's token loop's
         self.seen = torch.zeros(0, dtype=torch.long)
         self.caches: list[Any] = []
         self.z: torch.Tensor | None = None
@@ -84,9 +88,9 @@ class ExactNextLogits:
             like = model.head.weight
             self.caches = [block.init_cache(1, like) for block in model.blocks]
         for t in range(n, len(tokens)):
-            model._announce(t, t + 1, 0)  # the injection's pass (a placed model keys its noise by it)
+            announce(self.on_pass, t, t + 1, 0)  # the injection's pass (a placed model keys its noise by it)
             u_t = model.injection(tokens[t].reshape(1, 1).to(model.head.weight.device))[:, 0]
-            self.z, self.caches, its, _, _ = model.solve_token(u_t, self.caches, t, **self.options)
+            self.z, self.caches, its, _, _ = self.solve_token(u_t, self.caches, t, on_pass=self.on_pass, **self.options)
             self.iterations.append(int(its[0]))
         self.seen = tokens.detach().cpu().clone()
         if self.z is None:
@@ -145,7 +149,9 @@ class DeviceNextLogits(ExactNextLogits):
         placed = place_ssm(hybrid.model, hybrid.run_profile, hybrid.calibration, s,
                            generator=key.fold(keys.Stream.LOAD), programs=hybrid.programs)
         self._keyed = placed.keyed(key.fold(keys.Stream.RUN), torch.zeros(1, dtype=torch.long), max_length)
-        super().__init__(self._keyed.__enter__(), tau=s.damping, tol=s.rtol, max_iter=s.max_iter or 30)
+        run = self._keyed.__enter__()
+        super().__init__(run.model, tau=s.damping, tol=s.rtol, max_iter=s.max_iter or 30)
+        self.on_pass, self.solve_token = run.on_pass, partial(run.loop.token, run.model)
 
 
 def check_request(model: nn.Module, prompt: str, length: int, *, seed: int = 0, temperature: float = 1.0

@@ -18,6 +18,7 @@ the previous tokens held fixed, then committed; memory constant in L).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -25,8 +26,7 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear
-from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap, relative_change
-from aocsim.nn.ssm_rows import solve_rows
+from aocsim.nn.ssm_token import OnPass, TokenMap, announce, relative_change
 from aocsim.solve.core import solve
 from aocsim.solve.solvers import Picard
 
@@ -67,37 +67,11 @@ class ImplicitSSM(nn.Module):
         self.final_norm = RMSNorm(c.d_model)
         self.head = _linear(c.d_model, c.vocab_size, weight_norm=False, bias=True)
         self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))
-        # Called as pass_hook(positions, visit, rows) before each pass of tokens through the maps: the token
-        # positions [T] in the pass, the batch rows in it (None: all; sequential mode passes only the
-        # rows still iterating, aocsim/nn/ssm_token.py) and its number (0 for the injection; then the iteration, of the
-        # sequence in simultaneous mode, of the token's own solve in sequential mode). A device run
-        # keys each token's noise by them (aocsim/execute/ssm_device.py). commit_hook(caches, t): sequential
-        # mode, the states committed after token t, returned as the next token sees them (noise on states).
-        # token_solver(model, u_t, caches, t, tau=, tol=, max_iter=, trace=): a token's sequential iteration in
-        # place of `solve_token`'s, same returns (the reference noise protocol's, aocsim/execute/snr.py).
-        self.pass_hook: Callable[[torch.Tensor, int | torch.Tensor, torch.Tensor | None], None] | None = None
-        self.commit_hook: Callable[[list[TokenCache], int], list[TokenCache]] | None = None
-        self.token_solver: Callable[..., tuple[Any, ...]] | None = None
-        self.active_rows = False  # sequential mode: evaluate only the rows still iterating (aocsim/nn/ssm_token.py)
-        # sequential mode: each row on its own token (aocsim/nn/ssm_rows.py), its position and visit announced
-        # per row (pass_hook(positions [R], visits [R], rows [R])); for maps keyed per row, without commit_hook
-        self.independent_rows = False
-        self.full_passes = False  # with independent_rows: every pass padded to the whole batch (one compiled graph)
-
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its config, dtype, weights and card (worker processes receive models): torch
-        refuses to pickle weight-normalised layers as objects. The pass hook is not carried."""
+        refuses to pickle weight-normalised layers as objects."""
         dtype = self.head.weight.dtype
         return _rebuild, (self.config, dtype, self.state_dict(), getattr(self, "card", None), self.training)
-
-    def _announce(self, start: int, stop: int, visit: int, rows: torch.Tensor | None = None) -> None:
-        if self.pass_hook is not None:
-            self.pass_hook(torch.arange(start, stop), visit, rows)
-
-    def announce_rows(self, positions: torch.Tensor, visits: torch.Tensor, rows: torch.Tensor) -> None:
-        """A pass with each of the batch rows `rows` [R] at its own position and visit ([R] each)."""
-        if self.pass_hook is not None:
-            self.pass_hook(positions, visits, rows)
 
     @torch.no_grad()
     def _init_weights(self, gen: torch.Generator) -> None:
@@ -164,7 +138,8 @@ class ImplicitSSM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, *, mode: str = "simultaneous", tau: float = 0.8,
                 tol: float = 1e-4, max_iter: int = 100, chunk: int = 16, lookahead: int | None = None,
-                trace: bool = False) -> SSMOutput:
+                trace: bool = False, on_pass: OnPass = None, sequential: Callable[..., Any] | None = None
+                ) -> SSMOutput:
         """Run the model without gradients through the solve (inference).
 
         Args:
@@ -178,6 +153,11 @@ class ImplicitSSM(nn.Module):
             lookahead: simultaneous mode: iterate only this many tokens beyond the converged prefix
                 (None: all; see `_simultaneous`). Same fixed point, iteration counts within one.
             trace: also return every token's relative residual per iteration (`SSMOutput.trace`).
+            on_pass: called as on_pass(positions, visit, rows) before each pass of tokens through the
+                maps (`aocsim.nn.ssm_token.OnPass`; a placed model keys its noise by it).
+            sequential: runs sequential mode in place of `self.sequential`, called as
+                sequential(self, u, ...) with its arguments (a placed model's own token loop,
+                aocsim/execute/token_loop.py).
         """
         if mode not in MODES:
             raise InputError(f"mode = {mode!r}; expected one of {list(MODES)}")
@@ -189,7 +169,7 @@ class ImplicitSSM(nn.Module):
                                           and lookahead >= 1):
             raise InputError(f"lookahead = {lookahead!r}; expected None or an integer >= 1 (tokens)")
         tokens = self.check_tokens(tokens)
-        self._announce(0, tokens.shape[1], 0)
+        announce(on_pass, 0, tokens.shape[1], 0)
         u = self.injection(tokens)
         if not self.config.implicit and mode == "simultaneous":  # sequential: token by token (`solve_token`)
             z = self.f(torch.zeros(*tokens.shape, self.config.d_model, dtype=u.dtype, device=u.device), u,
@@ -198,9 +178,10 @@ class ImplicitSSM(nn.Module):
             return SSMOutput(self.head(z), z, zeros.long(), zeros, zeros[..., None] if trace else None)
         if mode == "simultaneous":
             z, iters, res, steps = self._simultaneous(u, tau=tau, tol=tol, max_iter=max_iter, chunk=chunk,
-                                                      lookahead=lookahead, trace=trace)
+                                                      lookahead=lookahead, trace=trace, on_pass=on_pass)
         else:
-            z, iters, res, steps = self._sequential(u, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
+            run = self.sequential if sequential is None else partial(sequential, self)
+            z, iters, res, steps = run(u, tau=tau, tol=tol, max_iter=max_iter, trace=trace, on_pass=on_pass)
         return SSMOutput(self.head(z), z, iters, res, steps)
 
     @torch.no_grad()
@@ -209,7 +190,7 @@ class ImplicitSSM(nn.Module):
         return self.forward(tokens, mode=mode, **options).logits.argmax(-1)
 
     def _simultaneous(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, chunk: int,
-                      lookahead: int | None = None, trace: bool = False):
+                      lookahead: int | None = None, trace: bool = False, on_pass: OnPass = None):
         """Damped Picard on all tokens at once.
 
         A token's map value depends only on the tokens up to it, so a prefix on which every sequence
@@ -233,7 +214,7 @@ class ImplicitSSM(nn.Module):
         for k in range(max_iter + 1):
             end = L if lookahead is None else min(L, front + lookahead)
             zs, us = z[:, front:end], u[:, front:end]
-            self._announce(front, end, k)
+            announce(on_pass, front, end, k)
             fz, _ = self.f_segment(zs, us, caches, chunk=chunk)
             r = relative_change(fz, zs)
             res[:, front:end] = r
@@ -246,7 +227,7 @@ class ImplicitSSM(nn.Module):
                 break
             n = int((r <= FREEZE * tol).all(0).long().cumprod(0).sum())  # leading tokens converged in every sequence
             if n:
-                self._announce(front, front + n, k)  # the same pass as above for these tokens
+                announce(on_pass, front, front + n, k)  # the same pass as above for these tokens
                 _, caches = self.f_segment(zs[:, :n], us[:, :n], caches, chunk=chunk)
                 front += n
             still = 0 if n else still + 1
@@ -260,16 +241,18 @@ class ImplicitSSM(nn.Module):
             out[:, start:stop, k] = r
         return z, iters, res, out
 
-    def _sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False):
-        if self.independent_rows and self.commit_hook is None and self.token_solver is None and self.config.implicit:
-            return solve_rows(self, u, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
+    def sequential(self, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False,
+                   on_pass: OnPass = None, solve_one: Callable[..., tuple[Any, ...]] | None = None):
+        """Sequential mode on the injections u [B, L, d_in_proj]: token by token, each token's fixed point
+        (`solve_one(u_t, caches, t)`, default `solve_token` with these settings) committed before the
+        next. Returns (z [B, L, d], iterations [B, L], relative residuals [B, L], trace [B, L, I] or None)."""
+        if solve_one is None:
+            solve_one = partial(self.solve_token, tau=tau, tol=tol, max_iter=max_iter, trace=trace, on_pass=on_pass)
         b, L, _ = u.shape
         caches = [block.init_cache(b, u) for block in self.blocks]
         zs, iters, res, steps = [], [], [], []
         for t in range(L):  # the RNN: constant memory in L
-            z_t, caches, its, r, seen = self.solve_token(u[:, t], caches, t, tau=tau, tol=tol, max_iter=max_iter,
-                                                         trace=trace)
-            caches = caches if self.commit_hook is None else self.commit_hook(caches, t)
+            z_t, caches, its, r, seen = solve_one(u[:, t], caches, t)
             zs.append(z_t)
             iters.append(its)
             res.append(r)
@@ -282,22 +265,22 @@ class ImplicitSSM(nn.Module):
         return torch.stack(zs, 1), torch.stack(iters, 1), torch.stack(res, 1), out
 
     def solve_token(self, u_t: torch.Tensor, caches: list[TokenCache], t: int = 0, *, tau: float = 0.8,
-                    tol: float = 1e-4, max_iter: int = 100, trace: bool = False):
+                    tol: float = 1e-4, max_iter: int = 100, trace: bool = False, on_pass: OnPass = None,
+                    map_type: type[TokenMap] = TokenMap):
         """One token of sequential mode: its fixed point with the previous tokens' states `caches` fixed.
 
         u_t [B, d_in_proj] (the token's injection), caches one per block (`block.init_cache` before the
-        first token), t the token's position (for `pass_hook`). Returns (z_t [B, d_model], the caches
+        first token), t the token's position (for `on_pass`); `map_type`: the token's map (a `TokenMap`
+        subclass may evaluate only the rows still iterating, aocsim/execute/token_loop.py). Returns (z_t [B, d_model], the caches
         committed at the fixed point, iterations [B], relative residuals [B], the residual per
         iteration [B, I] with `trace`, else None). An explicit model makes one pass from z = 0.
         """
         if not self.config.implicit:
-            self._announce(t, t + 1, 0)
+            announce(on_pass, t, t + 1, 0)
             z_t, caches = self.f_token(u_t.new_zeros(u_t.shape[0], self.config.d_model), u_t, caches)
             zeros = u_t.new_zeros(u_t.shape[0])
             return z_t, caches, zeros.long(), zeros, zeros[:, None] if trace else None
-        if self.token_solver is not None:
-            return self.token_solver(self, u_t, caches, t, tau=tau, tol=tol, max_iter=max_iter, trace=trace)
-        token_map = (ActiveRowsMap if self.active_rows else TokenMap)(self, u_t, caches, t, trace)
+        token_map = map_type(self, u_t, caches, t, trace, on_pass)
         result = solve(token_map, u_t.new_zeros(u_t.shape[0], self.config.d_model), solver=Picard(tau), atol=0.0,
                        rtol=tol, max_iter=max_iter, return_best=False)
         steps = None

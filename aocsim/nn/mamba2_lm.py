@@ -17,7 +17,7 @@ RMSNorm. One B/C group (n_groups = 1), as that scan has. The math is HuggingFace
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -75,10 +75,6 @@ class Mamba2LM(nn.Module):
         self.blocks = nn.ModuleList([Mamba2Block(c.block_config(), eps=c.eps) for _ in range(c.n_layers)])
         self.final_norm = RMSNorm(c.d_model, c.eps)
         self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))
-        # Called as pass_hook(positions, visit, rows) before the one pass of the tokens through the maps, as
-        # ImplicitSSM.pass_hook is (visit 0, rows None: all): a device run keys each token's noise by it
-        # (aocsim/execute/ssm_device.py, aocsim/execute/mamba2.py).
-        self.pass_hook: Callable[[torch.Tensor, int, torch.Tensor | None], None] | None = None
 
     @torch.no_grad()
     def _init_weights(self, gen: torch.Generator) -> None:
@@ -117,8 +113,6 @@ class Mamba2LM(nn.Module):
     def hidden(self, tokens: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
         """The last block's hidden states z_n [B, L, d_model] of tokens int [B, L] (the head reads them)."""
         tokens = self.check_tokens(tokens)
-        if self.pass_hook is not None:  # one pass of every token through the maps
-            self.pass_hook(torch.arange(tokens.shape[1]), 0, None)
         z = self.embedding(tokens)
         for block in self.blocks:
             z = z + block(z, chunk=chunk)

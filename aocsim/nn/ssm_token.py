@@ -1,21 +1,29 @@
 """One token's fixed-point map in sequential mode (`TokenMap`): z -> f_token(z) with the previous
-tokens' states fixed, on every row of the batch or on the rows still iterating.
+tokens' states fixed, and what a run tells an observer of its passes (`OnPass`).
 
-As an `ActiveRowsMap` (a placed model's), `aocsim.solve.solve` sees a `RowMap` and, once some rows
-have stopped, evaluates the others alone: a sequence draws the same noise in any batch (rows are
-independent problems, the device's noise is keyed by sequence id and position, not by row), its
-results are the same to the rounding of products over other rows (statistics, not bits: a kernel can
-change with the rows and an ADC turn that into another code), and a batch's cost follows its mean
-iteration count instead of its slowest row's.
+An observer (a placed model's noise keys, aocsim/execute/token_keys.py) is called before each pass of
+tokens through the maps with the pass's positions [T], its visit (0 for the injection, then the
+iteration: of the sequence in simultaneous mode, of the token's own solve in sequential mode) and the
+batch rows in it (None: all). The model itself knows nothing of what observes it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from aocsim.nn.ssm_blocks import TokenCache
+
+# on_pass(positions [T] or [R], visit (int, or [R] with each row on its own token), rows [R] or None)
+OnPass = Callable[[torch.Tensor, "int | torch.Tensor", "torch.Tensor | None"], None] | None
+
+
+def announce(on_pass: OnPass, start: int, stop: int, visit: int, rows: torch.Tensor | None = None) -> None:
+    """Tell `on_pass` (if any) of a pass of positions start..stop - 1 at `visit` on batch rows `rows`."""
+    if on_pass is not None:
+        on_pass(torch.arange(start, stop), visit, rows)
+
 
 def take(caches: list[TokenCache], index: torch.Tensor | None) -> list[TokenCache]:
     """The caches of rows `index` (None: all)."""
@@ -43,13 +51,13 @@ class TokenMap:
     stops a row at the iterate it last evaluated, so these are the states to commit, without a
     recompute (a stopped row evaluated again with its batch, at the same iterate, keeps them: on a
     device the second evaluation draws other noise). `visits` counts evaluations (the device keys a
-    pass's noise by it); with `trace`, `seen` holds each evaluation's relative residual per row [B]
+    pass's noise by it, through `on_pass`); with `trace`, `seen` holds each evaluation's relative residual per row [B]
     (NaN for rows not evaluated).
     """
 
     def __init__(self, model: Any, u_t: torch.Tensor, caches: list[TokenCache], t: int,
-                 trace: bool = False) -> None:
-        self.model, self.u_t, self.caches, self.t = model, u_t, caches, t
+                 trace: bool = False, on_pass: OnPass = None) -> None:
+        self.model, self.u_t, self.caches, self.t, self.on_pass = model, u_t, caches, t, on_pass
         self.last = caches
         self.at: torch.Tensor | None = None  # per row, the iterate of its latest evaluation
         self.visits = 0
@@ -61,7 +69,7 @@ class TokenMap:
     def evaluate(self, z: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
         """f_token on rows `index` (ascending) of the batch (None: every row), z [R, d_model]."""
         batch = self.u_t.shape[0]
-        self.model._announce(self.t, self.t + 1, self.visits, index)
+        announce(self.on_pass, self.t, self.t + 1, self.visits, index)
         self.visits += 1
         u = self.u_t if index is None else self.u_t[index]
         out, after = self.model.f_token(z, u, take(self.caches, index))
@@ -77,13 +85,3 @@ class TokenMap:
             self.seen.append(r if index is None else
                              self.u_t.new_full((batch,), float("nan")).index_copy(0, index, r))
         return out
-
-
-class ActiveRowsMap(TokenMap):
-    """A `TokenMap` that `aocsim.solve.solve` evaluates on the rows still iterating (a `RowMap`): a
-    placed model's (aocsim/execute/ssm_device.py), whose passes cost in proportion to their rows. The
-    exact path keeps whole batches: its float32 solves stop at a tolerance near the rounding, where a
-    product's kernel (which can change with the batch size) may move a token's stop by an iteration."""
-
-    def rows(self, z: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return self.evaluate(z, index)

@@ -135,7 +135,7 @@ def test_passes_of_one_load_multiply_as_matmul_does() -> None:
 @pytest.mark.parametrize("count", [1, 3])
 def test_a_call_per_row_draws_what_each_row_draws_in_its_own_call(options: dict, dtype: torch.dtype,
                                                                   count: int) -> None:
-    """Rows on their own iterations (aocsim/nn/ssm_rows.py) share a product: row r draws from call[r]'s
+    """Rows on their own iterations (aocsim/execute/ssm_rows.py) share a product: row r draws from call[r]'s
     streams, bit for bit what its call alone gives it, through one load or a stack of loads."""
     options = dict(options)
     passes, partial_sums = options.pop("passes", 1), options.pop("partial_sums", "analog")

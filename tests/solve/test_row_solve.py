@@ -1,5 +1,5 @@
 """Solves that evaluate only their active rows (`aocsim.solve.RowMap`; a placed SSM's token map,
-aocsim/nn/ssm_token.py): the same results as whole batches, at the cost of the rows still iterating."""
+aocsim/execute/token_loop.py): the same results as whole batches, at the cost of the rows still iterating."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.snr import EmaReadout, SiteNoise, readout
 from aocsim.execute.ssm_device import place_ssm
 from aocsim.hardware.profiles.profile import load_device
-from aocsim.nn.ssm_token import ActiveRowsMap, TokenMap
+from aocsim.execute.token_loop import ActiveRowsMap
+from aocsim.nn.ssm_token import TokenMap
 from aocsim.solve.core import RowMap, solve
 from _parity import assert_same_ssm_run
 
@@ -81,7 +82,7 @@ def test_a_placed_model_runs_its_active_rows_to_the_same_results(parity_words) -
     layer = placed.maps["blocks.0.in_proj"]
     runs = {}
     for active in (True, False):
-        placed.model.active_rows = active
+        placed.rows_alone = active
         hook = layer.register_forward_pre_hook(lambda _m, args, a=active: seen.__setitem__(a, seen[a] + args[0].shape[0]))
         try:
             runs[active] = placed(tokens, generator=4, mode="sequential", tol=0.1, max_iter=30, trace=True)
@@ -101,7 +102,7 @@ def test_the_ema_readout_and_state_noise_follow_the_active_rows(parity_words) ->
     placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
     reads = {}
     for active in (True, False):
-        placed.model.active_rows = active
+        placed.rows_alone = active
         parts = (EmaReadout(0.5), SiteNoise("states", 20.0, "additive"))
         out = placed(tokens, generator=4, mode="sequential", tol=0.1, max_iter=30, extras=parts, extras_key=7)
         reads[active] = (readout(out, placed.model, list(parts)), out.iterations)

@@ -152,7 +152,7 @@ def _last_fold(prefixes: list[list[Key]], count: int, device: torch.device | str
 def fold_calls(bases: list[Key], stream: int, call: "int | torch.Tensor", count: int,
                device: torch.device | str = "cpu", loads: int = 1) -> torch.Tensor:
     """`fold_range(bases, (stream, call), count)` [len(bases), count] for one call. For a call per row
-    (call int64 [R], rows on their own iterations: aocsim/nn/ssm_rows.py; with `loads` S, R = S G rows
+    (call int64 [R], rows on their own iterations: aocsim/execute/ssm_rows.py; with `loads` S, R = S G rows
     in S groups, bases [S P] the loads' in the order (load, pass) and row g of group s drawing from load
     s's) [S, G, P, count], row r's the fold of its own call, read from a table of calls 0, 1, ... kept
     per process (`CALL_TABLES_KEPT`)."""

@@ -5,15 +5,15 @@ Token by token (`ImplicitSSM.solve_token`), each token's solve runs until its la
 device, where a few noisy rows often run to the iteration cap, most passes carry a handful of rows
 and cost what their kernel calls cost. Here a pass carries every row that has tokens left, each at
 its own token t and iteration k: its injection u[:, t], its states after token t - 1, and, through
-the model's `pass_hook`, its own position and visit k (a device keys its noise by them). Each row
+`on_pass`, its own position and visit k (a device keys its noise by them). Each row
 goes through exactly the iterations, stops and states of its token-by-token solve (the same damped
 Picard updates, tests `aocsim.solve.core.residuals` and `verdicts`), so its results are those of
 `solve_token` to the rounding of the batch's products: a product's kernel, and so its last bits, can
 change with its rows, and a device's ADC can turn that into another code, so the two agree in
-statistics, not bit for bit (tests/nn/test_ssm_rows.py states the tolerance). With
-`ImplicitSSM.full_passes` every pass is padded to the whole batch with finished rows (their results
+statistics, not bit for bit (tests/execute/test_ssm_rows.py states the tolerance). With
+`full_passes` every pass is padded to the whole batch with finished rows (their results
 discarded), so that compiled tile products see one shape. The rows must be independent problems and
-their maps keyed per row: a placed model's (aocsim/execute/ssm_device.py, `ImplicitSSM.independent_rows`).
+their maps keyed per row: a placed model's (aocsim/execute/token_loop.py decides when).
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ from typing import Any
 
 import torch
 
-from aocsim.nn.ssm_token import put, relative_change, take
+from aocsim.nn.ssm_token import OnPass, put, relative_change, take
 from aocsim.solve.core import DIVERGENCE_RATIO, per_sample, residuals, verdicts
 from aocsim.solve.solvers import Picard
 
 
-def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False
+def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter: int, trace: bool = False,
+               on_pass: OnPass = None, full_passes: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """`ImplicitSSM._sequential`'s results (z [B, L, d], iterations [B, L], relative residuals [B, L],
-    the trace [B, L, I] or None) with every row on its own token (module docstring); u [B, L, d_in]."""
+    """`ImplicitSSM.sequential`'s results (z [B, L, d], iterations [B, L], relative residuals [B, L],
+    the trace [B, L, I] or None) with every row on its own token (module docstring); u [B, L, d_in];
+    each pass told to `on_pass` with every row's own position and visit."""
     b, length, _ = u.shape
     caches = [block.init_cache(b, u) for block in model.blocks]  # each row's states before its token
     token = torch.zeros(b, dtype=torch.int64, device=u.device)  # each row's token and iteration on it
@@ -45,9 +47,10 @@ def solve_rows(model: Any, u: torch.Tensor, *, tau: float, tol: float, max_iter:
     going = token < length
     while bool(going.any()):
         index = going.nonzero().squeeze(1)
-        rows = _padded(index, ~going, b) if model.full_passes and index.numel() < b else index
+        rows = _padded(index, ~going, b) if full_passes and index.numel() < b else index
         at = token[rows].clamp_max(length - 1)
-        model.announce_rows(at, k[rows], rows)
+        if on_pass is not None:
+            on_pass(at, k[rows], rows)
         out, after = model.f_token(z[rows], u[rows, at], take(caches, rows))
         if rows.numel() > index.numel():
             keep = torch.isin(rows, index)

@@ -1,4 +1,4 @@
-"""Sequential mode with every row on its own token (aocsim/nn/ssm_rows.py): each row goes through the
+"""Sequential mode with every row on its own token (aocsim/execute/ssm_rows.py, a placed model's token loop): each row goes through the
 iterations, stops and states of its token-by-token solve, in passes that carry every row with tokens
 left instead of a token's last few."""
 
@@ -10,7 +10,9 @@ import torch
 from aocsim import load_model
 from aocsim.execute.placement import HYBRID, Placement
 from aocsim.execute.seed_stack import stack_seeds
+from aocsim.execute.snr import SiteNoise
 from aocsim.execute.ssm_device import place_ssm
+from aocsim.execute.token_loop import TokenLoop
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
@@ -64,16 +66,15 @@ def test_a_placed_model_with_rows_on_their_own_tokens_gives_the_token_by_token_r
 
 
 def test_the_exact_model_with_rows_on_their_own_tokens_gives_the_token_by_token_results() -> None:
-    """Without a device (no hook: the solve alone), float64: the same iterations and residuals, states
+    """Without a device (the loop alone, no observer), float64: the same iterations and residuals, states
     to rounding, with rows that stop after different counts (the cap: the device test above)."""
     model = load_model("parity-implicit").double()
     tokens, _ = word_problems(group("parity"), 9, 12, identity_prob=0.5, generator=5)
     runs = {}
     for own in (True, False):
-        model.active_rows = model.independent_rows = own
         with torch.no_grad():
-            runs[own] = model(tokens, mode="sequential", tol=2e-3, max_iter=40, trace=True)
-    model.active_rows = model.independent_rows = False
+            runs[own] = model(tokens, mode="sequential", tol=2e-3, max_iter=40, trace=True,
+                              sequential=TokenLoop(rows_alone=own, own_tokens=own))
     _same_run(runs[True], runs[False], atol=1e-12)
     assert bool((runs[True].iterations == 4).any()) and bool((runs[True].iterations == 5).any())  # rows part ways
 
@@ -85,12 +86,10 @@ def test_full_passes_carry_the_whole_batch_and_change_no_result() -> None:
     tokens, _ = word_problems(group("parity"), 9, 12, identity_prob=0.5, generator=5)
     runs, rows = {}, {}
     for full in (True, False):
-        model.active_rows = model.independent_rows = True
-        model.full_passes = full
         with torch.no_grad(), Passes(model) as counted:
-            runs[full] = model(tokens, mode="sequential", tol=2e-3, max_iter=40, trace=True)
+            runs[full] = model(tokens, mode="sequential", tol=2e-3, max_iter=40, trace=True,
+                               sequential=TokenLoop(rows_alone=True, own_tokens=True, full_passes=full))
         rows[full] = set(counted.rows)
-    model.active_rows = model.independent_rows = model.full_passes = False
     assert rows[True] == {9} and min(rows[False]) < 9
     _same_run(runs[True], runs[False], atol=1e-12)
 
@@ -105,10 +104,8 @@ def test_a_row_that_diverges_at_once_reports_no_residual_of_its_previous_token()
     poisoned[2, -1] = float("inf")  # row 2's last token: f(z) not finite from its first evaluation
     runs = {}
     for own in (True, False):
-        model.active_rows = model.independent_rows = own
         with torch.no_grad():
-            runs[own] = model._sequential(poisoned, tau=0.8, tol=2e-3, max_iter=40)
-    model.active_rows = model.independent_rows = False
+            runs[own] = TokenLoop(rows_alone=own, own_tokens=own)(model, poisoned, tau=0.8, tol=2e-3, max_iter=40)
     (_, ia, ra, _), (_, ib, rb, _) = runs[True], runs[False]
     assert ib[2, -1] == 0 and torch.isinf(rb[2, -1])  # token by token: stopped at once, no residual
     assert torch.equal(ia, ib)
@@ -142,3 +139,35 @@ def test_rows_stay_on_one_token_where_a_part_keys_by_the_pass(parity_words) -> N
     analog = place_ssm(model, device, cal, Placement(elementwise="analog").resolved(HYBRID), generator=0)
     multiplexed = place_ssm(model, device, cal, Placement(modules=2).resolved(HYBRID), generator=0)
     assert not analog.independent and not multiplexed.independent
+
+
+def test_the_models_know_no_device(parity_words) -> None:
+    """aocsim/nn imports nothing of execution, and a placed run (rows alone, noise on the committed states,
+    the reference's token iteration) leaves its model with the attributes of a fresh one: the placed model
+    owns its token loop and observes the passes (aocsim/execute/token_loop.py), nothing is set on the model."""
+    import pathlib
+
+    import aocsim.nn
+    from aocsim.execute.snr import ReferenceSolve
+    from aocsim.nn.implicit_ssm import ImplicitSSM
+
+    for source in pathlib.Path(aocsim.nn.__file__).parent.glob("*.py"):
+        assert "aocsim.execute" not in source.read_text(), source.name
+    model, tokens, cal = parity_words
+    placed = place_ssm(model, load_device("aoc48"), cal, Placement().resolved(HYBRID), generator=0)
+    fresh = set(vars(ImplicitSSM(model.config)))
+    seen = []
+    with placed.keyed(4, torch.arange(4), tokens.shape[1], (SiteNoise("states", 20.0, "additive"),
+                                                             ReferenceSolve(None, batch=True)), 7) as run:
+        original = run.model.f_token
+
+        def watched(z, u, caches):  # what the model carries while the run is open
+            seen.append(set(vars(run.model)))
+            return original(z, u, caches)
+
+        run.model.f_token = watched
+        with torch.no_grad():
+            run(tokens[:4], mode="sequential", tol=0.1, max_iter=8)
+        del run.model.f_token
+    assert seen and all(attributes - {"f_token"} == fresh for attributes in seen)
+    assert set(vars(placed.model)) == fresh
