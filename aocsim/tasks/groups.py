@@ -64,9 +64,13 @@ def _cyclic(n: int) -> np.ndarray:
     return (idx[:, None] + idx[None, :]) % n
 
 
+def _even(p: tuple[int, ...]) -> bool:
+    n = len(p)
+    return sum(p[i] > p[j] for i in range(n) for j in range(i + 1, n)) % 2 == 0
+
+
 def _permutations(n: int, even_only: bool) -> np.ndarray:
-    perms = [p for p in itertools.permutations(range(n))
-             if not even_only or sum(p[i] > p[j] for i in range(n) for j in range(i + 1, n)) % 2 == 0]
+    perms = [p for p in itertools.permutations(range(n)) if not even_only or _even(p)]
     arr = np.array(perms, dtype=np.int64)
     index = {p: i for i, p in enumerate(perms)}
     composed = arr[:, arr]  # composed[a, b, i] = a[b[i]]
@@ -116,6 +120,16 @@ def group(name: str) -> Group:
                                             "M4", "G x H"])
 
 
+def subgroup_elements(g: Group, name: str) -> np.ndarray:
+    """The indices in `g` of the elements of its subgroup `name` (ascending): A<n> in S<n>, the even
+    permutations (the alternating group, index 2)."""
+    m = re.fullmatch(r"S(\d+)", g.name)
+    if m is None or name != f"A{m.group(1)}":
+        raise InputError(f"subgroup = {name!r} of {g.name}; expected A<n> of S<n> (the even permutations)")
+    n = int(m.group(1))
+    return np.flatnonzero([_even(p) for p in itertools.permutations(range(n))])
+
+
 def prefix_products(g: Group, tokens: np.ndarray) -> np.ndarray:
     """Targets y[:, t] = tokens[:, 0] * ... * tokens[:, t], vectorised over the batch. [B, L] -> [B, L]."""
     tokens = np.asarray(tokens, dtype=np.int64)
@@ -129,17 +143,21 @@ def prefix_products(g: Group, tokens: np.ndarray) -> np.ndarray:
 
 
 def word_problems(g: Group, batch: int, length: int, *, identity_prob: float = 0.0,
-                  generator: np.random.Generator | int) -> tuple[torch.Tensor, torch.Tensor]:
+                  generator: np.random.Generator | int, within: np.ndarray | None = None,
+                  outside_prob: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Random sequences and their prefix products.
 
     Each token is the identity with probability `identity_prob`, otherwise uniform
-    over the other elements (for identity_prob = 1/order, uniform over all).
+    over the other elements (for identity_prob = 1/order, uniform over all); with `within`
+    (element indices, a subgroup's: `subgroup_elements`), uniform over its other elements, or with
+    probability `outside_prob` over the elements outside it.
 
     Args:
         g: the group.
         batch, length: B and L.
         identity_prob: p in [0, 1].
         generator: a numpy Generator or an integer seed (same seed, same data).
+        within, outside_prob: a subgroup curriculum (None: every element).
     Returns:
         (tokens int64 [B, L], targets int64 [B, L]).
     """
@@ -147,7 +165,19 @@ def word_problems(g: Group, batch: int, length: int, *, identity_prob: float = 0
         raise InputError(f"batch = {batch!r}, length = {length!r}; expected integers >= 1")
     if not 0.0 <= identity_prob <= 1.0:
         raise InputError(f"identity_prob = {identity_prob!r}; expected a number in [0, 1]")
+    if not 0.0 <= outside_prob <= 1.0:
+        raise InputError(f"outside_prob = {outside_prob!r}; expected a number in [0, 1]")
     rng = generator if isinstance(generator, np.random.Generator) else np.random.default_rng(generator)
-    others = rng.integers(1, g.order, size=(batch, length)) if g.order > 1 else np.zeros((batch, length), np.int64)
-    tokens = np.where(rng.random((batch, length)) < identity_prob, 0, others)
+    shape = (batch, length)
+    if within is not None:
+        inside = np.setdiff1d(within, [0])
+        outside = np.setdiff1d(np.arange(1, g.order), within)
+        if inside.size == 0 or outside.size == 0:
+            raise InputError(f"within holds {len(within)} of {g.order} elements; expected a proper subgroup "
+                             "with an element besides the identity")
+        out = rng.random(shape) < outside_prob
+        others = np.where(out, outside[rng.integers(0, outside.size, shape)], inside[rng.integers(0, inside.size, shape)])
+    else:
+        others = rng.integers(1, g.order, size=shape) if g.order > 1 else np.zeros(shape, np.int64)
+    tokens = np.where(rng.random(shape) < identity_prob, 0, others)
     return torch.from_numpy(tokens), torch.from_numpy(prefix_products(g, tokens))

@@ -8,7 +8,10 @@ from a seeded numpy generator; weights from a seeded torch generator.
 Optional data curriculum (`curriculum`): between the fractions `curriculum_start` and
 `curriculum_end` of the steps, the probability of an identity token moves linearly from
 `identity_prob` to `identity_prob_final` and the sequence length from `train_length_start` to
-`train_length`.
+`train_length`. Optional subgroup curriculum (`subgroup`, e.g. A5 in S5): before the fraction
+`subgroup_start` of the steps every non-identity token is an element of the subgroup (its word
+problems first); between `subgroup_start` and `subgroup_end` the share of tokens drawn from outside
+it rises linearly to its share of all non-identity elements (uniform from then on).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from aocsim.io.model_files import save_model, software_versions
 from aocsim.nn.implicit_ssm import ImplicitSSM
-from aocsim.tasks.groups import group, word_problems
+from aocsim.tasks.groups import group, subgroup_elements, word_problems
 from aocsim.train.evaluation import evaluate_lengths
 from aocsim.train.loop import Batch, TrainingRecipe, fit, new_model, write_checkpoint
 from aocsim.train.loop import jacobian_penalty as _jacobian_penalty
@@ -53,6 +56,11 @@ class StateTrackingRecipe(TrainingRecipe):
     # 1 / order: every element equally likely).
     eval_factors: tuple[int, ...] = (1, 4, 8)
     eval_identity_prob: float | None = None
+    # Subgroup curriculum (module docstring): its name (None: none) and the fractions of the steps
+    # where the tokens from outside it start and finish coming in.
+    subgroup: str | None = None
+    subgroup_start: float = 0.0
+    subgroup_end: float = 0.0
 
     def __post_init__(self) -> None:
         # A card read back from YAML gives a list; keep the recipe hashable and comparable.
@@ -75,7 +83,10 @@ class StateTrackingRecipe(TrainingRecipe):
                 "eval_factors": (len(self.eval_factors) >= 1 and all(isinstance(k, int) and k >= 1
                                                                      for k in self.eval_factors),
                                  "a non-empty list of integers >= 1 (multiples of train_length)"),
-                "eval_identity_prob": (prob(self.eval_identity_prob), "a probability in [0, 1], or None (identity_prob)")}
+                "eval_identity_prob": (prob(self.eval_identity_prob), "a probability in [0, 1], or None (identity_prob)"),
+                "subgroup_start": (0 <= self.subgroup_start <= 1, "a fraction of the steps in [0, 1]"),
+                "subgroup_end": (self.subgroup_start <= self.subgroup_end <= 1,
+                                 f"a fraction of the steps in [subgroup_start = {self.subgroup_start}, 1]")}
 
     def curriculum(self, step: int) -> tuple[int, float]:
         """(sequence length, identity-token probability) of the training batch at `step`."""
@@ -89,6 +100,13 @@ class StateTrackingRecipe(TrainingRecipe):
             (1 - frac) * self.identity_prob + frac * self.identity_prob_final)
         return length, p
 
+    def outside_prob(self, step: int, outside: int, order: int) -> float:
+        """The probability that a non-identity token at `step` comes from outside the subgroup, which
+        leaves `outside` of the group's `order` elements out (module docstring)."""
+        begin, end = self.subgroup_start * self.steps, self.subgroup_end * self.steps
+        frac = 0.0 if step < begin else 1.0 if step >= end else (step - begin) / (end - begin)
+        return frac * outside / (order - 1)
+
     @property
     def eval_prob(self) -> float:
         """Identity-token probability of the evaluation sequences."""
@@ -101,11 +119,18 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
     model = new_model(r, g.order)
     rng = np.random.default_rng(r.seed)
     scheduled = r.identity_prob_final is not None or r.train_length_start is not None
+    within = None if r.subgroup is None else subgroup_elements(g, r.subgroup)
 
     def next_batch(step: int) -> Batch:
         length, identity_prob = r.curriculum(step)
-        tokens, targets = word_problems(g, r.batch_size, length, identity_prob=identity_prob, generator=rng)
-        return tokens, targets, ({"length": length, "identity_prob": round(identity_prob, 4)} if scheduled else {})
+        extra = {"length": length, "identity_prob": round(identity_prob, 4)} if scheduled else {}
+        if within is None:
+            tokens, targets = word_problems(g, r.batch_size, length, identity_prob=identity_prob, generator=rng)
+            return tokens, targets, extra
+        outside = r.outside_prob(step, g.order - len(within), g.order)
+        tokens, targets = word_problems(g, r.batch_size, length, identity_prob=identity_prob, generator=rng,
+                                        within=within, outside_prob=outside)
+        return tokens, targets, {**extra, "outside_prob": round(outside, 4)}
 
     return model, fit(model, r, next_batch, progress=progress, run_dir=run_dir)
 

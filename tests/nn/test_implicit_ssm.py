@@ -310,6 +310,8 @@ def test_bad_config() -> None:
     ({"eval_factors": ()}, r"eval_factors = \(\); expected a non-empty list of integers >= 1"),
     ({"eval_factors": (1, 0)}, r"eval_factors = \(1, 0\); expected a non-empty list of integers >= 1"),
     ({"eval_identity_prob": 2.0}, r"eval_identity_prob = 2.0; expected a probability in \[0, 1\], or None"),
+    ({"subgroup_start": 0.5, "subgroup_end": 0.2},
+     r"subgroup_end = 0.2; expected a fraction of the steps in \[subgroup_start = 0.5, 1\]"),
 ])
 def test_bad_recipe_settings(settings: dict, message: str) -> None:
     with pytest.raises(InputError, match=r"recipe 'x': " + message):
@@ -340,6 +342,16 @@ def test_curriculum_follows_the_declared_schedule(steps: int, begin: float, widt
     assert (later_p - got_p) * (p1 - p0) >= -1e-15 and (later_length - got_length) * (length - l0) >= 0
     constant = StateTrackingRecipe(name="x", task="A5", implicit=True, steps=steps, identity_prob=p0)
     assert constant.curriculum(step) == (16, p0)  # no schedule: the plain settings at every step
+
+
+def test_the_subgroup_curriculum_brings_the_outside_in_on_a_line() -> None:
+    """S5 with A5 first: no odd permutation before subgroup_start, their uniform share (60 of 119) from
+    subgroup_end on, a straight line between; the recipe's training batches follow it."""
+    r = StateTrackingRecipe(name="x", task="S5", implicit=True, steps=1000, subgroup="A5", subgroup_start=0.3,
+                            subgroup_end=0.5)
+    got = [r.outside_prob(s, 60, 120) for s in range(1000)]
+    assert set(got[:300]) == {0.0} and set(got[500:]) == {60 / 119}
+    assert all(abs(got[s] - (s - 300) / 200 * 60 / 119) < 1e-15 for s in range(300, 500))
 
 
 def test_lr_schedule_warms_up_decays_to_lr_final_and_keeps_the_first_recipes_schedule() -> None:

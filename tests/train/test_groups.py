@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from aocsim.errors import InputError, UnknownNameError
-from aocsim.tasks.groups import group, prefix_products, word_problems
+from aocsim.tasks.groups import group, prefix_products, subgroup_elements, word_problems
 
 
 @pytest.mark.parametrize(("name", "order", "is_group"), [
@@ -76,3 +76,35 @@ def test_bad_names_and_arguments() -> None:
         word_problems(group("Z2"), 2, 3, identity_prob=1.5, generator=0)
     with pytest.raises(InputError, match="length = 0"):
         word_problems(group("Z2"), 2, 0, generator=0)
+
+
+def test_a5_inside_s5_is_a_subgroup_of_even_permutations() -> None:
+    g = group("S5")
+    a5 = subgroup_elements(g, "A5")
+    assert len(a5) == 60 and a5[0] == 0  # index 2, the identity in it
+    inside = np.zeros(g.order, bool)
+    inside[a5] = True
+    assert inside[g.table[np.ix_(a5, a5)]].all()  # closed under the product
+    assert not inside[g.table[np.ix_(a5, np.flatnonzero(~inside))]].any()  # even x odd is odd
+    table = g.table[np.ix_(a5, a5)]
+    relabel = np.full(g.order, -1)
+    relabel[a5] = np.arange(60)
+    assert np.array_equal(relabel[table], group("A5").table)  # A5's own table, in the same order
+    with pytest.raises(InputError, match=r"subgroup = 'A4' of S5; expected A<n> of S<n>"):
+        subgroup_elements(g, "A4")
+
+
+def test_a_subgroup_curriculum_draws_inside_it_and_then_uniformly() -> None:
+    """outside_prob 0: every non-identity token in A5; outside_prob 60/119: uniform over the 119 others,
+    each element's count within 5 standard deviations of the binomial's."""
+    g = group("S5")
+    a5 = subgroup_elements(g, "A5")
+    tokens, targets = word_problems(g, 64, 40, identity_prob=0.2, generator=3, within=a5)
+    assert np.isin(tokens.numpy(), a5).all() and np.isin(targets.numpy(), a5).all()
+    assert abs(float((tokens == 0).double().mean()) - 0.2) < 5 * math.sqrt(0.16 / tokens.numel())
+    tokens, _ = word_problems(g, 400, 300, identity_prob=0.0, generator=4, within=a5, outside_prob=60 / 119)
+    counts = np.bincount(tokens.numpy().ravel(), minlength=120)
+    n, p = tokens.numel(), 1 / 119
+    assert counts[0] == 0 and (abs(counts[1:] - n * p) < 5 * math.sqrt(n * p * (1 - p))).all()
+    with pytest.raises(InputError, match="outside_prob = 1.5"):
+        word_problems(g, 2, 3, generator=0, within=a5, outside_prob=1.5)
