@@ -35,7 +35,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
         parity-explicit4
       a5-implicit, a5-explicit1, a5-explicit2, a5-explicit4
       a5xm4-implicit, a5xm4-explicit1
-      s5-implicit, s5-explicit1, s5-explicit2 (S5 at L = 32, evaluated to 128;
+      s5-implicit, s5-explicit1, s5-explicit2, s5-mamba2 (S5 at L = 32, A5
+        first, evaluated to 128; the last a plain Mamba2 stack;
         docs/STATE_TRACKING.md)
       digits-twin48, regression-twin16, regression-twin48 (twin-native DEQs:
         trained through the calibrated pipeline; docs/TWIN_MODELS.md)

@@ -63,6 +63,12 @@ for _prefix, _base, _depths in (("parity", _PARITY, (1, 2, 4)), ("a5", _long_bud
         _name = f"{_prefix}-explicit{_layers}"
         STATE_TRACKING[_name] = _st.StateTrackingRecipe(name=_name, implicit=False, n_layers=_layers, **_base)
 
+# A plain Mamba2 stack on S5 (aocsim/nn/mamba2_lm.py: no injection, head tied to the embedding; issue 42)
+# with s5-implicit's budget at its parameter count: 2 layers of d_model 64 have 64,048 parameters
+# against 63,360 (+1.1 %; 1 layer: 35,896).
+STATE_TRACKING["s5-mamba2"] = _st.StateTrackingRecipe(name="s5-mamba2", implicit=False, kind="mamba2",
+                                                      **{**_S5, "n_layers": 2})
+
 # Hardware-aware parity (docs/DEVICE_RUNS.md, "Hardware-aware training"): the same recipe, trained
 # with 6-bit weights and 10 % noise on every call of the maps inside f (twice aoc48's tile noise).
 STATE_TRACKING["parity-implicit-hw"] = replace(STATE_TRACKING["parity-implicit"], name="parity-implicit-hw",

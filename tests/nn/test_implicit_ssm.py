@@ -415,15 +415,21 @@ def test_uniform_evaluation_and_comparison_use_the_same_sequences() -> None:
 def test_a5_baselines_share_the_implicit_budget_and_a5xm4_has_240_tokens() -> None:
     from dataclasses import asdict
 
+    from aocsim.train.loop import new_model
     from aocsim.train.recipes import STATE_TRACKING
 
-    own = {"name", "implicit", "n_layers", "jac_reg"}
-    for prefix, depths in (("a5", (1, 2, 4)), ("a5xm4", (1,))):
+    own = {"name", "implicit", "n_layers", "jac_reg", "kind"}
+    for prefix, depths in (("a5", (1, 2, 4)), ("a5xm4", (1,)), ("s5", (1, 2))):
         implicit = {k: v for k, v in asdict(STATE_TRACKING[f"{prefix}-implicit"]).items() if k not in own}
-        for n in depths:
-            explicit = STATE_TRACKING[f"{prefix}-explicit{n}"]
+        baselines = [STATE_TRACKING[f"{prefix}-explicit{n}"] for n in depths]
+        baselines += [STATE_TRACKING["s5-mamba2"]] if prefix == "s5" else []
+        for explicit in baselines:
             assert {k: v for k, v in asdict(explicit).items() if k not in own} == implicit
-            assert explicit.n_layers == n and not explicit.implicit
+            assert not explicit.implicit and explicit.jac_reg == 0
+        assert [b.n_layers for b in baselines[:len(depths)]] == list(depths)
+    mamba2, implicit = (new_model(STATE_TRACKING[name], 120) for name in ("s5-mamba2", "s5-implicit"))
+    count = [sum(p.numel() for p in m.parameters()) for m in (mamba2, implicit)]
+    assert type(mamba2).__name__ == "Mamba2LM" and abs(count[0] / count[1] - 1) < 0.02  # 64,048 against 63,360
     r = STATE_TRACKING["a5xm4-implicit"]
     assert group(r.task).order == 240 and r.identity_prob_final == r.eval_identity_prob == 1 / 240
     assert r.curriculum(r.steps - 1)[1] == 1 / 240
