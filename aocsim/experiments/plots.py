@@ -168,6 +168,7 @@ def _convergence(ax: Any, results: dict[str, Any]) -> None:
 
     from aocsim.execute.hybrid import hold_last
 
+    positive = False  # one-pass models have residual 0 at every token: no log axis for them alone
     for i, (name, ds) in enumerate(results.items()):
         color = f"C{i}"
         kind = ds.residual_trace.attrs.get("kind") or ("relative" if str(ds.residual_trace.attrs.get(
@@ -180,9 +181,10 @@ def _convergence(ax: Any, results: dict[str, Any]) -> None:
             its = np.arange(flat.shape[0])[keep]
             low, mid, high = (np.nanquantile(flat[keep], q, axis=1) for q in (0.1, 0.5, 0.9))
             ax.plot(its, mid, style, color=color, lw=1.2, label=f"{name} ({kind}), {path}")
+            positive |= bool(np.any(high > 0))
             if path == "device":
                 ax.fill_between(its, low, high, color=color, alpha=0.2, lw=0)
-    ax.set_yscale("log")
+    ax.set_yscale("log" if positive else "linear")
     ax.set_xlabel("iteration")
     kinds = {ds.residual_trace.attrs.get("kind") for ds in results.values()}
     ax.set_ylabel({frozenset({"relative"}): "relative residual ||f(z) - z|| / ||f(z)||",

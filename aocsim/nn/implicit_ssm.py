@@ -271,9 +271,10 @@ class ImplicitSSM(nn.Module):
 
         u_t [B, d_in_proj] (the token's injection), caches one per block (`block.init_cache` before the
         first token), t the token's position (for `on_pass`); `map_type`: the token's map (a `TokenMap`
-        subclass may evaluate only the rows still iterating, aocsim/execute/token_loop.py). Returns (z_t [B, d_model], the caches
-        committed at the fixed point, iterations [B], relative residuals [B], the residual per
-        iteration [B, I] with `trace`, else None). An explicit model makes one pass from z = 0.
+        subclass may evaluate only the rows still iterating, aocsim/execute/token_loop.py). Returns
+        (z_t [B, d_model], the caches committed at the fixed point, iterations [B], relative residuals
+        [B], the residual per iteration [B, I] with `trace`, else None). An explicit model makes one
+        pass from z = 0.
         """
         if not self.config.implicit:
             announce(on_pass, t, t + 1, 0)

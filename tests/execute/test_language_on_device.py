@@ -3,6 +3,8 @@ workload, the negative log2-likelihood of every target character on both paths."
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -106,3 +108,8 @@ def test_a_language_model_is_summarised_and_drawn_in_bits_per_character(lm, caps
     assert score_ax.get_ylabel() == "bits per character"
     legend = [t.get_text() for t in convergence_ax.get_legend().get_texts()]
     assert legend and all("(relative)" in t for t in legend) and "relative residual" in convergence_ax.get_ylabel()
+    assert convergence_ax.get_yscale() == "log"
+    with warnings.catch_warnings():  # an explicit model alone: residual 0 everywhere, a linear axis, no warning
+        warnings.simplefilter("error")
+        plot_compare({"charlm-explicit1": explicit}, tmp_path / "e.png")
+    assert kept[-1].axes[2].get_yscale() == "linear"
