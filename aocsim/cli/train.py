@@ -37,7 +37,8 @@ def train(recipe: str, out: Path | None, seed: int | None, epochs: int | None, s
       a5xm4-implicit, a5xm4-explicit1
       s5-implicit, s5-explicit1, s5-explicit2, s5-mamba2 (S5 at L = 32, A5
         first, evaluated to 128; the last a plain Mamba2 stack;
-        docs/STATE_TRACKING.md)
+        docs/STATE_TRACKING.md), s5-implicit-tuned, s5-explicit1-tuned (6,000
+        more steps at L = 32, 40 iterations a step)
       digits-twin48, regression-twin16, regression-twin48 (twin-native DEQs:
         trained through the calibrated pipeline; docs/TWIN_MODELS.md)
       charlm-implicit, charlm-explicit1, charlm-explicit2 (character-level
