@@ -22,7 +22,7 @@ import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ from aocsim.execute.compiled_mix import install_compiled_mix
 from aocsim.execute.device_linear import DeviceLinear
 from aocsim.execute.map_fit import MapProgram, fit_key, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
-from aocsim.execute.token_loop import TokenLoop
+from aocsim.execute.token_loop import KeyedRun, TokenLoop
 from aocsim.execute.placement import Placement
 from aocsim.hardware.engine import keys
 from aocsim.hardware.physics.energy import Activity, load_shares
@@ -65,23 +65,6 @@ def plain_copy(model: ImplicitSSM | Mamba2LM) -> ImplicitSSM | Mamba2LM:
             state[f"{name}.weight"] = module.weight.detach()
     plain.load_state_dict(state)
     return plain.eval()
-
-
-@dataclass(frozen=True)
-class KeyedRun:
-    """What `PlacedSSM.keyed` yields: the placed model's own model, the observer that keys its passes'
-    noise (`on_pass`) and its token loop; call it like the model."""
-
-    model: ImplicitSSM | Mamba2LM
-    on_pass: Callable[..., None]
-    loop: TokenLoop
-
-    def __call__(self, tokens: torch.Tensor, **options: Any) -> Any:
-        return self.model(tokens, on_pass=self.on_pass, sequential=self.loop, **options)
-
-    def one_pass(self, length: int) -> None:
-        """Announce one pass of every position 0 ... length - 1 at visit 0 (a one-pass model's run)."""
-        self.on_pass(torch.arange(length), 0, None)
 
 
 @dataclass(frozen=True)

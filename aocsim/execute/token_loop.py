@@ -1,5 +1,6 @@
 """A placed implicit SSM's sequential mode: its own token loop (`TokenLoop`), which the placed model gives
-the model's forward (`ImplicitSSM.forward(..., sequential=)`), so that aocsim/nn knows no device.
+the model's forward (`ImplicitSSM.forward(..., sequential=)`), so that aocsim/nn knows no device; and a keyed
+run (`KeyedRun`, what `PlacedSSM.keyed` yields): the model, the observer of its passes and its loop.
 
 Each way it differs from the exact path's token-by-token solve is there for the device:
 - `rows_alone` (`ActiveRowsMap`): once some rows of a token have stopped, its passes carry only the
@@ -26,6 +27,7 @@ import torch
 
 from aocsim.execute.ssm_rows import solve_rows
 from aocsim.nn.implicit_ssm import ImplicitSSM
+from aocsim.nn.mamba2_lm import Mamba2LM
 from aocsim.nn.ssm_blocks import TokenCache
 from aocsim.nn.ssm_token import OnPass, TokenMap
 
@@ -76,3 +78,20 @@ class TokenLoop:
             return self.token(model, u_t, caches, t, tau=tau, tol=tol, max_iter=max_iter, trace=trace, on_pass=on_pass)
 
         return model.sequential(u, tau=tau, tol=tol, max_iter=max_iter, trace=trace, on_pass=on_pass, solve_one=one)
+
+
+@dataclass(frozen=True)
+class KeyedRun:
+    """What `PlacedSSM.keyed` yields: the placed model's own model, the observer that keys its passes'
+    noise (`on_pass`) and its token loop; call it like the model."""
+
+    model: ImplicitSSM | Mamba2LM
+    on_pass: Callable[..., None]
+    loop: TokenLoop
+
+    def __call__(self, tokens: torch.Tensor, **options: Any) -> Any:
+        return self.model(tokens, on_pass=self.on_pass, sequential=self.loop, **options)
+
+    def one_pass(self, length: int) -> None:
+        """Announce one pass of every position 0 ... length - 1 at visit 0 (a one-pass model's run)."""
+        self.on_pass(torch.arange(length), 0, None)
