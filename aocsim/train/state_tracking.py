@@ -136,14 +136,16 @@ def train(r: StateTrackingRecipe, *, progress: bool = True, run_dir: Path | None
 
 
 def model_card(r: StateTrackingRecipe, model: ImplicitSSM, summary: dict, metrics: dict) -> dict[str, Any]:
+    what = ("plain Mamba2 model (tied head)" if r.kind == "mamba2" else
+            f"{'implicit' if r.implicit else 'explicit'} Mamba2-style model")
     compact = {k: {m: ({kk: vv for kk, vv in v.items() if kk != "accuracy_by_position"} if isinstance(v, dict)
                        else v) for m, v in e.items()} for k, e in metrics.items()}
     return {
         "name": r.name,
-        "kind": "implicit_ssm",
+        "kind": r.kind,
         "task": "state_tracking",
-        "description": f"{'implicit' if r.implicit else 'explicit'} Mamba2-style model, {r.n_layers} layer(s), "
-                       f"word problems on {group(r.task).name}; per-token prefix products.",
+        "description": f"{what}, {r.n_layers} layer(s), word problems on {group(r.task).name}; per-token prefix "
+                       "products.",
         "config": model.config.to_dict(),
         "training": {**asdict(r), **summary},
         "data": {"group": group(r.task).name, "order": group(r.task).order, "train_length": r.train_length,
