@@ -195,13 +195,22 @@ class PlacedModel:
         once noise and divergence are ruled out (aocsim/experiments/trust.py): by default, tile programs
         that did not calibrate."""
         device = attrs.get("device", "this device")
-        return (f"tile programs that did not calibrate on {device} (tiles work on aoc48 only today: "
-                "docs/DEVICE_RUNS.md section 1b); try --device aoc48")
+        return f"tile programs that did not calibrate on {device} ({tiles_hint(device)})" + (
+            "" if device == "aoc48" else "; try --device aoc48")
+
+
+def tiles_hint(device: str) -> str:
+    """Where tile programs that did not calibrate on `device` are explained; off aoc48, the profile they work on."""
+    where = "docs/DEVICE_RUNS.md section 1b"
+    return where if device == "aoc48" else f"tiles work on aoc48 only today: {where}"
 
 
 KINDS: list[type[PlacedModel]] = []  # every defined kind, in the order they were defined
 
 
 def kind_class(kind: str) -> type[PlacedModel] | None:
-    """The registered class of a kind name (a Dataset's `kind` attribute), or None."""
+    """The registered class of a kind name (a Dataset's `kind` attribute), or None. The bundled kinds are
+    defined first (a Dataset read back in a fresh process names a kind no placement has imported yet)."""
+    import aocsim.execute.registry  # noqa: F401  (defining the bundled kinds registers them)
+
     return next((k for k in KINDS if k.kind == kind), None)

@@ -225,7 +225,8 @@ class EmaReadout(Part):
 
 class ReferenceSolve(Part):
     """A token's iteration in sequential mode as the reference code runs it (the placed model's token loop
-    calls it in place of `ImplicitSSM.solve_token`, aocsim/execute/token_loop.py; docs/LANGUAGE.md, the two conventions): damped Picard z <- (1 - tau) z + tau f(z) from z = 0, and
+    calls it in place of `ImplicitSSM.solve_token`, aocsim/execute/token_loop.py; docs/LANGUAGE.md, the
+    two conventions): damped Picard z <- (1 - tau) z + tau f(z) from z = 0, and
 
     - with `alpha` (snr_convention 'elementwise' with ema_alpha): the EMA m <- (1 - alpha) m + alpha f(z)
       from m = 0 (the zero start); the stop test reads m (relative change ||m_k - m_{k-1}|| / ||m_k||),

@@ -32,7 +32,7 @@ from typing import Any
 
 import xarray as xr
 
-from aocsim.execute.placed import PlacedModel, kind_class
+from aocsim.execute.placed import PlacedModel, kind_class, tiles_hint
 from aocsim.experiments.metrics import inference_unit
 from aocsim.solve.result import SolveStatus
 
@@ -76,9 +76,9 @@ def placement_notes(ds: xr.Dataset) -> list[str]:
     error = float(ds.attrs.get("max_program_error", 0.0))
     if error <= PROGRAM_ERROR_LIMIT:
         return []
-    return [f"the tile programs did not calibrate on {ds.attrs.get('device', 'this device')}: matrix error "
-            f"{100 * error:.0f} % (above {100 * PROGRAM_ERROR_LIMIT:.0f} %); the tiles compute another matrix than the "
-            "model's (tiles work on aoc48 only today: docs/DEVICE_RUNS.md section 1b)"]
+    device = ds.attrs.get("device", "this device")
+    return [f"the tile programs did not calibrate on {device}: matrix error {100 * error:.0f} % (above "
+            f"{100 * PROGRAM_ERROR_LIMIT:.0f} %); the tiles compute another matrix than the model's ({tiles_hint(device)})"]
 
 
 def regression_notes(ds: xr.Dataset) -> list[str]:

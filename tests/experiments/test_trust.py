@@ -55,7 +55,12 @@ def test_a_chance_answer_with_most_solves_converged_is_flagged_with_its_cause() 
     assert "100 % of the device solves converged" in status
     for note in notes:
         assert "\n" not in note and "likely cause: tile programs that did not calibrate on aoc16" in note
-        assert "docs/DEVICE_RUNS.md section 1b" in note
+        assert "docs/DEVICE_RUNS.md section 1b" in note and "try --device aoc48" in note
+    ds = _compare_like(0.5, SolveStatus.CONVERGED)
+    ds.attrs["device"] = "aoc48"  # on aoc48 itself, no advice to move to it
+    for note in summarize(ds)["warnings"]:
+        assert "did not calibrate on aoc48 (docs/DEVICE_RUNS.md section 1b)" in note
+        assert "aoc48 only today" not in note and "try --device" not in note
 
 
 def test_with_no_map_on_tiles_the_cause_is_the_noise_set_not_the_tiles() -> None:
