@@ -209,8 +209,6 @@ KINDS: list[type[PlacedModel]] = []  # every defined kind, in the order they wer
 
 
 def kind_class(kind: str) -> type[PlacedModel] | None:
-    """The registered class of a kind name (a Dataset's `kind` attribute), or None. The bundled kinds are
-    defined first (a Dataset read back in a fresh process names a kind no placement has imported yet)."""
-    import aocsim.execute.registry  # noqa: F401  (defining the bundled kinds registers them)
-
+    """The registered class of a kind name (a Dataset's `kind` attribute), or None (a kind is registered when
+    its module is imported: aocsim.execute.registry imports the bundled ones)."""
     return next((k for k in KINDS if k.kind == kind), None)

@@ -32,6 +32,7 @@ from typing import Any
 
 import xarray as xr
 
+import aocsim.execute.registry  # noqa: F401  (defines the bundled kinds: a Dataset read back names one)
 from aocsim.execute.placed import PlacedModel, kind_class, tiles_hint
 from aocsim.experiments.metrics import inference_unit
 from aocsim.solve.result import SolveStatus
