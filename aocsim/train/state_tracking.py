@@ -84,6 +84,8 @@ class StateTrackingRecipe(TrainingRecipe):
                                                                      for k in self.eval_factors),
                                  "a non-empty list of integers >= 1 (multiples of train_length)"),
                 "eval_identity_prob": (prob(self.eval_identity_prob), "a probability in [0, 1], or None (identity_prob)"),
+                "subgroup": (self.subgroup is None or self.subgroup == f"A{self.task[1:]}" and self.task[:1] == "S",
+                             f"None, or A<n> with task S<n> (the even permutations; task = {self.task!r})"),
                 "subgroup_start": (0 <= self.subgroup_start <= 1, "a fraction of the steps in [0, 1]"),
                 "subgroup_end": (self.subgroup_start <= self.subgroup_end <= 1,
                                  f"a fraction of the steps in [subgroup_start = {self.subgroup_start}, 1]")}

@@ -333,6 +333,8 @@ def test_bad_config() -> None:
     ({"eval_factors": ()}, r"eval_factors = \(\); expected a non-empty list of integers >= 1"),
     ({"eval_factors": (1, 0)}, r"eval_factors = \(1, 0\); expected a non-empty list of integers >= 1"),
     ({"eval_identity_prob": 2.0}, r"eval_identity_prob = 2.0; expected a probability in \[0, 1\], or None"),
+    ({"subgroup": "A4"}, r"subgroup = 'A4'; expected None, or A<n> with task S<n> \(the even permutations; "
+                         r"task = 'parity'\)"),
     ({"subgroup_start": 0.5, "subgroup_end": 0.2},
      r"subgroup_end = 0.2; expected a fraction of the steps in \[subgroup_start = 0.5, 1\]"),
 ])
