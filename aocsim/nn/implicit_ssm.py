@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from aocsim.errors import InputError
-from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear
+from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear, uninitialised
 from aocsim.nn.ssm_token import OnPass, TokenMap, announce, relative_change
 from aocsim.solve.core import solve
 from aocsim.solve.solvers import Picard
@@ -60,7 +60,7 @@ class ImplicitSSM(nn.Module):
         super().__init__()
         self.config = config
         c = config
-        self.embedding = nn.utils.skip_init(nn.Embedding, c.vocab_size, c.d_model)
+        self.embedding = uninitialised(nn.Embedding, c.vocab_size, c.d_model)
         self.emb_norm = RMSNorm(c.d_model)
         self.inject = _linear(c.d_model, c.d_in_proj, c.weight_norm)
         self.blocks = nn.ModuleList([Mamba2Block(c) for _ in range(c.n_layers)])

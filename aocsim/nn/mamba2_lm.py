@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aocsim.errors import InputError
-from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache
+from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, uninitialised
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Mamba2LM(nn.Module):
     def __init__(self, config: Mamba2Config, *, generator: torch.Generator | None = None) -> None:
         super().__init__()
         self.config = c = config
-        self.embedding = nn.utils.skip_init(nn.Embedding, c.vocab_size, c.d_model)
+        self.embedding = uninitialised(nn.Embedding, c.vocab_size, c.d_model)
         self.blocks = nn.ModuleList([Mamba2Block(c.block_config(), eps=c.eps) for _ in range(c.n_layers)])
         self.final_norm = RMSNorm(c.d_model, c.eps)
         self._init_weights(generator if generator is not None else torch.Generator().manual_seed(0))

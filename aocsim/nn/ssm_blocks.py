@@ -5,7 +5,7 @@ sequential mode carries between tokens, and the elementwise functions a placemen
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +13,8 @@ from torch import nn
 
 from aocsim.errors import InputError
 from aocsim.nn.ssm_scan import chunked_scan, scan_step
+
+M = TypeVar("M", bound=nn.Module)
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,18 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def uninitialised(cls: type[M], *args: Any, **kwargs: Any) -> M:
+    """cls(*args, **kwargs) with its parameters left as allocated: no draw from the global RNG (the models'
+    `_init_weights` draw from their own generator). nn.utils.skip_init does the same through the meta
+    device, whose first random fill imports torch._dynamo: about 1 s in every process that builds a model."""
+    bare = type(cls.__name__, (cls,), {"reset_parameters": lambda self: None})
+    module = bare(*args, **kwargs)
+    module.__class__ = cls
+    return module
+
+
 def _linear(d_in: int, d_out: int, weight_norm: bool, bias: bool = False) -> nn.Module:
-    # skip_init: no draw from the global RNG; ImplicitSSM._init_weights draws from its generator.
-    layer = nn.utils.skip_init(nn.Linear, d_in, d_out, bias=bias)
+    layer = uninitialised(nn.Linear, d_in, d_out, bias=bias)
     return nn.utils.parametrizations.weight_norm(layer) if weight_norm else layer
 
 

@@ -174,36 +174,56 @@ def test_all_tiles_predistorted_in_one_call_are_each_tile_on_its_own(spread: flo
         assert bool((stacked[i, :, width:] == 0).all()), i
 
 
-@pytest.mark.parametrize("overrides", [{}, {"noise.rin.enabled": False}])  # RIN and detector noise; detector only
-def test_the_emitter_measurement_reads_what_the_whole_optical_stage_gives_at_each_output(
-        overrides: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The measurement computes each drive's one output (`step.detector_outputs`); the whole optical stage
-    (`step.optical`, every output of every row), read at the same outputs, gives the same ADC codes."""
+def _whole_stage_shapes(profile, sign: float, module: int, r: float, offset: int) -> torch.Tensor:
+    """[2, N]: (k3, k2) measured by reading the whole optical stage (`step.optical`, every LED's RIN and every
+    detector drawn) at each drive's one output: the yardstick of the measurement's one Gaussian per reading.
+    `offset` moves the counters: independent draws."""
     from aocsim._numerics import least_squares
     from aocsim.hardware.engine.step import optical
     from aocsim.hardware.physics import components as C
 
-    monkeypatch.setattr(emitter_calibration, "REPEATS", 6)
+    n, levels, repeats = 48, emitter_calibration.LEVELS, emitter_calibration.REPEATS
+    key = keys.chip_root(profile.values["variation.chip_seed"]).fold(keys.Stream.EMITTER_CALIBRATION, module)
+    loop = OpticalLoop(profile, sign * torch.eye(n, dtype=F64), gain="absolute", generator=key.fold(0), module=module)
+    drive = loop.injection(torch.linspace(-r, r, levels, dtype=F64))
+    x = torch.diag_embed(drive[:, None].expand(levels, n)).reshape(-1, n)
+    low, high = (float(b) for b in profile.values["readout.range_v"])
+    total = torch.zeros(levels, n, dtype=F64)
+    for rep in range(repeats):
+        ids = offset + torch.arange(rep * x.shape[0], (rep + 1) * x.shape[0])
+        node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), key.tensor(),
+                       keys.sample_counters(ids, n), loop.k0())
+        codes = C.quantize_range(node, low, high, profile.values["readout.adc_bits"]).reshape(levels, n, n)
+        total += codes.diagonal(dim1=1, dim2=2)
+    a = least_squares(torch.stack([drive ** p for p in range(4)], dim=1), total / repeats)
+    seen = a[1].abs() > emitter_calibration.DEAD * a[1].abs().median()
+    assert int((~seen).sum()) == 1  # aoc48's dead fan-in channel
+    return torch.where(seen, torch.stack([a[3] / a[1], a[2] / a[1]]), 0.0)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"noise.rin.enabled": False}])  # RIN and detector noise; detector only
+def test_the_emitter_measurement_has_the_whole_optical_stages_statistics(
+        overrides: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement draws one Gaussian per reading (the node's mean and `step.node_noise_variance`); reading
+    the whole optical stage instead gives each emitter's shape the same mean and spread: over 8 independent
+    measurements each, 94 (emitter, power) pairs with a seen emitter, the mean |difference of means| / its
+    standard error is about 0.80 (E|Z|; its own std about 0.06 here: bound 1.1) and the median ratio of the
+    two spreads is near 1 (bound [0.7, 1.4])."""
+    from aocsim.hardware.engine import counter_rng
+
+    monkeypatch.setattr(emitter_calibration, "REPEATS", 64)  # both measurements, to keep the test short
     profile = load_device("aoc48", overrides)
-    n, levels, module, r = 48, emitter_calibration.LEVELS, 2, 0.2
-    for sign in (1.0, -1.0):
-        measured = emitter_calibration._fitted_shape(profile, n, sign, module, r)
-        key = keys.chip_root(profile.values["variation.chip_seed"]).fold(keys.Stream.EMITTER_CALIBRATION, module)
-        loop = OpticalLoop(profile, sign * torch.eye(n, dtype=F64), gain="absolute", generator=key.fold(0), module=module)
-        assert loop.layout().detector_noise and loop.layout().rin == (not overrides)
-        drive = loop.injection(torch.linspace(-r, r, levels, dtype=F64))
-        x = torch.diag_embed(drive[:, None].expand(levels, n)).reshape(-1, n)
-        low, high = (float(b) for b in profile.values["readout.range_v"])
-        total = torch.zeros(levels, n, dtype=F64)
-        for rep in range(6):
-            ids = torch.arange(rep * x.shape[0], (rep + 1) * x.shape[0])
-            node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), key.fold(1 + int(sign > 0)).tensor(),
-                           keys.sample_counters(ids, n), loop.k0())
-            codes = C.quantize_range(node, low, high, profile.values["readout.adc_bits"]).reshape(levels, n, n)
-            total += codes.diagonal(dim1=1, dim2=2)
-        powers = torch.stack([drive ** p for p in range(4)], dim=1)
-        a = least_squares(powers, total / 6)  # the measurement's own fit, on the whole stage's readings
-        seen = a[1].abs() > emitter_calibration.DEAD * a[1].abs().median()
-        assert int((~seen).sum()) == 1  # aoc48's dead fan-in channel
-        expected = torch.where(seen, torch.stack([a[3] / a[1], a[2] / a[1]]), 0.0)
-        assert torch.allclose(measured[:2], expected, rtol=1e-9, atol=1e-12)
+    module, r, runs = 2, 0.2, 8
+    fast, whole = [], []
+    for run in range(runs):
+        monkeypatch.setattr(emitter_calibration, "normal",
+                            lambda base, counters, dtype, run=run: counter_rng.normal(base, counters + 10 ** 8 * run, dtype))
+        fast.append(emitter_calibration._fitted_shape(profile, 48, 1.0, module, r)[:2])
+        whole.append(_whole_stage_shapes(profile, 1.0, module, r, 10 ** 9 * (run + 1)))
+    f, w = torch.stack(fast), torch.stack(whole)  # [runs, 2, N]
+    seen = w[0] != 0
+    error = ((f.var(0) + w.var(0)) / runs).sqrt()
+    z = ((f.mean(0) - w.mean(0)) / error)[seen].abs()
+    assert float(z.mean()) < 1.1, float(z.mean())
+    ratio = float((f.std(0) / w.std(0))[seen].median())
+    assert 0.7 < ratio < 1.4, ratio

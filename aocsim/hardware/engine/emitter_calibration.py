@@ -9,9 +9,13 @@ The measurement, per module, on the chip before any weight load (docs/PHYSICS.md
 - the SLMs hold W = +I (then W = -I), so emitter i reaches output i through a full pixel of the
   positive (then negative) path, and every other output only through dark pixels;
 - one emitter at a time is driven through the DAC at LEVELS levels spanning the tiles' drive range
-  [-r, r], the others at zero drive, REPEATS passes each; output i is read through the readout ADC,
-  with the profile's noise (RIN, detector sources) keyed by the chip's stream (EMITTER_CALIBRATION,
-  module);
+  [-r, r], the others at zero drive, REPEATS passes each; output i is read through the readout ADC;
+- a pass's node at output i is one Gaussian: its mean the optical stage without noise, its variance
+  `step.node_noise_variance` (every LED's RIN through the operator, the detector sources), drawn
+  from the chip's stream (EMITTER_CALIBRATION, module). That is the whole stage's noise to first
+  order (the shot noise's dependence on the RIN-moved light is left out; a test checks each
+  emitter's shape has the same mean and spread as reading the whole stage, drawing every LED's RIN
+  and every detector, which costs 2 N draws per reading instead of one);
 - a cubic a0 + a1 d + a2 d^2 + a3 d^3 is fitted to output i's mean reading by least squares; its
   shape is (k3, k2) = (a3, a2) / a1 (the gain a1 and the offset a0 are a weight load's calibration's).
 
@@ -22,6 +26,7 @@ An emitter the chip cannot see (a dead fan-in channel: |a1| below DEAD of the me
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -31,9 +36,9 @@ from aocsim._numerics import least_squares
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.programming import chip_key
-from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.counter_rng import normal
 from aocsim.hardware.engine.memo import Memo
-from aocsim.hardware.engine.step import detector_node, detector_outputs, flickered, led_light, optical, output_rows
+from aocsim.hardware.engine.step import node_noise_variance, optical
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.profiles.profile import DeviceProfile
 
@@ -53,31 +58,20 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
     loop = OpticalLoop(profile, sign * eye, gain="absolute", generator=key.fold(0), module=module)
     levels = loop.injection(torch.linspace(-input_range, input_range, LEVELS, dtype=torch.float64))
     x = torch.diag_embed(levels[:, None].expand(LEVELS, n)).reshape(-1, n)  # row (level, emitter)
-    layout, c, gain, k0 = loop.layout(), loop.constants(), loop.node(0, x)[0], loop.k0()
+    layout, c, gain = loop.layout(), loop.constants(), loop.node(0, x)[0]
+    own = torch.arange(n).repeat(LEVELS)[:, None]  # row (level, emitter i) reads output i
+    mean = optical(x, c, gain, replace(layout, rin=False, detector_noise=False), None, None, loop.k0()).gather(1, own)
     v = profile.parts
     low, high = (float(b) for b in v.readout.range_v)
-    total = torch.zeros(LEVELS, n, dtype=torch.float64)
-    outputs = torch.arange(n).repeat(LEVELS)  # row (level, emitter i) reads output i
-    stream = key.fold(1 + int(sign > 0)).tensor()
-    light = led_light(x, c.led, constant=True)  # the same drives every pass: their light once
-    rows = output_rows(c.det_t, c.det_offset, outputs)
-    for r in range(REPEATS if layout.draws else 1):  # one pass per level and emitter at a time (memory)
-        ids = torch.arange(r * x.shape[0], (r + 1) * x.shape[0], dtype=torch.int64)
-        if layout.detector_noise:  # `optical`'s detector form, read at the one output each row needs
-            led_draw, det_draw = normal_pair(stream, keys.sample_counters(ids, n), torch.float64)
-            p, q = flickered(*light, c.noise, led_draw, layout)
-            node = detector_node(*detector_outputs(p, q, rows),
-                                 det_draw.gather(1, outputs[:, None])[:, 0], c.noise,
-                                 k0[outputs] + gain * c.node_lam[outputs], c.node_scale[outputs] * gain)
-        else:
-            counters = keys.sample_counters(ids, n) if layout.draws else None
-            node = optical(x, c, gain, layout, stream if layout.draws else None, counters, k0
-                           ).gather(1, outputs[:, None])[:, 0]
-        reading = C.quantize_range(node, low, high, v.readout.adc_bits)
-        total += reading.reshape(LEVELS, n)  # output i while emitter i is driven
-    own = total / (REPEATS if layout.draws else 1)
+    if layout.draws:  # the node's one Gaussian per reading (module docstring), REPEATS readings per row
+        std = node_noise_variance(x, c, gain, float(c.noise[1]), float(c.noise[2]), float(c.noise[0])).gather(1, own)
+        ids = torch.arange(REPEATS, dtype=torch.int64)
+        draws = normal(key.fold(1 + int(sign > 0)).tensor(), keys.sample_counters(ids, x.shape[0]), torch.float64)
+        mean = C.quantize_range(mean.T + std.sqrt().T * draws, low, high, v.readout.adc_bits).mean(dim=0)
+    else:
+        mean = C.quantize_range(mean[:, 0], low, high, v.readout.adc_bits)
     powers = torch.stack([levels ** p for p in range(4)], dim=1)  # [LEVELS, 4]
-    a = least_squares(powers, own)  # [4, N]: a0, a1, a2, a3
+    a = least_squares(powers, mean.reshape(LEVELS, n))  # [4, N]: a0, a1, a2, a3
     seen = a[1].abs() > DEAD * a[1].abs().median()
     k3, k2 = (torch.where(seen, a[p] / a[1], 0.0) for p in (3, 2))
     return torch.stack([k3, k2, torch.ones(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)])

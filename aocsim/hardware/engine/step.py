@@ -180,23 +180,6 @@ def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tens
     return torch.addcmul(offset, diff, scale)
 
 
-def output_rows(det_t: torch.Tensor, det_offset: torch.Tensor, outputs: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The detector operator's rows [R, 2, 2N] and offsets [R, 2] of output outputs[r] of each path, for
-    `detector_outputs`."""
-    cols = torch.stack([outputs, outputs + det_t.shape[0] // 2], dim=1)  # [R, 2]: output j of each path
-    return det_t.T[cols], det_offset[cols]
-
-
-def detector_outputs(p: torch.Tensor, q: torch.Tensor, rows: tuple[torch.Tensor, torch.Tensor]
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(D_P, D_Q) [R]: `detector_signals` of rows p, q [R, N], each read at its own output (`output_rows`):
-    a measurement that reads one output per drive computes no other."""
-    operator, offset = rows
-    d = torch.einsum("rck,rk->rc", operator, torch.cat([p, q], dim=-1)) + offset
-    return d[:, 0], d[:, 1]
-
-
 def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
             counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
     """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`.
