@@ -109,10 +109,10 @@ def bench_search(models: tuple[str, ...] = ("parity-implicit", "a5-implicit"), *
                 spec.write_text(yaml.safe_dump(search_spec(model, trials=trials, batch=batch, case=case)))
                 warm = Path(tmp) / f"{model}-warm.yaml"
                 warm.write_text(yaml.safe_dump(search_spec(model, trials=2, batch=2, case=case)))
-                sweep(warm, Path(tmp) / "warm", batched=True)  # imports, first calls, Optuna
+                sweep(warm, Path(tmp) / f"{model}-warm", batched=True)  # imports, first calls, Optuna
                 seconds, accuracy = {}, {}
                 for batched in (False, True) if len(rows) % 2 == 0 else (True, False):
-                    out = Path(tmp) / f"out-{batched}"
+                    out = Path(tmp) / f"{model}-{batched}"
                     forget_all()  # each search fits its points anew, as a fresh process would
                     start = time.perf_counter()
                     ds = sweep(spec, out, batched=batched)

@@ -141,6 +141,30 @@ def test_the_search_bench_asks_a_search_a_sweep_accepts(tmp_path) -> None:
     assert "2.00x" in format_search_bench([row])
 
 
+def test_the_search_bench_gives_every_search_of_every_case_its_own_folder(monkeypatch) -> None:
+    """Both cases in one run: each warm-up and timed search starts in a folder no other search wrote (a shared
+    warm-up folder made the second case's warm-up refuse to start: a sweep's folder is never reused silently).
+    The searches are stood in for by a sweep that refuses an existing folder, as `sweep` does."""
+    import numpy as np
+
+    from aocsim.experiments import bench_search
+    from aocsim.experiments.sweep import run
+
+    folders: list[str] = []
+
+    def stand_in(spec, out, batched):
+        assert not out.exists(), f"{out} reused"
+        out.mkdir()
+        folders.append(out.name)
+        return xr.Dataset({"accuracy": ("trial", np.ones(2))})
+
+    monkeypatch.setattr(run, "sweep", stand_in)
+    monkeypatch.setattr(bench_search, "_exact_seconds", lambda model, case: 1.0)
+    rows = bench_search.bench_search(("parity-implicit", "a5-implicit"), trials=2, batch=2)
+    assert [r.model for r in rows] == ["parity-implicit", "a5-implicit"] and all(r.accuracy_agrees for r in rows)
+    assert len(folders) == 6 == len(set(folders))
+
+
 @pytest.mark.slow
 def test_a_tiled_deqs_population_fits_together_and_runs_as_each_point_alone(tmp_path) -> None:
     """A DEQ larger than the device (digits-deq48 on aoc16: beta W on tiles): its points' programs fitted
