@@ -385,3 +385,15 @@ def test_a_sweep_on_tiles_that_do_not_calibrate_ends_with_a_warning_and_untruste
 def test_a_trusted_sweep_says_so_per_point(reference: xr.Dataset) -> None:
     assert (reference.trusted.values == 1).all() and (reference.warnings.values == "").all()
     assert reference.trusted.dims == ("model", "slm.bits", "readout.adc_bits")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parents[2] / "notebooks" / "sweeps").glob("*.yaml")))
+def test_every_bundled_spec_reads(name: str) -> None:
+    """Each spec the docs run (`notebooks/sweeps/`) is a valid spec: its model, device, axes or search block, and
+    (for a search) a start inside its space."""
+    spec = load_spec(Path(__file__).parents[2] / "notebooks" / "sweeps" / name)
+    assert spec.models and (spec.search is not None or spec.axes)
+    if spec.search is not None:
+        space = {p.path: p for p in spec.search.space}
+        for start in spec.search.start:
+            assert set(start) <= set(space), (name, set(start) - set(space))
