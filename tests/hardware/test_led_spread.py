@@ -227,3 +227,22 @@ def test_the_emitter_measurement_has_the_whole_optical_stages_statistics(
     assert float(z.mean()) < 1.1, float(z.mean())
     ratio = float((f.std(0) / w.std(0))[seen].median())
     assert 0.7 < ratio < 1.4, ratio
+
+
+def test_a_populations_fit_measures_each_points_emitters_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fitting 8 design points' programs together on 9 tiles (72 modules' emitters, both paths) measures each
+    module of each point once: at 64 remembered measurements the LRU memo forgot them between the fit's
+    measurements and re-measured 2 x 72 emitters for each of them (a population's fits took 1.9x its points')."""
+    from aocsim.execute.tile_program import fit_tile_programs
+    from aocsim.hardware.engine.memo import forget_all
+
+    forget_all()
+    measured = []
+    original = emitter_calibration._fitted_shape
+    monkeypatch.setattr(emitter_calibration, "_fitted_shape",
+                        lambda *args: measured.append(args[1:4]) or original(*args))
+    base = load_device("aoc48")
+    points = [base.with_overrides({"slm.bits": 5 + i % 4, "noise.power_per_unit_w": 1e-4 * (1 + i)}) for i in range(8)]
+    weight = torch.randn(130, 130, generator=torch.Generator().manual_seed(0), dtype=F64) / 12
+    fit_tile_programs(points, weight, tile_size=48, input_range=0.2, key=keys.as_key(3), predistort=True, rounds=1)
+    assert len(measured) == 2 * 8 * 9

@@ -171,7 +171,8 @@ def test_a_call_per_row_is_checked_and_refused_on_multiplexed_tiles() -> None:
 @pytest.mark.parametrize("per_row", [False, True])
 def test_a_product_in_pieces_of_rows_gives_the_values_of_one_piece(count: int, dtype: torch.dtype, per_row: bool,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large product runs in pieces of rows (`tile_product.CHUNK_BYTES`): every row's output and partials are
+    """A large product runs in pieces of rows (`tile_product.CHUNK_BYTES`), a stack of loads load by load where
+    their pieces would not fit together: every row's output and partials are
     those of one piece to the last bits of a product (float64: a BLAS kernel changes with a call's rows), its
     input scale and the clipped count the same (float32, a device run's; float64, a tile program's probes)."""
     from aocsim.hardware.engine import tile_product
@@ -188,8 +189,8 @@ def test_a_product_in_pieces_of_rows_gives_the_values_of_one_piece(count: int, d
     options = dict(partial_sums="analog", call=call, passes=3, keep_partials=True)
     whole = LoadStack(loads)(t, run_keys, ids, **options)
     size = t.element_size()
-    monkeypatch.setattr(tile_product, "CHUNK_BYTES", size * count * 10 * 2 * 3 * 3 * 48)  # pieces of 10 rows (the
-    # last 3)
+    monkeypatch.setattr(tile_product, "CHUNK_BYTES", size * 10 * 2 * 3 * 3 * 48)  # pieces of 10 rows of a load (the
+    # last 3), each load on its own (`LoadStack._width`: 10 rows of two loads would not fit)
     chunked = []  # the pieces' rows, seen by the product's body
     monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: chunked.append(x["t"].shape[0]) or
                         tile_pass.run(plan, x, compile))
@@ -198,4 +199,4 @@ def test_a_product_in_pieces_of_rows_gives_the_values_of_one_piece(count: int, d
     torch.testing.assert_close(pieces.y, whole.y, rtol=0, atol=1e-6 * scale)
     torch.testing.assert_close(pieces.partials, whole.partials, rtol=0, atol=1e-6 * scale)
     assert torch.equal(pieces.input_scale, whole.input_scale) and pieces.adc_clipped == whole.adc_clipped > 0
-    assert chunked == [10 * count] * 2 + [3 * count]
+    assert chunked == [10, 10, 3] * count

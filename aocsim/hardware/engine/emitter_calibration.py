@@ -45,9 +45,11 @@ from aocsim.hardware.profiles.profile import DeviceProfile
 LEVELS = 17  # drive levels per emitter over [-r, r]
 REPEATS = 256  # passes per level, averaged (2 x 17 x 256 x N round trips: about 9 ms per module at 20 ns)
 DEAD = 0.1  # |a1| below this fraction of the median |a1|: an emitter the detectors do not see (a dead fan-in)
-# A chip's measured shapes per module and drive range (`measured_shapes`), in memory and in the calibration store.
+# A chip's measured shapes per module and drive range (`measured_shapes`), in memory and in the calibration store:
+# every module of a population's points and chips (16 x 2 x 34 for A5 with every map on tiles; 3 kB each). At 64
+# entries a population of 8 A5 points re-measured its emitters for every tile program measurement (1.9x its fits).
 SHAPES: Memo[tuple[torch.Tensor, torch.Tensor]] = Memo(
-    "emitters", 64, stored=True, to_records=lambda shapes: [{"positive": shapes[0], "negative": shapes[1]}],
+    "emitters", 2048, stored=True, to_records=lambda shapes: [{"positive": shapes[0], "negative": shapes[1]}],
     from_records=lambda records: (records[0]["positive"], records[0]["negative"]))
 
 

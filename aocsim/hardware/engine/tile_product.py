@@ -16,7 +16,7 @@ the ADC's range, the emitters' measured cubics, the hold's gates, the loop gain)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -73,11 +73,10 @@ class TiledProduct:
         return self.adc_conversions_per_sample * self.batch
 
 
-# Bytes of a product's largest temporaries (rows of one tile pass times its tiles, passes and channels): a
-# larger product runs in pieces of rows, so that its few dozen elementwise passes stay in a core's cache
-# instead of streaming through memory (a5-implicit at the recommended placement, float32, 16 passes of 14
-# tiles: 24 rows a piece, a third faster per row than 384 at once; the float64 probe products of a tile
-# program, 2048 rows: the fits of parity and a5 5-25 % faster than in pieces of 4 MiB, in noisy A/B runs).
+# Bytes of a product's largest temporaries (a load's rows times its tiles, passes and channels): a larger product
+# runs in pieces of rows and loads (`LoadStack._piece`), so that its elementwise passes stay in a core's cache
+# (a5-implicit at the recommended placement, float32, 16 passes of 14 tiles: 24 rows a piece, a third faster per
+# row than 384 at once; a tile program's float64 probes: fits 5-25 % faster than in pieces of 4 MiB).
 # A row's result in pieces is the result in one piece to rounding: a BLAS kernel can change with a call's rows
 # (this machine's MKL takes a call's last rows mod 4 with other kernels), and an ADC can turn a last bit into
 # another code, so the two agree in statistics (tests/hardware/test_load_stack.py states the tolerance).
@@ -162,6 +161,7 @@ class LoadStack:
         self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
         self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
         self._holds: dict[tuple, Any] = {}  # the hold by (passes, dtype, device), per row by (..., rows): `_hold`
+        self._parts: dict[tuple, list[LoadStack]] = {}  # sub-stacks by (loads each, dtype): `_piece`
         # the parts of a load whose hold draws kT/C (any one: the draws are unit normals each load's gate scales)
         self._kt_c = next((load.profile.parts for load in loads if Hold.of(load.profile.parts).noise_std_v != 0),
                           first.profile.parts)
@@ -210,6 +210,15 @@ class LoadStack:
             self._holds[passes, *at, rows] = tuple(h.repeat_interleave(rows // len(self.loads), 0) for h in hold)
         return self._holds[passes, *at, rows]
 
+    def _piece(self, t: torch.Tensor, passes: int, compile: bool) -> tuple[int, int]:
+        """(loads, rows of each) per piece of a product: as many rows as keep one load's temporaries within
+        CHUNK_BYTES, as many loads as fit beside them (at least one). Many loads of a few rows each multiply many
+        small matrices: a population of 8 A5 points x 2 chips ran at 0.75x its points one by one."""
+        first, s = self.loads[0], len(self.loads)
+        row = t.element_size() * first.grid[0] * first.grid[1] * passes * first.channels
+        step = max(1, CHUNK_BYTES // row)
+        return (s if compile else min(s, max(1, CHUNK_BYTES // (row * min(step, t.shape[0] // s))))), step
+
     def __call__(self, t: torch.Tensor, load_keys: Sequence[keys.Key | None], ids: torch.Tensor, *,
                  partial_sums: str, call: int | torch.Tensor, passes: int, keep_partials: bool = False,
                  compile: bool = False) -> TiledProduct:
@@ -225,6 +234,18 @@ class LoadStack:
         if any(key is None for key in load_keys) and len(self.loads) > 1:
             raise InputError("load_keys has None; a stack of loads draws each load's noise from its own key, "
                              "so expected a Key per load")
+        width, step = self._piece(t, passes, compile)
+        if width < s:  # consecutive sub-stacks (rows are load-major): each load's pieces as large as alone
+            if (width, t.dtype) not in self._parts:
+                self._parts[width, t.dtype] = [LoadStack(self.loads[lo:lo + width]) for lo in range(0, s, width)]
+            g = t.shape[0] // s  # rows of each load
+            outs = [part(t[lo * g:(lo + width) * g], load_keys[lo:lo + width], ids[lo * g:(lo + width) * g],
+                         partial_sums=partial_sums, call=call[lo * g:(lo + width) * g] if isinstance(call, torch.Tensor)
+                         else call, passes=passes, keep_partials=keep_partials, compile=compile)
+                    for lo, part in zip(range(0, s, width), self._parts[width, t.dtype])]
+            return replace(outs[0], y=torch.cat([o.y for o in outs]), batch=t.shape[0], input_scale=torch.cat(
+                [o.input_scale for o in outs]), adc_clipped=sum(o.adc_clipped for o in outs),
+                partials=torch.cat([o.partials for o in outs], -2) if keep_partials else None)
         m = first.weight.shape[0]
         (rows, cols), ts, n = first.grid, first.tile_size, first.channels
         layout, v = first.loops[0].layout(), first.profile.parts
@@ -281,7 +302,6 @@ class LoadStack:
             return run(plan, x, compile)
 
         group = t.shape[0] // s
-        step = max(1, CHUNK_BYTES // (t.element_size() * s * rows * cols * passes * n))  # rows of each load
         if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
             y, s_in, clipped, *partials = product(t, ids, call, adc_step, *hold)
         else:  # in pieces of rows whose temporaries stay in a core's cache
