@@ -50,7 +50,7 @@ class StackedLinear(nn.Module):
         self.layers = layers  # a plain list: their tensors are not this module's parameters
         first = layers[0]
         self.in_features, self.out_features, self.tiles = first.in_features, first.out_features, first.tiles
-        self.stack = LoadStack([layer.tiles for layer in layers])
+        self.parts = {tuple(range(len(layers))): LoadStack([layer.tiles for layer in layers])}  # by loads in it
         if any(not torch.equal(layer.columns, first.columns) for layer in layers):
             raise InputError("the loads' programs skip different dead input positions; expected loads of one "
                              "chip's programs of one shape (a population's points group by them)")
@@ -81,11 +81,13 @@ class StackedLinear(nn.Module):
             grouping = _grouping(rows, tuple(x.shape[:-1]), count)
             rows.shared[flat.shape[0], count] = tuple(g.to(flat.device) if isinstance(g, torch.Tensor) else g
                                                       for g in grouping)  # the ids kept with the rows' device
-        load, order, slot, group, ids, calls = rows.shared[flat.shape[0], count]
-        t = flat.new_zeros(count * group, first.width)
+        load, order, slot, group, ids, calls, active = rows.shared[flat.shape[0], count]
+        if active not in self.parts:  # the loads with rows in this pass (a population's points finish apart)
+            self.parts[active] = LoadStack([self.layers[i].tiles for i in active])
+        t = flat.new_zeros(len(active) * group, first.width)
         t[slot] = first.wide(flat[order])
-        out = self.stack(t, self.run_keys, ids, partial_sums=first.partial_sums, call=calls,
-                         passes=first.averaging)
+        out = self.parts[active](t, [self.run_keys[i] for i in active], ids, partial_sums=first.partial_sums,
+                                 call=calls, passes=first.averaging)
         node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])
         node[order] = out.nodes[slot]
         scale[order] = out.input_scale[slot]
@@ -95,23 +97,25 @@ class StackedLinear(nn.Module):
 
 def _grouping(rows: TokenKeys, leading: tuple[int, ...], count: int) -> tuple[Any, ...]:
     """A pass's rows grouped by load, G per load: as many as the largest load has (a load's rows still
-    iterating; the empty places are zero inputs, discarded). Returns each flat row's load, the order that
-    groups them, each one's place in the groups, G, the places' stream indices [count G] and their call
-    (the pass's visit, or each place's own [count G] with rows on their own tokens)."""
+    iterating; the empty places are zero inputs, discarded), a load without rows in the pass left out.
+    Returns each flat row's load, the order that groups them, each one's place in the groups, G, the
+    places' stream indices [A G] and their call (the pass's visit, or each place's own [A G] with rows on
+    their own tokens), and the A loads with rows."""
     samples, batch = rows.samples(leading), rows.batch_rows()
     per = samples.shape[0] // batch.numel()  # positions per row
     load = rows.loads[batch].repeat_interleave(per)
     counts = torch.bincount(load, minlength=count)
+    active, place = counts.nonzero().squeeze(1), torch.cumsum(counts > 0, 0) - 1  # a load's place among them
     group = int(counts.max())
     order = torch.argsort(load, stable=True)
     starts = torch.cumsum(counts, 0) - counts
-    slot = load[order] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
-    ids = samples.new_zeros(count * group)
+    slot = place[load[order]] * group + torch.arange(len(order), device=load.device) - starts[load[order]]
+    ids = samples.new_zeros(active.numel() * group)
     ids[slot] = samples[order]
     calls = rows.calls()
     if isinstance(calls, torch.Tensor):
-        calls = calls.new_zeros(count * group).index_put_((slot,), calls[order])
-    return load, order, slot, group, ids, calls
+        calls = calls.new_zeros(active.numel() * group).index_put_((slot,), calls[order])
+    return load, order, slot, group, ids, calls, tuple(active.tolist())
 
 
 class StackedSSM(PlacedSSM):
