@@ -82,8 +82,11 @@ class StackedLinear(nn.Module):
             rows.shared[flat.shape[0], count] = tuple(g.to(flat.device) if isinstance(g, torch.Tensor) else g
                                                       for g in grouping)  # the ids kept with the rows' device
         load, order, slot, group, ids, calls, active = rows.shared[flat.shape[0], count]
-        if active not in self.parts:  # the loads with rows in this pass (a population's points finish apart)
-            self.parts[active] = LoadStack([self.layers[i].tiles for i in active])
+        if active not in self.parts:  # the loads with rows in this pass (a population's points finish apart):
+            # kept beside the whole stack only until the next (a run's loads only ever drop out), since each
+            # holds a copy of its loads' stacked constants
+            whole = tuple(range(count))
+            self.parts = {whole: self.parts[whole], active: LoadStack([self.layers[i].tiles for i in active])}
         t = flat.new_zeros(len(active) * group, first.width)
         t[slot] = first.wide(flat[order])
         out = self.parts[active](t, [self.run_keys[i] for i in active], ids, partial_sums=first.partial_sums,

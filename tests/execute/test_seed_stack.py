@@ -42,6 +42,33 @@ def test_stacked_seeds_run_as_each_seed_alone(parity, sequences: int) -> None:
     assert not torch.equal(stacked[0].solve.iterations, stacked[1].solve.iterations)  # the seeds differ
 
 
+def test_a_seed_whose_rows_are_done_leaves_the_stacks_products(parity, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeds finish their tokens apart; once a seed's rows are all done its load is left out of the pass's
+    products (not computed on empty rows), and a map keeps at most the whole stack and the current part."""
+    from aocsim.execute.seed_stack import StackedLinear
+    from aocsim.hardware.engine.tile_product import LoadStack
+
+    model, w = parity
+    placed = place(model, "aoc48", Placement(), calibration=w.calibration)
+    loads, parts, inside = [], [], []  # the loads of each product a stacked map runs
+    call = LoadStack.__call__
+    monkeypatch.setattr(LoadStack, "__call__", lambda self, t, *a, **k: (inside and loads.append(len(self.loads)))
+                        or call(self, t, *a, **k))
+    forward = StackedLinear.forward
+
+    def recorded(self, x):
+        inside.append(1)
+        try:
+            return forward(self, x)
+        finally:
+            inside.pop()
+            parts.append(len(self.parts))
+
+    monkeypatch.setattr(StackedLinear, "forward", recorded)
+    placed.run_seeds(w.inputs[:6, :12], [0, 5, 2])
+    assert max(loads) == 3 and min(loads) < 3 and max(parts) <= 2
+
+
 def test_a_compare_gives_the_dataset_of_seed_by_seed_runs(parity, monkeypatch: pytest.MonkeyPatch) -> None:
     model, w = parity
     run = {}
