@@ -227,10 +227,11 @@ class HybridSSM(PlacedModel):
 
     def _stacked(self, runs: list[tuple["HybridSSM", int]], inputs: torch.Tensor, samples: Any = None) -> list[Run]:
         """Every (placed point, seed) of `runs` loaded, their loads stacked into one batch, run once."""
-        stack = stack_seeds(self.model, [placed._load(seed) for placed, seed in runs])
+        loaded = [placed._load(seed) for placed, seed in runs]
+        stack = stack_seeds(self.model, loaded)
         outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for _, seed in runs], sequences=samples,
                      **self._options(inputs))
-        return [self._result(out, stack) for out in outs]
+        return [self._result(out, own) for out, own in zip(outs, loaded)]  # each its own activity (program widths)
 
     @classmethod
     def fit_population(cls, model: ImplicitSSM, profiles: list[DeviceProfile], prepared: dict[str, torch.Tensor],
@@ -242,12 +243,14 @@ class HybridSSM(PlacedModel):
     def run_population(cls, placed: list[PlacedModel], inputs: torch.Tensor, seeds: list[list[int]]
                        ) -> list[list[Run]]:
         """Every point's seeds as one batch (`_stacked`: each row through its own point's load) where the points
-        are this kind unwrapped and the placement stacks, one batch per program shape (a point's programs
-        skip the input positions its chip measured dead at its SLM bits); else point by point."""
+        are this kind unwrapped and the placement stacks, one batch per grid of tiles (a point's programs skip
+        the input positions its chip measured dead at its SLM bits, which can take a program past a tile
+        boundary); else point by point."""
         own = [p for p in placed if type(p) is cls]
         if len(own) < len(placed) or not cls.stacks(placed[0].placement):
             return super().run_population(placed, inputs, seeds)
-        shape = [tuple((n, tuple(p.columns.tolist())) for n, p in point.programs.items()) for point in own]
+        shape = [tuple((n, p.weight.shape[0], -(-p.weight.shape[1] // p.tile_size)) for n, p in point.programs.items())
+                 for point in own]
         out: list[list[Run]] = [[] for _ in own]
         for group in dict.fromkeys(shape):
             members = [i for i in range(len(own)) if shape[i] == group]

@@ -51,9 +51,9 @@ class StackedLinear(nn.Module):
         first = layers[0]
         self.in_features, self.out_features, self.tiles = first.in_features, first.out_features, first.tiles
         self.parts = {tuple(range(len(layers))): LoadStack([layer.tiles for layer in layers])}  # by loads in it
-        if any(not torch.equal(layer.columns, first.columns) for layer in layers):
-            raise InputError("the loads' programs skip different dead input positions; expected loads of one "
-                             "chip's programs of one shape (a population's points group by them)")
+        # each load's column of input k: a population's programs may skip different dead input positions
+        # (`LoadStack`: the same grid of tiles, rows as wide as the widest program)
+        self.columns, self.width = torch.stack([layer.columns for layer in layers]), max(l.width for l in layers)
         self.gain = torch.stack([layer.gain for layer in layers])  # [S, M]
         self.offset = torch.stack([layer.offset for layer in layers])
         self.sigma = torch.tensor([layer.sigma for layer in layers], dtype=self.gain.dtype)  # [S] (a population's)
@@ -87,8 +87,8 @@ class StackedLinear(nn.Module):
             # holds a copy of its loads' stacked constants
             whole = tuple(range(count))
             self.parts = {whole: self.parts[whole], active: LoadStack([self.layers[i].tiles for i in active])}
-        t = flat.new_zeros(len(active) * group, first.width)
-        t[slot] = first.wide(flat[order])
+        t = flat.new_zeros(len(active) * group, self.width)
+        t[slot[:, None], self.columns.to(flat.device)[load[order]]] = flat[order]  # each row on its load's columns
         out = self.parts[active](t, [self.run_keys[i] for i in active], ids, partial_sums=first.partial_sums,
                                  call=calls, passes=first.averaging)
         node, scale = torch.empty_like(out.y[:flat.shape[0]]), torch.empty_like(out.input_scale[:flat.shape[0]])

@@ -64,11 +64,21 @@ def test_a_populations_fits_are_each_points_own(monkeypatch: pytest.MonkeyPatch,
 def test_a_populations_datasets_are_what_compare_gives_each_point(monkeypatch: pytest.MonkeyPatch) -> None:
     from aocsim.experiments import population
 
+    from aocsim.execute.hybrid import HybridSSM
+
     monkeypatch.setattr(population, "FIT_CHUNK", 3)  # fitted and placed 3 points and then 1, run as one batch
     model = load_model("parity-implicit")
     seeds = [[10 + i, 20 + i] for i in range(len(POINTS))]
+    batches = []
+    stacked = HybridSSM._stacked
+    monkeypatch.setattr(HybridSSM, "_stacked", lambda self, runs, *a, **k: batches.append(len(runs)) or
+                        stacked(self, runs, *a, **k))
     together = compare_population(model, _profiles(), TOKENS, TARGETS, seeds=seeds, chips=[1, 2],
                                   calibration=TOKENS)
+    # one batch per grid of tiles: the 3-bit point's out_proj skips 11 dead positions on chip 2 (85 inputs, the
+    # 2 tile columns of the others' 66) and joins them; on chip 1 it skips 17 (102 inputs: a third column)
+    assert batches == [2 * (2 * len(POINTS) - 1), 2]
+    monkeypatch.setattr(HybridSSM, "_stacked", stacked)
     for profile, s, ds in zip(_profiles(), seeds, together):
         alone = compare(model, profile, TOKENS, TARGETS, seeds=s, chips=[1, 2], calibration=TOKENS)
         # the same draws, programs and calibration: the same statuses, iterations and predictions; continuous

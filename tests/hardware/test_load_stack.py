@@ -89,6 +89,37 @@ def test_a_population_stack_gives_each_design_point_its_own_product(key: str, pa
         assert not torch.equal(stacked.y[6:12], base.y), key
 
 
+@pytest.mark.parametrize("partial_sums,predistort,light", [("analog", False, None), ("digital", False, None),
+                                                            ("analog", True, None), ("analog", True, 3e-6)])
+def test_programs_of_several_widths_on_one_grid_stack_as_each_alone(partial_sums: str, predistort: bool,
+                                                                    light: float | None) -> None:
+    """A population's programs skip different dead input positions: 70, 75 and 80 inputs on a 1 x 2 grid of
+    48-channel tiles. Each row comes as wide as the widest (zeros past its own), and gets its load's product
+    alone, bit for bit: its columns past its width are undriven (the DAC's code nearest 0 is not 0, and a
+    predistorted 0 is not 0 either). `light`: the second point's, so that each load predistorts with its own
+    measured cubics. Without an ADC, whose codes would hide the 0.3 mV drive of the nearest code."""
+    device = load_device("aoc48", {"readout.adc_bits": None})
+    points = [device, device if light is None else device.with_overrides({"noise.power_per_unit_w": light}), device]
+    weights = [0.01 * _rand(i, 30, width) for i, width in enumerate((70, 80, 75))]
+    loads = [TiledMatrix(p, w, generator=keys.as_key(11 + i), predistort=predistort)
+             for i, (p, w) in enumerate(zip(points, weights))]
+    run_keys = [keys.as_key(seed).fold(keys.Stream.RUN) for seed in (21, 22, 23)]
+    t, ids = _rand(1, 3 * 6, 80), torch.arange(18) % 6
+    for s, w in enumerate(weights):
+        t[6 * s:6 * (s + 1), w.shape[1]:] = 0.0
+    stacked = LoadStack(loads)(t, run_keys, ids, partial_sums=partial_sums, call=2, passes=2)
+    for s, (load, key_) in enumerate(zip(loads, run_keys)):
+        rows = slice(6 * s, 6 * (s + 1))
+        alone = load(t[rows, :weights[s].shape[1]], generator=key_, samples=ids[rows], call=2, passes=2,
+                     partial_sums=partial_sums)
+        assert torch.equal(stacked.y[rows], alone.y), s
+    with pytest.raises(InputError, match="t has 75 inputs; expected 80, the widest load's"):
+        LoadStack(loads)(t[:, :75], run_keys, ids, partial_sums=partial_sums, call=2, passes=2)
+    other_grid = TiledMatrix(device, 0.01 * _rand(5, 30, 100), generator=keys.as_key(14))  # 1 x 3 tiles
+    with pytest.raises(InputError, match=r"loads\[1\] is not a load of loads\[0\]'s program"):
+        LoadStack([loads[0], other_grid])
+
+
 def test_a_population_stack_refuses_points_of_another_shape() -> None:
     device = load_device("aoc48")
     weight = _rand(0, 10, 20)

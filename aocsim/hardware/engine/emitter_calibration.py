@@ -119,17 +119,37 @@ def tile_shapes(profile: DeviceProfile, n: int, modules: list[int], input_range:
 
 def predistorted_tiles(profile: DeviceProfile, drive: torch.Tensor, cols: int, tile_size: int, n: int,
                        modules: list[int], input_range: float, dac: Callable[[torch.Tensor], torch.Tensor],
-                       shapes: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None) -> torch.Tensor:
+                       shapes: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None,
+                       widths: torch.Tensor | None = None) -> torch.Tensor:
     """Every tile's DAC'd emitter drive [T, B, N] from the drive [B, K]: tile i (column i mod cols, on
     modules[i]) gets its input block through the inverse of its module's emitters (`tile_shapes`, or
     `shapes` as it returned them), all tiles in one call; its padded channels stay exactly 0 (the DAC
-    converts only real inputs)."""
+    converts only real inputs): those past K, or past each row's own width `widths` [B] (a stack of
+    programs of several widths, `tile_product.LoadStack`)."""
     padded = F.pad(drive, (0, n))
     starts = [(i % cols) * tile_size for i in range(len(modules))]
     blocks = torch.stack([padded[:, start:start + n] for start in starts])  # [T, B, N]
     if shapes is None:
         shapes = tile_shapes(profile, n, modules, input_range, drive.dtype, drive.device)
     x = dac(C.predistort_drive(blocks, *shapes))
-    widths = torch.tensor([min(tile_size, drive.shape[1] - start) for start in starts], device=drive.device)
-    live = torch.arange(n, device=drive.device) < widths[:, None]  # [T, N]: the tile's real inputs
-    return torch.where(live[:, None, :], x, torch.zeros((), dtype=x.dtype, device=x.device))
+    first = torch.tensor(starts, device=drive.device)
+    if widths is None:  # [T, 1, N]: the tile's real inputs
+        live = torch.arange(n, device=drive.device) < (drive.shape[1] - first).clamp_max(tile_size)[:, None, None]
+    else:  # [T, B, N]: each row's
+        live = torch.arange(n, device=drive.device) < (widths[None, :] - first[:, None]).clamp_max(tile_size)[..., None]
+    return torch.where(live, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def shared_shapes(each: list[Any]) -> Any:
+    """The loads' predistortion cubics: one load's where every load's are the same (a chip's seeds), else
+    the list of each load's (a population's)."""
+    first = each[0]
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, tuple):
+            return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and (a is b or torch.equal(a, b))
+        return a == b
+
+    return first if all(same(first, other) for other in each[1:]) else list(each)

@@ -75,8 +75,10 @@ def dac(plan: Plan, u: torch.Tensor, converter: tuple[Any, Any, Any]) -> torch.T
 def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     """(y [B, M], s_in [B], ADC inputs out of range (int64 0-dim)[, partials [cols, K, B, M]]) of a product.
 
-    x: t [B, K]; input_range; dac and adc (low, high, step); shapes (the emitters' cubics to predistort
-    with, `emitter_calibration.tile_shapes`; None without); constants (`Constants.tensors()` of the
+    x: t [B, K]; widths: each row's load's own inputs [B] where a stack's programs differ in width (the
+    columns beyond a row's width are not driven: zero drive, as a narrower load's tile padding; None where
+    every row's load is K wide); input_range; dac and adc (low, high, step); shapes (the emitters' cubics to
+    predistort with, `emitter_calibration.tile_shapes`; None without); constants (`Constants.tensors()` of the
     stacked tiles), k0, gain; streams [T, K, 1, 1] and counters [B, N] (None without draws); gate,
     keep and shift [cols, M] (None without a hold acting), hold_draws (streams and counters of kT/C, or None).
     With S = `plan.loads` > 1 the rows are S groups of G, group s through load s: constants, k0 and
@@ -89,18 +91,25 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     batch, k = t.shape
     s_in = input_scale(t, x["input_range"])
     drive = t / s_in[:, None]
+    widths = x.get("widths")
     if plan.predistort:  # shapes given: the profile and the modules are not read
-        def tiles_of(d: torch.Tensor, shapes: Any) -> torch.Tensor:
+        def tiles_of(d: torch.Tensor, shapes: Any, w: torch.Tensor | None) -> torch.Tensor:
             return predistorted_tiles(None, d, cols, ts, n, [0] * (rows * cols), 0.0,  # type: ignore[arg-type]
-                                      lambda v: dac(plan, v, x["dac"]), shapes)
+                                      lambda v: dac(plan, v, x["dac"]), shapes, widths=w)
 
         if plan.shapes_per_load:  # group s through load s's cubics
             group = batch // plan.loads
-            u = torch.cat([tiles_of(drive[s * group:(s + 1) * group], shapes) for s, shapes in enumerate(x["shapes"])], 1)
+            u = torch.cat([tiles_of(drive[s * group:(s + 1) * group], shapes,
+                                    None if widths is None else widths[s * group:(s + 1) * group])
+                           for s, shapes in enumerate(x["shapes"])], 1)
         else:
-            u = tiles_of(drive, x["shapes"])
+            u = tiles_of(drive, x["shapes"], widths)
     else:
-        blocks = F.pad(dac(plan, drive, x["dac"]), (0, cols * ts - k)).view(batch, cols, ts)
+        converted = dac(plan, drive, x["dac"])
+        if widths is not None:  # a narrower load's columns past its width: undriven, as its tile padding
+            converted = torch.where(torch.arange(k, device=t.device) < widths[:, None], converted,
+                                    torch.zeros((), dtype=converted.dtype, device=t.device))
+        blocks = F.pad(converted, (0, cols * ts - k)).view(batch, cols, ts)
         u = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols, device=t.device) % cols]
     constants = Constants.from_tensors(x["constants"])
     if plan.loads == 1:

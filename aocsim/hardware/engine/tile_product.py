@@ -24,7 +24,7 @@ import torch
 
 from aocsim.errors import InputError
 from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.emitter_calibration import tile_shapes
+from aocsim.hardware.engine.emitter_calibration import shared_shapes, tile_shapes
 from aocsim.hardware.engine.partial_sums import hold_draws, hold_gates
 from aocsim.hardware.engine.step import Constants, stack_loads
 from aocsim.hardware.engine.tile_pass import Plan, run
@@ -113,28 +113,14 @@ def converter(span: object, bits: int | None) -> tuple[float, float, float]:
     return low, high, C.code_step(low, high, bits) if bits is not None else 0.0
 
 
-def _shapes(each: list[Any]) -> Any:
-    """The loads' predistortion cubics: one load's where every load's are the same (a chip's seeds), else
-    the list of each load's (a population's)."""
-    first = each[0]
-
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, tuple):
-            return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        if isinstance(a, torch.Tensor):
-            return isinstance(b, torch.Tensor) and (a is b or torch.equal(a, b))
-        return a == b
-
-    return first if all(same(first, other) for other in each[1:]) else list(each)
-
-
 class LoadStack:
     """Weight loads (`TiledMatrix`s) of one program on one chip, or of a population's programs of one shape,
     run as one product (module docstring).
 
-    Every load must hold the same matrix shape on the same tiles, modules and drive: the profile's
+    Every load must hold a matrix of the same outputs on the same tiles, modules and drive: the profile's
     values but `PER_LOAD` (`shared_values`), grid, tile size, mount, input range and predistortion (a
-    one-line error otherwise)."""
+    one-line error otherwise). Its inputs may differ on that grid (a population's programs skip different
+    dead positions): the rows come as wide as the widest, and a row's columns past its load's are undriven."""
 
     def __init__(self, loads: Sequence[Any]) -> None:
         if not loads:
@@ -142,14 +128,15 @@ class LoadStack:
         first = loads[0]
         values = shared_values(first.profile) if len(loads) > 1 else ""  # (a load alone: nothing to compare)
         for i, load in enumerate(loads[1:], 1):
-            same = (shared_values(load.profile) == values, load.weight.shape == first.weight.shape,
+            same = (shared_values(load.profile) == values, load.weight.shape[0] == first.weight.shape[0],
+                    load.grid == first.grid,
                     load.tile_size == first.tile_size, load.mount == first.mount,
                     load.input_range == first.input_range, load.predistort == first.predistort,
                     load.weight.dtype == first.weight.dtype,
                     load.loops[0].layout() == first.loops[0].layout())  # (a noise set to 0 draws nothing)
             if not all(same):
                 raise InputError(f"loads[{i}] is not a load of loads[0]'s program (profile but {', '.join(PER_LOAD)}, "
-                                 "shape, tiles, mount, input range, predistortion, dtype and which noises draw must "
+                                 "outputs, grid of tiles, tile size, mount, input range, predistortion, dtype and which noises draw must "
                                  "agree); expected "
                                  "loads of one chip's map or of one shape")
         self.loads = list(loads)
@@ -160,6 +147,7 @@ class LoadStack:
         self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
         self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
         self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
+        self._widths: dict[tuple, torch.Tensor] = {}  # each row's load's inputs, by (inputs, device, rows): `_row_widths`
         self._holds: dict[tuple, Any] = {}  # the hold by (passes, dtype, device), per row by (..., rows): `_hold`
         self._parts: dict[tuple, list[LoadStack]] = {}  # sub-stacks by (loads each, dtype): `_piece`
         # the parts of a load whose hold draws kT/C (any one: the draws are unit normals each load's gate scales)
@@ -210,6 +198,18 @@ class LoadStack:
             self._holds[passes, *at, rows] = tuple(h.repeat_interleave(rows // len(self.loads), 0) for h in hold)
         return self._holds[passes, *at, rows]
 
+    def _row_widths(self, t: torch.Tensor) -> torch.Tensor | None:
+        """Each row's load's inputs [S G] (t [S G, K] as wide as the widest load), or None where every load is K
+        wide (a population's programs that skip different dead input positions differ: class docstring)."""
+        each = [load.weight.shape[1] for load in self.loads]
+        if max(each) > t.shape[1]:
+            raise InputError(f"t has {t.shape[1]} inputs; expected {max(each)}, the widest load's")
+        if min(each) == t.shape[1]:
+            return None
+        if (at := (t.shape[1], t.device, t.shape[0])) not in self._widths:
+            self._widths[at] = torch.tensor(each, device=t.device).repeat_interleave(t.shape[0] // len(each))
+        return self._widths[at]
+
     def _piece(self, t: torch.Tensor, passes: int, compile: bool) -> tuple[int, int]:
         """(loads, rows of each) per piece of a product: as many rows as keep one load's temporaries within
         CHUNK_BYTES, as many loads as fit beside them (at least one). Many loads of a few rows each multiply many
@@ -256,7 +256,7 @@ class LoadStack:
                 if load._shapes is None or load._shapes[0] != at:
                     modules = [load.mount.module(i) for i in range(rows * cols)]
                     load._shapes = (at, tile_shapes(load.profile, n, modules, load.input_range, *at))
-            self._shapes[at] = _shapes([load._shapes[1] for load in self.loads])
+            self._shapes[at] = shared_shapes([load._shapes[1] for load in self.loads])
         shapes = self._shapes[at] if first.predistort else None
         constants, k0 = self.constants(load_keys, call)
         bases = [load.pass_keys(key, passes) if key is not None else None for load, key in zip(self.loads, load_keys)]
@@ -280,8 +280,8 @@ class LoadStack:
             adc_step = self._steps[(*at, t.shape[0])]
 
         def product(t: torch.Tensor, ids: torch.Tensor, call: int | torch.Tensor, adc_step: float | torch.Tensor,
-                    gate: torch.Tensor | None, keep: torch.Tensor | None, shift: torch.Tensor | None
-                    ) -> tuple[torch.Tensor, ...]:
+                    widths: torch.Tensor | None, gate: torch.Tensor | None, keep: torch.Tensor | None,
+                    shift: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
             streams = counters = draws = None
             rows_hold = {} if gate is None else {name: h.transpose(0, 1)[:, None]  # [cols, 1, R, M]
                                                  for name, h in (("gate", gate), ("keep", keep), ("shift", shift))}
@@ -297,17 +297,17 @@ class LoadStack:
                     streams, counters = streams[0], counters[0, 0, 0]
             if gates is not None:  # the loads' kT/C streams and counters
                 draws = hold_draws(self._kt_c, every, call, rows * cols, ids, ts, s)
-            x = {"t": t, **shared, **rows_hold, "adc": (adc[0], adc[1], adc_step), "streams": streams,
+            x = {"t": t, "widths": widths, **shared, **rows_hold, "adc": (adc[0], adc[1], adc_step), "streams": streams,
                  "counters": counters, "hold_draws": draws}
             return run(plan, x, compile)
 
-        group = t.shape[0] // s
+        group, widths = t.shape[0] // s, self._row_widths(t)
         if compile or group < 2 * step:  # (a compiled graph fuses its passes: one shape, whole)
-            y, s_in, clipped, *partials = product(t, ids, call, adc_step, *hold)
+            y, s_in, clipped, *partials = product(t, ids, call, adc_step, widths, *hold)
         else:  # in pieces of rows whose temporaries stay in a core's cache
             edges = list(range(0, group, step)) + [group]
             pieces = [product(*(_rows(a, lo, hi, s) if isinstance(a, torch.Tensor) else a
-                                for a in (t, ids, call, adc_step, *hold)))
+                                for a in (t, ids, call, adc_step, widths, *hold)))
                       for lo, hi in zip(edges[:-1], edges[1:])]
             y = torch.cat([p[0].view(s, -1, m) for p in pieces], 1).view(-1, m)
             s_in = torch.cat([p[1].view(s, -1) for p in pieces], 1).view(-1)
