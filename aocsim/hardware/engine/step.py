@@ -126,9 +126,10 @@ def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch
     """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: (P+(t), P-(t)).
 
     led [..., 2, 4, N]: emitter i's cubic per path, highest power first (`programming.emitter_cubics`)."""
-    p = t * (led[..., 0, 2, :] + t * (led[..., 0, 1, :] + t * led[..., 0, 0, :]))
-    q = t * (led[..., 1, 2, :] + t * (led[..., 1, 1, :] + t * led[..., 1, 0, :]))
-    return (p + led[..., 0, 3, :], q + led[..., 1, 3, :]) if constant else (p, q)
+    (p3, p2, p1, p0), (q3, q2, q1, q0) = (path.unbind(-2) for path in led.unbind(-3))  # (views: cheap per call)
+    p = t * (p1 + t * (p2 + t * p3))
+    q = t * (q1 + t * (q2 + t * q3))
+    return (p + p0, q + q0) if constant else (p, q)
 
 
 def detector_signals(p: torch.Tensor, q: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor
