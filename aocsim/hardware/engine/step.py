@@ -122,34 +122,21 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     return torch.matmul(x, w) + bias
 
 
-def led_paths(t: torch.Tensor, led: torch.Tensor, constant: bool) -> torch.Tensor:
-    """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: [..., B, 2, N],
-    P+(t) then P-(t) of each row (flattened, [..., B, 2N]: the detectors' input, without a copy).
-
-    led [..., 2, 4, N]: emitter i's cubic per path, highest power first (`programming.emitter_cubics`);
-    both paths in each elementwise pass (half the kernel calls of a path at a time)."""
-    c3, c2, c1, c0 = led.unbind(-2)  # [..., 2, N] each
-    t = t.unsqueeze(-2)
-    u = t * (c1 + t * (c2 + t * c3))
-    return u + c0 if constant else u
-
-
 def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(P+(t), P-(t)) [..., B, N] each: `led_paths` as two views."""
-    u = led_paths(t, led, constant)
-    return u[..., 0, :], u[..., 1, :]
+    """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: (P+(t), P-(t)).
+
+    led [..., 2, 4, N]: emitter i's cubic per path, highest power first (`programming.emitter_cubics`)."""
+    (p3, p2, p1, p0), (q3, q2, q1, q0) = (path.unbind(-2) for path in led.unbind(-3))  # (views: cheap per call)
+    p = t * (p1 + t * (p2 + t * p3))
+    q = t * (q1 + t * (q2 + t * q3))
+    return (p + p0, q + q0) if constant else (p, q)
 
 
 def detector_signals(p: torch.Tensor, q: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(D_P, D_Q) [..., B, N] each: the folded optics acting on the LED light."""
-    return _detected(torch.cat([p, q], dim=-1), det_t, det_offset)
-
-
-def _detected(u: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`detector_signals` of the LED light u = [P+, P-] [..., B, 2N]."""
-    d = affine(det_offset, u, det_t)
-    n = u.shape[-1] // 2
+    d = affine(det_offset, torch.cat([p, q], dim=-1), det_t)
+    n = p.shape[-1]
     return d[..., :n], d[..., n:]
 
 
@@ -177,12 +164,13 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
     return var
 
 
-def flickered(u: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """The LED light u [..., B, 2, N] with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
+def flickered(p: torch.Tensor, q: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, layout: Layout
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LED light with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
     if not layout.rin:
-        return u
+        return p, q
     flicker = 1.0 + noise[0] * led_draw
-    return u * flicker.unsqueeze(-2)
+    return p * flicker, q * flicker
 
 
 def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tensor, noise: torch.Tensor,
@@ -204,13 +192,15 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         t2 = t * t
         return affine(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=-1), c.op3_t * gain)
     if not layout.draws:
-        return affine(base + gain * c.c1, led_paths(t, c.led, constant=False).flatten(-2), c.op_t * gain)
+        p, q = led_light(t, c.led, constant=False)
+        return affine(base + gain * c.c1, torch.cat([p, q], dim=-1), c.op_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
-    u = flickered(led_paths(t, c.led, constant=True), c.noise, led_draw, layout)
+    p, q = flickered(*led_light(t, c.led, constant=True), c.noise, led_draw, layout)
     if layout.detector_noise:
-        return detector_node(*_detected(u.flatten(-2), c.det_t, c.det_offset), det_draw, c.noise,
+        return detector_node(*detector_signals(p, q, c.det_t, c.det_offset), det_draw, c.noise,
                              base + gain * c.node_lam, c.node_scale * gain)
-    return affine(base + gain * c.c1, (u - c.led[..., 3, :]).flatten(-2), c.op_t * gain)
+    return affine(base + gain * c.c1, torch.cat([p - c.led[..., 0, 3, :], q - c.led[..., 1, 3, :]], dim=-1),
+                  c.op_t * gain)
 
 
 def stack_constants(loads: list[Constants]) -> Constants:
