@@ -32,9 +32,9 @@ def splitmix64(state: torch.Tensor, scratch: torch.Tensor | None = None) -> torc
     """SplitMix64's output function on int64 states (two's complement bits).
 
     z = (s ^ (s >>> 30)) * MIX1; z = (z ^ (z >>> 27)) * MIX2; z ^ (z >>> 31), each logical shift an
-    arithmetic one masked (torch's >> is arithmetic), in place on one new tensor and one temporary: `scratch` (an int64 tensor
-    of the result's shape, overwritten: `state` itself where the caller is done with it) or a new one.
-    `state` is not changed unless it is the scratch."""
+    arithmetic one masked (torch's >> is arithmetic), in place on one new tensor and one temporary:
+    `scratch` (an int64 tensor of the result's shape, overwritten: `state` itself where the caller is done
+    with it) or a new one. `state` is not changed unless it is the scratch."""
     z = state >> 30
     z &= (1 << 34) - 1
     z ^= state

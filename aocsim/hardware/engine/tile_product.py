@@ -136,9 +136,8 @@ class LoadStack:
                     load.loops[0].layout() == first.loops[0].layout())  # (a noise set to 0 draws nothing)
             if not all(same):
                 raise InputError(f"loads[{i}] is not a load of loads[0]'s program (profile but {', '.join(PER_LOAD)}, "
-                                 "outputs, grid of tiles, tile size, mount, input range, predistortion, dtype and which noises draw must "
-                                 "agree); expected "
-                                 "loads of one chip's map or of one shape")
+                                 "outputs, grid of tiles, tile size, mount, input range, predistortion, dtype and "
+                                 "which noises draw must agree); expected loads of one chip's map or of one shape")
         self.loads = list(loads)
         self._adc_bits = [load.profile.parts.readout.adc_bits for load in loads]  # per load: the code step per row
         if len({b is None for b in self._adc_bits}) > 1:
@@ -147,7 +146,7 @@ class LoadStack:
         self._constants: tuple[Constants, torch.Tensor] | None = None  # stacked once (not time-multiplexed)
         self._shapes: dict[tuple, Any] = {}  # the loads' predistortion cubics by (dtype, device): `_shapes`
         self._steps: dict[tuple, torch.Tensor] = {}  # a population's ADC steps per row, by (dtype, device, rows)
-        self._widths: dict[tuple, torch.Tensor] = {}  # each row's load's inputs, by (inputs, device, rows): `_row_widths`
+        self._widths: dict[tuple, torch.Tensor] = {}  # each row's load's inputs by (inputs, device, rows)
         self._holds: dict[tuple, Any] = {}  # the hold by (passes, dtype, device), per row by (..., rows): `_hold`
         self._parts: dict[tuple, list[LoadStack]] = {}  # sub-stacks by (loads each, dtype): `_piece`
         # the parts of a load whose hold draws kT/C (any one: the draws are unit normals each load's gate scales)
