@@ -45,7 +45,10 @@ BAD = [
     ({"promote": 0.75}, "search.fidelity.promote = 0.75 promotes every trial of a round of search.batch = 2; "
                         "expected a fraction at most 0.5"),
     ({"rungs": 2}, "search.fidelity = {'screen': 0.25, 'promote': 0.5, 'rungs': 2}; expected {screen: FRACTION, "
-                   "promote: FRACTION}"),
+                   "promote: FRACTION} and optionally chips: COUNT"),
+    ({"chips": 0}, "search.fidelity.chips = 0; expected an integer >= 1"),
+    ({"chips": 1.5}, "search.fidelity.chips = 1.5; expected an integer >= 1"),
+    ({"chips": 1}, "search.fidelity.chips = 1 screens on every chip of chips = [52]; expected fewer than 1"),
 ]
 
 
@@ -157,3 +160,32 @@ def test_a_search_killed_within_a_rounds_tells_promotes_the_same_trials_when_res
     for t in open_study(SweepStore(out), spec.search).get_trials()[2:]:  # both screens kept and read again
         assert (out / "points" / f"{screen_key(trial_point(spec, t).key, 0.25)}.nc").is_file()
     xr.testing.assert_identical(screened, sweep(spec, out, workers=1, resume=True))
+
+
+@pytest.mark.slow
+def test_a_screen_on_the_first_chip_runs_only_it_and_promoted_trials_run_every_chip(tmp_path: Path) -> None:
+    """search.fidelity.chips = 1 of chips [52, 53]: a screened trial's file holds chip 52 alone (results.nc: NaN
+    on 53, `chips` 1), its first samples as `compare` gives them on that chip; a promoted trial runs both."""
+    from aocsim.experiments.compare import compare
+    from aocsim.experiments.sweep.run import _model, point_workload
+    from aocsim.experiments.sweep.table import front_table
+    from aocsim.hardware.profiles.profile import load_device
+
+    raw = {**SCREENED, "chips": [52, 53], "search": {**SCREENED["search"], "budget": 2,
+                                                     "fidelity": {"screen": 0.25, "promote": 0.5, "chips": 1}}}
+    ds = sweep(parse_spec(raw), tmp_path / "run", workers=1)
+    screened = ds.fidelity.values < 1
+    assert screened.tolist().count(True) == 1 and ds.chips.values.tolist() == [1 if s else 2 for s in screened]
+    i = int(np.flatnonzero(screened)[0])
+    agreement = ds.agreement.isel(trial=i)
+    assert np.isnan(agreement.sel(chip=53)).all() and np.isfinite(agreement.sel(chip=52)).all()
+    assert np.isfinite(ds.agreement.isel(trial=1 - i)).all()
+    assert "1 screened only (25% of the workload, 1 of 2 chips), 1 on the whole workload" in front_table(ds)
+    settings = {p: ds[p].values[i].item() for p in SPACE}
+    key = point_key(parse_spec(raw), "digits-deq48", settings)
+    assert (tmp_path / "run" / "points" / f"{screen_key(key, 0.25, 1)}.nc").is_file()
+    model = _model("digits-deq48")
+    w = point_workload(model, raw["data"])
+    alone = compare(model, load_device("aoc48").with_overrides(settings), w.inputs[:10], w.targets[:10],
+                    seeds=[noise_seed(0, key, 51)], chips=[52], calibration=w.calibration)
+    assert float(agreement.sel(chip=52).mean()) == pytest.approx(float(alone.agreement.mean()), abs=1e-12)

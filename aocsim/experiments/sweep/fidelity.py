@@ -1,5 +1,6 @@
-"""Multi-fidelity search (`search.fidelity`): each round's trials screened on the workload's first samples,
-the best of the round promoted to the whole workload. See docs/SWEEPS.md section 6.
+"""Multi-fidelity search (`search.fidelity`): each round's trials screened on the workload's first samples
+(and, with `chips`, on the spec's first chips only), the best of the round promoted to the whole workload.
+See docs/SWEEPS.md section 6.
 
 Successive halving with one rung per round, not Optuna's pruning: Optuna's pruners judge one trial's
 intermediate values of one objective, while a search here has several objectives and constraints, and
@@ -55,7 +56,8 @@ def prefix(workload: Any, fraction: float) -> Any:
 
 
 def with_fidelity(ds: xr.Dataset, fraction: float, samples: int) -> xr.Dataset:
-    """A point file's record of what it was scored on: the workload's share and the samples compare ran."""
+    """A point file's record of what it was scored on: the workload's share and the samples compare ran (its
+    chips are its chip dimension)."""
     out = ds.copy()
     out["fidelity"] = ((), float(fraction))
     out["fidelity"].attrs.update(units="1", description=(
@@ -66,13 +68,16 @@ def with_fidelity(ds: xr.Dataset, fraction: float, samples: int) -> xr.Dataset:
     return out
 
 
-def screen_key(key: str, fraction: float) -> str:
+def screen_key(key: str, fraction: float, chips: int | None = None) -> str:
     """The file of a point's screen: 16 hex digits, like every point file (store.POINT_FILE)."""
-    return hashlib.sha256(f"{key}:screen:{fraction!r}".encode()).hexdigest()[:16]
+    on = "" if chips is None else f":chips:{chips}"
+    return hashlib.sha256(f"{key}:screen:{fraction!r}{on}".encode()).hexdigest()[:16]
 
 
-def screen_point(point: Point, fraction: float) -> Point:
-    return dataclasses.replace(point, key=screen_key(point.key, fraction), seeds_of=point.key, fraction=fraction)
+def screen_point(point: Point, fidelity: Fidelity) -> Point:
+    """The screen of `point`: its first samples (and chips), drawing the noise of its full run."""
+    return dataclasses.replace(point, key=screen_key(point.key, fidelity.screen, fidelity.chips), seeds_of=point.key,
+                               fraction=fidelity.screen, chips=fidelity.chips or 0)
 
 
 def promoted_count(n: int, promote: float) -> int:
@@ -119,7 +124,7 @@ def run_round(points: list[Point], store: SweepStore, evaluate: Evaluate, search
     screened, the best `promoted_count` run on the whole workload. Per trial, the point file it is told
     from and the extra constraint the sampler is told (`PROMOTED` or `SCREENED`)."""
     assert search.fidelity is not None
-    screens = [screen_point(p, search.fidelity.screen) for p in points]
+    screens = [screen_point(p, search.fidelity) for p in points]
     run_points(screens, store, evaluate)
     scored = [score(s.key) for s in screens]
     values, violation = np.concatenate([v for v, _ in scored]), np.concatenate([c for _, c in scored])
@@ -138,12 +143,16 @@ def run_points(points: list[Point], store: SweepStore, evaluate: Evaluate) -> No
 
 
 def mark(ds: xr.Dataset, store: SweepStore, files: list[str]) -> xr.Dataset:
-    """A search's trials with the `fidelity` and `samples` each was scored on (from its point file)."""
+    """A search's trials with the `fidelity`, `samples` and `chips` each was scored on (from its point file)."""
     out = ds.copy()
     per = [store.read_point(f) for f in files]
     for name in ("fidelity", "samples"):
         out[name] = ("trial", np.array([p[name].item() for p in per]))
         out[name].attrs.update(per[0][name].attrs if per else {})
+    out["chips"] = ("trial", np.array([p.sizes["chip"] for p in per], dtype=np.int64))
+    out["chips"].attrs.update(units="1", description=(
+        "the chips the trial was scored on: every chip, or search.fidelity.chips (the first ones; NaN on the "
+        "others) for a trial screened and not promoted"))
     return out
 
 

@@ -70,12 +70,12 @@ POPULATION_MOST = 16
 
 def population_key(point: Point) -> tuple:
     """What the points run as one population share (aocsim/experiments/population.py): the model, the
-    share of the workload, the placement and every profile setting but the per-load ones
+    share of the workload and the chips, the placement and every profile setting but the per-load ones
     (`tile_product.PER_LOAD`), which each point's rows take on their own."""
     from aocsim.hardware.engine.tile_product import PER_LOAD
 
     shared = sorted((k, repr(v)) for k, v in point.settings.items() if k not in PER_LOAD)
-    return (point.model, point.fraction, tuple(shared))
+    return (point.model, point.fraction, point.chips, tuple(shared))
 
 
 def populations(points: list[Point], workers: int, batched: bool = True) -> list[list[Point]]:
@@ -116,13 +116,14 @@ def run_population(spec: SweepSpec, base: Any, points: list[Point], fits: str | 
             profiles.append(base.with_overrides({k: v for k, v in point.settings.items() if k not in PLACEMENT}))
             seeds.append([noise_seed(spec.root_seed, point.seeds_of or point.key, s) for s in spec.seeds])
         placement = {k.split(".", 1)[1]: v for k, v in points[0].settings.items() if k in PLACEMENT}
+        chips = list(spec.chips[:points[0].chips or None])  # a screen's first chips (search.fidelity.chips)
         with disk_memo.use(fits) if fits is not None else contextlib.nullcontext():
             if len(points) == 1:
                 datasets = [compare(model, profiles[0], w.inputs, w.targets, placement=placement, seeds=seeds[0],
-                                    chips=list(spec.chips), calibration=w.calibration)]
+                                    chips=chips, calibration=w.calibration)]
             else:
                 datasets = compare_population(model, profiles, w.inputs, w.targets, placement=placement, seeds=seeds,
-                                              chips=list(spec.chips), calibration=w.calibration)
+                                              chips=chips, calibration=w.calibration)
         out = []
         for point, ds in zip(points, datasets):
             one = point_metrics(ds, spec.metrics).assign_coords(seed=list(spec.seeds))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import warnings
 from pathlib import Path
 from typing import Any, Iterator

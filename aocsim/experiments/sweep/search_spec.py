@@ -12,7 +12,8 @@
       reference: {agreement: 0.9, energy_j: 1.0e-5}  # optional: the hypervolume's reference point
       start: [{slm.bits: 9, noise.power_per_unit_w: 1.0e-4}]   # optional: the first trials' settings
       fidelity: {screen: 0.25, promote: 0.5}         # optional: each trial first on the workload's first quarter,
-                                                     #   the best half of each round then on all of it (fidelity.py)
+                                                     #   the best half of each round then on all of it (fidelity.py);
+                                                     #   chips: 1 screens on the first of the spec's chips only
     space:
       slm.bits: {int: [2, 9]}
       noise.power_per_unit_w: {log: [1.0e-6, 1.0e-3]}
@@ -37,7 +38,7 @@ SAMPLERS = ("nsga2", "tpe", "random")
 DIRECTIONS = ("max", "min")
 KINDS = ("int", "float", "log", "choice")  # a range of integers, of reals (linear or log-uniform), a list
 SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference", "start", "fidelity")
-FIDELITY_KEYS = ("screen", "promote")
+FIDELITY_KEYS = ("screen", "promote")  # and optionally chips
 _CONSTRAINT = re.compile(r"\s*(>=|<=)\s*([^\s%]+)\s*(%?)\s*")
 
 
@@ -64,10 +65,12 @@ class Constraint:
 @dataclass(frozen=True)
 class Fidelity:
     """Successive halving in each round (fidelity.py): every trial scored first on the first `screen` of the
-    workload's samples, the best `promote` of the round's trials then on all of them."""
+    workload's samples (on the first `chips` of the spec's chips), the best `promote` of the round's trials
+    then on all of them."""
 
     screen: float  # in (0, 1)
     promote: float  # in (0, 1); at least one trial of a round is promoted, never all of a full round
+    chips: int | None = None  # the chips a screen runs, the spec's first ones (fewer than it has); None: all
 
 
 @dataclass(frozen=True)
@@ -135,13 +138,14 @@ def parse_search(raw: Any, space: Any, known: tuple[str, ...]) -> Search:
 
 
 def _fidelity(raw: Any, batch: int) -> Fidelity | None:
-    """{screen, promote}, both fractions in (0, 1); promote must leave a round of `batch` some trial unpromoted."""
+    """{screen, promote[, chips]}: both fractions in (0, 1), promote leaving a round of `batch` some trial
+    unpromoted; chips a count (checked against the spec's chips in spec.py)."""
     if raw is None:
         return None
     raw = mapping("search.fidelity", raw)
-    if set(raw) != set(FIDELITY_KEYS):
-        raise InputError(f"search.fidelity = {short(raw)}; expected {{screen: FRACTION, promote: FRACTION}}, "
-                         "e.g. {screen: 0.25, promote: 0.5}")
+    if not set(FIDELITY_KEYS) <= set(raw) <= {*FIDELITY_KEYS, "chips"}:
+        raise InputError(f"search.fidelity = {short(raw)}; expected {{screen: FRACTION, promote: FRACTION}} and "
+                         "optionally chips: COUNT, e.g. {screen: 0.25, promote: 0.5}")
     for name, what in (("screen", "of the workload each trial is first run on"),
                        ("promote", "of each round's screened trials run on the whole workload")):
         value = raw[name]
@@ -154,7 +158,8 @@ def _fidelity(raw: Any, batch: int) -> Fidelity | None:
     if math.ceil(raw["promote"] * batch) >= batch:  # then the screen would only add work
         raise InputError(f"search.fidelity.promote = {short(raw['promote'])} promotes every trial of a round of "
                          f"search.batch = {batch}; expected a fraction at most {(batch - 1) / batch:.3g}")
-    return Fidelity(float(raw["screen"]), float(raw["promote"]))
+    chips = count("search.fidelity.chips", raw["chips"], minimum=1) if "chips" in raw else None
+    return Fidelity(float(raw["screen"]), float(raw["promote"]), chips)
 
 
 def _start(raw: Any, params: tuple[Param, ...], budget: int) -> tuple[dict[str, Any], ...]:

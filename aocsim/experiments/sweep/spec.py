@@ -70,6 +70,7 @@ class Point:
     key: str  # a hash of the resolved configuration (`point_key`): its file's name
     seeds_of: str = ""  # the key its noise seeds derive from ("": its own); a screened trial's is its full point's
     fraction: float = 1.0  # the share of the workload's samples it runs, the first ones (search.fidelity.screen)
+    chips: int = 0  # the spec's chips it runs, the first ones (search.fidelity.chips); 0: all of them
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,13 @@ def parse_spec(raw: Any, *, where: str = "spec", check: bool = True, folder: Pat
     repeated = sorted({p for p in paths if paths.count(p) > 1})
     if repeated:
         raise InputError(f"parameter {repeated[0]!r} is swept twice; expected each path under one of axes, zip, random")
+    chips = _ids("chips", raw.get("chips", 1))
+    screen_chips = None if search is None or search.fidelity is None else search.fidelity.chips
+    if screen_chips is not None and screen_chips >= len(chips):
+        raise InputError(f"search.fidelity.chips = {screen_chips} screens on every chip of chips = {list(chips)}; "
+                         f"expected fewer than {len(chips)} (or no chips key: a screen on every chip)")
     spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
-                     _ids("chips", raw.get("chips", 1)), count("root_seed", raw.get("root_seed", 0)),
+                     chips, count("root_seed", raw.get("root_seed", 0)),
                      _metrics(raw.get("metrics"), search), source=raw, device_path=_device_path(device, folder),
                      search=search)
     if check:

@@ -140,8 +140,9 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
     attrs: dict[str, dict[str, str]] = {}
     for point, file in points:
         ds = store.read_point(file)
+        on = [spec.chips.index(int(c)) for c in ds.chip.values]  # a screen's first chips (fidelity.py); NaN on others
         for m in spec.metrics:
-            data[m][point.index] = ds[m].transpose("chip", "seed").values
+            data[m][point.index][on] = ds[m].transpose("chip", "seed").values
             attrs.setdefault(m, {k: str(v) for k, v in ds[m].attrs.items()})
         seeds[point.index] = [noise_seed(spec.root_seed, point.key, s) for s in spec.seeds]
         if "trusted" in ds:  # a point file written before sweeps kept the verdict: not known

@@ -267,5 +267,9 @@ def _screened(ds: xr.Dataset) -> str:
     if "fidelity" not in ds:
         return ""
     screened = ds.fidelity.values < 1.0
-    share = f" ({100 * float(ds.fidelity.values[screened].max()):g}% of the workload)" if screened.any() else ""
+    share = ""
+    if screened.any():
+        chips = int(ds.chips.values[screened].max()) if "chips" in ds else ds.sizes["chip"]
+        on = f", {chips} of {ds.sizes['chip']} chips" if chips < ds.sizes["chip"] else ""
+        share = f" ({100 * float(ds.fidelity.values[screened].max()):g}% of the workload{on})"
     return f", {int(screened.sum())} screened only{share}, {int((~screened).sum())} on the whole workload"
