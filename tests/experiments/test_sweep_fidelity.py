@@ -15,7 +15,7 @@ import xarray as xr
 from aocsim.errors import InputError
 from aocsim.experiments.sweep import parse_spec, sweep
 from aocsim.experiments.sweep.fidelity import crowding, ranking, screen_key
-from aocsim.experiments.sweep.search import STUDY_FILE, mark_front, open_study, trial_point
+from aocsim.experiments.sweep.search import STUDY_FILE, VIOLATION, mark_front, open_study, trial_point
 from aocsim.experiments.sweep.spec import Point, noise_seed, point_key
 from aocsim.experiments.sweep.store import SweepStore
 
@@ -44,11 +44,11 @@ BAD = [
     ({"promote": -0.5}, "search.fidelity.promote = -0.5; expected a fraction in (0, 1)"),
     ({"promote": 0.75}, "search.fidelity.promote = 0.75 promotes every trial of a round of search.batch = 2; "
                         "expected a fraction at most 0.5"),
-    ({"rungs": 2}, "search.fidelity = {'screen': 0.25, 'promote': 0.5, 'rungs': 2}; expected {screen: FRACTION, "
-                   "promote: FRACTION} and optionally chips: COUNT"),
+    ({"rungs": 2}, "search.fidelity.rungs is not a fidelity setting; expected screen, promote and optionally chips"),
     ({"chips": 0}, "search.fidelity.chips = 0; expected an integer >= 1"),
     ({"chips": 1.5}, "search.fidelity.chips = 1.5; expected an integer >= 1"),
-    ({"chips": 1}, "search.fidelity.chips = 1 screens on every chip of chips = [52]; expected fewer than 1"),
+    ({"chips": 1}, "search.fidelity.chips = 1 with chips = [52]: a screen on fewer chips needs a spec of 2 or more "
+                   "chips"),
 ]
 
 
@@ -58,6 +58,16 @@ def test_bad_fidelity_blocks_are_one_line_errors_naming_the_field(change: dict, 
     with pytest.raises(InputError) as err:
         parse_spec({**SCREENED, "search": {**SCREENED["search"], "fidelity": block}}, check=False)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_screen_on_fewer_chips_needs_fewer_chips_than_the_spec_has() -> None:
+    block = {"screen": 0.25, "promote": 0.5, "chips": 2}
+    with pytest.raises(InputError, match=re.escape("search.fidelity.chips = 2; expected fewer than the spec's 2 chips "
+                                                   "([52, 53])")):
+        parse_spec({**SCREENED, "chips": [52, 53], "search": {**SCREENED["search"], "fidelity": block}}, check=False)
+    with pytest.raises(InputError, match=re.escape("search.fidelity = {'screen': 0.25}; expected {screen: FRACTION, "
+                                                   "promote: FRACTION}")):
+        parse_spec({**SCREENED, "search": {**SCREENED["search"], "fidelity": {"screen": 0.25}}}, check=False)
 
 
 def test_a_screen_must_leave_part_of_the_workload_and_a_round_must_have_a_trial_to_screen_out(tmp_path: Path) -> None:
@@ -189,3 +199,18 @@ def test_a_screen_on_the_first_chip_runs_only_it_and_promoted_trials_run_every_c
     alone = compare(model, load_device("aoc48").with_overrides(settings), w.inputs[:10], w.targets[:10],
                     seeds=[noise_seed(0, key, 51)], chips=[52], calibration=w.calibration)
     assert float(agreement.sel(chip=52).mean()) == pytest.approx(float(alone.agreement.mean()), abs=1e-12)
+
+
+def test_a_trial_repeating_a_promoted_setting_is_told_its_whole_workload_run(tmp_path: Path) -> None:
+    """Three start trials of one setting, rounds of 2: trial 0 is promoted, and trials 1 and 2 (the first not
+    promoted in its round, the second in the next round) are told that whole-workload run, not their screens."""
+    same = {"slm.bits": 6, "noise.power_per_unit_w": 1.0e-7}
+    raw = {**SCREENED, "chips": [52, 53], "search": {**SCREENED["search"], "start": [same, same, same],
+                                                     "fidelity": {"screen": 0.25, "promote": 0.5, "chips": 1}}}
+    ds = sweep(parse_spec(raw), tmp_path / "run", workers=1)
+    assert ds.repeat_of.values[:3].tolist() == [-1, 0, 0]
+    assert ds.fidelity.values[:3].tolist() == [1.0, 1.0, 1.0] and ds.chips.values[:3].tolist() == [2, 2, 2]
+    for i in (1, 2):
+        xr.testing.assert_identical(ds.agreement.isel(trial=i, drop=True), ds.agreement.isel(trial=0, drop=True))
+    attrs = [t.user_attrs for t in open_study(SweepStore(tmp_path / "run"), parse_spec(raw).search).get_trials()]
+    assert all(a["point_key"] == attrs[0]["point_key"] and a[VIOLATION][-1] < 0 for a in attrs[:3])

@@ -122,7 +122,8 @@ def run_round(points: list[Point], store: SweepStore, evaluate: Evaluate, search
               score: Score) -> list[tuple[str, list[float]]]:
     """A round's trials (all of them, told or not, so that a resumed round promotes the same ones): each
     screened, the best `promoted_count` run on the whole workload. Per trial, the point file it is told
-    from and the extra constraint the sampler is told (`PROMOTED` or `SCREENED`)."""
+    from and the extra constraint the sampler is told (`PROMOTED` or `SCREENED`): a trial that repeats the
+    settings of one run on the whole workload (promoted in this round or an earlier one) is told that run."""
     assert search.fidelity is not None
     screens = [screen_point(p, search.fidelity) for p in points]
     run_points(screens, store, evaluate)
@@ -131,7 +132,9 @@ def run_round(points: list[Point], store: SweepStore, evaluate: Evaluate, search
     top = set(ranking(values, violation, list(search.objectives.values()))[
         :promoted_count(len(points), search.fidelity.promote)].tolist())
     run_points([p for i, p in enumerate(points) if i in top], store, evaluate)
-    return [(p.key, [PROMOTED]) if i in top else (s.key, [SCREENED]) for i, (p, s) in enumerate(zip(points, screens))]
+    whole = store.done()  # the whole-workload runs so far: the same after a resume, once this round's are written
+    return [(p.key, [PROMOTED]) if i in top or p.key in whole else (s.key, [SCREENED])
+            for i, (p, s) in enumerate(zip(points, screens))]
 
 
 def run_points(points: list[Point], store: SweepStore, evaluate: Evaluate) -> None:

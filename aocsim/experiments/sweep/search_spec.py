@@ -143,7 +143,11 @@ def _fidelity(raw: Any, batch: int) -> Fidelity | None:
     if raw is None:
         return None
     raw = mapping("search.fidelity", raw)
-    if not set(FIDELITY_KEYS) <= set(raw) <= {*FIDELITY_KEYS, "chips"}:
+    unknown = [k for k in raw if k not in (*FIDELITY_KEYS, "chips")]
+    if unknown:
+        raise InputError(f"search.fidelity.{unknown[0]} is not a fidelity setting; expected screen, promote and "
+                         "optionally chips")
+    if not set(FIDELITY_KEYS) <= set(raw):
         raise InputError(f"search.fidelity = {short(raw)}; expected {{screen: FRACTION, promote: FRACTION}} and "
                          "optionally chips: COUNT, e.g. {screen: 0.25, promote: 0.5}")
     for name, what in (("screen", "of the workload each trial is first run on"),

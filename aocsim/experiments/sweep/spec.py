@@ -177,9 +177,12 @@ def parse_spec(raw: Any, *, where: str = "spec", check: bool = True, folder: Pat
         raise InputError(f"parameter {repeated[0]!r} is swept twice; expected each path under one of axes, zip, random")
     chips = _ids("chips", raw.get("chips", 1))
     screen_chips = None if search is None or search.fidelity is None else search.fidelity.chips
+    if screen_chips is not None and len(chips) < 2:
+        raise InputError(f"search.fidelity.chips = {screen_chips} with chips = {short(raw.get('chips', 1))}: a screen "
+                         "on fewer chips needs a spec of 2 or more chips; expected no search.fidelity.chips")
     if screen_chips is not None and screen_chips >= len(chips):
-        raise InputError(f"search.fidelity.chips = {screen_chips} screens on every chip of chips = {list(chips)}; "
-                         f"expected fewer than {len(chips)} (or no chips key: a screen on every chip)")
+        raise InputError(f"search.fidelity.chips = {screen_chips}; expected fewer than the spec's {len(chips)} chips "
+                         f"({list(chips)}): a screen runs on the first ones (no chips key: on every chip)")
     spec = SweepSpec(models, device, data, tuple(axes), _ids("seeds", raw.get("seeds", 1)),
                      chips, count("root_seed", raw.get("root_seed", 0)),
                      _metrics(raw.get("metrics"), search), source=raw, device_path=_device_path(device, folder),
