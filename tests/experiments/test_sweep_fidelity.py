@@ -201,6 +201,7 @@ def test_a_screen_on_the_first_chip_runs_only_it_and_promoted_trials_run_every_c
     assert float(agreement.sel(chip=52).mean()) == pytest.approx(float(alone.agreement.mean()), abs=1e-12)
 
 
+@pytest.mark.slow
 def test_a_trial_repeating_a_promoted_setting_is_told_its_whole_workload_run(tmp_path: Path) -> None:
     """Three start trials of one setting, rounds of 2: trial 0 is promoted, and trials 1 and 2 (the first not
     promoted in its round, the second in the next round) are told that whole-workload run, not their screens."""
