@@ -199,6 +199,15 @@ def test_a_screen_on_the_first_chip_runs_only_it_and_promoted_trials_run_every_c
     alone = compare(model, load_device("aoc48").with_overrides(settings), w.inputs[:10], w.targets[:10],
                     seeds=[noise_seed(0, key, 51)], chips=[52], calibration=w.calibration)
     assert float(agreement.sel(chip=52).mean()) == pytest.approx(float(alone.agreement.mean()), abs=1e-12)
+    # a point file whose chips are not the spec's (another sweep's, put there by hand): a one-line error
+    from aocsim.experiments.sweep.search import results
+
+    screen = tmp_path / "run" / "points" / f"{screen_key(key, 0.25, 1)}.nc"
+    moved = xr.load_dataset(screen).assign_coords(chip=[99])
+    moved.to_netcdf(screen)
+    with pytest.raises(InputError, match=re.escape("holds chips [99]; expected chips of the spec's [52, 53]")) as err:
+        results(parse_spec(raw), SweepStore(tmp_path / "run"), {})
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.slow

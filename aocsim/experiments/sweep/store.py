@@ -140,7 +140,11 @@ def assemble(spec: SweepSpec, store: SweepStore, provenance: dict[str, str], *, 
     attrs: dict[str, dict[str, str]] = {}
     for point, file in points:
         ds = store.read_point(file)
-        on = [spec.chips.index(int(c)) for c in ds.chip.values]  # a screen's first chips (fidelity.py); NaN on others
+        chips = [int(c) for c in ds.chip.values]  # all of the spec's, or a screen's first ones (fidelity.py)
+        if not set(chips) <= set(spec.chips):
+            raise InputError(f"{store.points / file}.nc holds chips {chips}; expected chips of the spec's "
+                             f"{list(spec.chips)} (a point file of another sweep in this folder?)")
+        on = [spec.chips.index(c) for c in chips]  # NaN on the chips a screen did not run
         for m in spec.metrics:
             data[m][point.index][on] = ds[m].transpose("chip", "seed").values
             attrs.setdefault(m, {k: str(v) for k, v in ds[m].attrs.items()})
