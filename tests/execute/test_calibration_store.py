@@ -45,13 +45,14 @@ def test_the_store_is_where_the_environment_says_and_a_sweeps_folder_comes_first
 def test_spawned_workers_fill_the_store_and_a_later_run_reads_it_without_fitting(
         store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two chips placed on two processes (one spawned) write their programs; a run that has neither
-    in memory reads both (a fit now fails the test) and gives the same Dataset."""
+    in memory reads both (a fit now fails the test) and gives the Dataset a run that fits them gives.
+    Against the two-process run, the same statistics only: each process runs its chip as its own
+    batch, and a product's last bits may follow the batch's rows (docs/DEVICE_RUNS.md)."""
     spread = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1), workers=2)
     assert len(list(store.glob("fits-*.h5"))) == 2
     map_fit.FITS.clear()
     monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     read = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
-    xr.testing.assert_identical(spread.drop_attrs(), read.drop_attrs())
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
     map_fit.FITS.clear()
     with pytest.raises(pytest.fail.Exception, match="fitted again"):  # the store off: nothing read
@@ -60,7 +61,9 @@ def test_spawned_workers_fill_the_store_and_a_later_run_reads_it_without_fitting
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, "off")
     map_fit.FITS.clear()
     alone = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0, 1))
-    xr.testing.assert_identical(spread.drop_attrs(), alone.drop_attrs())
+    xr.testing.assert_identical(read.drop_attrs(), alone.drop_attrs())
+    assert bool((spread["prediction"] == alone["prediction"]).all())
+    xr.testing.assert_allclose(spread.drop_attrs(), alone.drop_attrs(), rtol=1e-5, atol=1e-6)  # float32 rounding
 
 
 def test_an_entry_is_read_only_by_the_same_code_torch_and_thread_count(store: Path,

@@ -3,6 +3,8 @@ the chip measures of it (aocsim/hardware/engine/emitter_calibration.py)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -52,8 +54,12 @@ def test_spread_zero_reproduces_the_shared_cubic_bit_for_bit() -> None:
         out += [z[1, 2].item().hex(), z[3, 47].item().hex()]
     finally:
         torch.set_num_threads(threads)
-    assert out == ['0x1.6285cf4b7eff4p-1', '0x1.348343a5a997bp-1', '0x1.76dd399d77985p-1', '0x1.31b8850fe44b1p-1',
-                   '0x1.f61565fbd8ac1p-1', '0x1.c2e3d80da5eb4p-1', '0x1.f5f3be3ba5295p-1', '0x1.c2cc7eb571c7ep-1']
+    recorded = ['0x1.6285cf4b7eff4p-1', '0x1.348343a5a997bp-1', '0x1.76dd399d77985p-1', '0x1.31b8850fe44b1p-1',
+                '0x1.f61565fbd8ac1p-1', '0x1.c2e3d80da5eb4p-1', '0x1.f5f3be3ba5295p-1', '0x1.c2cc7eb571c7ep-1']
+    # to the last few bits: BLAS picks its kernels by CPU (on an AVX-512 CPU the noise-free loop's value
+    # ends 3 units in the last place away); a spread of 0.001 moves them by 1e10 units or more
+    ulps = [abs(float.fromhex(a) - float.fromhex(b)) / math.ulp(float.fromhex(b)) for a, b in zip(out, recorded)]
+    assert max(ulps) <= 16, (out, ulps)
     assert not any(keys.Stream.EMITTER in k.path or keys.Stream.EMITTER_CALIBRATION in k.path for k in drawn)
 
 
