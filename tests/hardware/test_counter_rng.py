@@ -75,3 +75,19 @@ def test_the_stream_s_first_normals_are_pinned() -> None:
     assert [x.hex() for x in b.tolist()] == ["-0x1.fefe7343ad005p-2", "0x1.583ee5b72873dp-1", "0x1.05d535c5eb13ep-2"]
     a32, b32 = normal_pair(torch.tensor(12345), torch.arange(3), torch.float32)
     assert torch.allclose(a32.double(), a, rtol=1e-6) and torch.allclose(b32.double(), b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_normals_are_box_muller_of_the_stream_s_uniforms_to_the_bit(dtype: torch.dtype) -> None:
+    """Each pair is Box-Muller of u1 = (k1 + 1) / 2^32, u2 = (k2 + 1) / 2^32 with k1, k2 the low and high
+    halves of SplitMix64's number: converted, scaled and turned into an angle one step at a time here
+    (Python integers, then one torch operation per step in the working precision), against the stream's
+    fused products (conversion inside the product, 2 pi inside the scale)."""
+    key, n = 987654321, 4096
+    number = [_splitmix64_reference(key + i * GOLDEN_GAMMA) for i in range(n)]  # counter i: key + i gamma
+    k1 = torch.tensor([(x & 0xFFFFFFFF) + 1 for x in number], dtype=torch.float64).to(dtype)  # exact, then rounded
+    k2 = torch.tensor([(x >> 32) + 1 for x in number], dtype=torch.float64).to(dtype)
+    u1, u2 = k1 * 2.0 ** -32, k2 * 2.0 ** -32
+    radius, angle = (u1.log() * -2.0).sqrt(), u2 * (2.0 * math.pi)
+    a, b = normal_pair(torch.tensor(key), torch.arange(n), dtype)
+    assert torch.equal(a, torch.cos(angle) * radius) and torch.equal(b, torch.sin(angle) * radius)

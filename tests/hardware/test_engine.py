@@ -108,6 +108,27 @@ def test_keys_are_reproducible_and_derived_by_coordinates() -> None:
             keys.as_key(bad)
 
 
+
+def test_a_block_of_keys_is_each_key_folded_alone() -> None:
+    k = keys.as_key(11).fold(keys.Stream.RUN)
+    block = keys.fold_block(k, keys.Stream.ITERATION, 29, 40)
+    assert [int(v) for v in block] == [int(k.fold(keys.Stream.ITERATION, 29 + i).tensor()) for i in range(40)]
+
+
+def test_a_noisy_run_draws_each_iteration_from_its_own_key(gen: torch.Generator) -> None:
+    """`iterate` (keys derived in blocks of `KEY_BLOCK`) against one `step` per iteration (each key alone),
+    past two blocks: the same bits."""
+    from aocsim.hardware.engine.dynamics import KEY_BLOCK
+
+    dev = load_device("aoc48", {"noise.multiplier": 20.0})
+    w, x, z0 = _noisy_setup(gen, 3)
+    loop = OpticalLoop(dev, w, alpha=0.5, beta=18.6, gamma=0.1, generator=1)
+    key, steps = keys.as_key(4), 2 * KEY_BLOCK + 5
+    z, z_prev = z0, None
+    for k in range(steps):
+        z, z_prev = loop.step(z, x, z_prev=z_prev, generator=key, iteration=k), z
+    assert torch.equal(loop.iterate(z0, x, steps, generator=key), z)
+
 # -- faults the engine issue listed --------------------------------------------------------------
 
 def test_readout_samples_every_interval(gen: torch.Generator) -> None:
@@ -265,7 +286,7 @@ def test_dark_current_shot_noise_is_counted_once(gen: torch.Generator) -> None:
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     c, g = loop.constants(), 18.6 * float(loop.optics.gain_scale)
     t = step.nonlinearity(z, c.sigmoid, False)
-    d_pos, d_neg = step.detector_signals(*step.led_light(t, c.led, constant=True), c.det_t, c.det_offset)
+    d_pos, d_neg = step.detector_signals(step.led_signals(t, c.led, constant=True), c.det_t, c.det_offset)
     var = step.difference_std(d_pos, d_neg, c.noise) ** 2  # detector units, both paths
     current = sum(unit * (d / g + v["noise.bias_units"]) + dark_a for d in light.detectors(z))
     assert torch.allclose(var, 2 * ELECTRON_CHARGE_C * v["noise.bandwidth_hz"] * current / unit**2, rtol=1e-9)

@@ -24,7 +24,7 @@ from aocsim.hardware.physics.hold import Hold
 from aocsim.hardware.physics.noise import detector_light_w
 from aocsim.hardware.profiles.parts import Parts
 from aocsim.hardware.profiles.profile import DeviceProfile
-from aocsim.hardware.engine.step import detector_signals, led_light, node_noise_variance, nonlinearity
+from aocsim.hardware.engine.step import detector_signals, led_signals, node_noise_variance, nonlinearity
 from aocsim.hardware.physics.sources import without_noise
 
 REFERENCE_BETA, REFERENCE_ALPHA, REFERENCE_BATCH = 18.6, 0.5, 256
@@ -154,9 +154,9 @@ def reference_light(profile: DeviceProfile) -> ReferenceLight:
     w, z, _ = _reference(profile)
     loop = _reference_loop(profile, w)
     c = loop.constants()
-    p, q = led_light(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led, constant=True)
+    led = led_signals(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led, constant=True)
     at_bias = _at_bias(profile.parts, loop)
-    light = detector_light_w(torch.cat(detector_signals(p, q, c.det_t, c.det_offset), dim=-1), at_bias.noise)
+    light = detector_light_w(torch.cat(detector_signals(led, c.det_t, c.det_offset), dim=-1), at_bias.noise)
     return ReferenceLight(float(light.mean()), detector_light_w(0.0, at_bias.noise), float((light < 0).double().mean()),
                           at_bias)
 

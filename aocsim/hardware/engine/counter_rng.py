@@ -51,15 +51,31 @@ def splitmix64(state: torch.Tensor, scratch: torch.Tensor | None = None) -> torc
 def _polar(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Box-Muller's radius sqrt(-2 log u1) and angle 2 pi u2 of numbers base + offsets of the stream.
 
-    In place on two int64 tensors (eager kernels allocate per result: a third fewer passes over memory)."""
+    In place on the int64 tensors where it can be (eager kernels allocate per result: fewer passes over
+    memory). Each uniform is one product of the integer k + 1 and a 0-dim float scale, which converts k + 1
+    as it multiplies (the same rounding as converting first); the angle's 2 pi is in that scale, exactly,
+    since 2^-32 only moves the exponent."""
     state = torch.add(base, offsets, alpha=_signed(GOLDEN_GAMMA))  # (wrapping, as the product and sum)
     bits = splitmix64(state, scratch=state)
-    scale = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    u1 = torch.bitwise_and(bits, _LOW32, out=state).add_(1).to(work).mul_(scale)
+    to_unit, to_angle = _scales(torch.float64 if dtype == torch.float64 else torch.float32, base.device)
+    u1 = torch.mul(torch.bitwise_and(bits, _LOW32, out=state).add_(1), to_unit)  # (k + 1) / 2^32 in (0, 1]
     bits >>= 32  # the high half: an arithmetic shift, masked
-    u2 = bits.bitwise_and_(_LOW32).add_(1).to(work).mul_(scale)
-    return u1.log_().mul_(-2.0).sqrt_(), u2.mul_(2.0 * torch.pi)
+    angle = torch.mul(bits.bitwise_and_(_LOW32).add_(1), to_angle)
+    return u1.log_().mul_(-2.0).sqrt_(), angle
+
+
+def _scales(work: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 0-dim scales 2^-32 and 2 pi 2^-32 in `work` (kept: a tensor per call costs as much as a pass)."""
+    kept = _SCALES.get((work, device))
+    if kept is None:
+        unit = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
+        two_pi = torch.tensor(2.0 * torch.pi, dtype=work).item()  # 2 pi as `work` rounds it
+        kept = _SCALES[(work, device)] = (torch.tensor(unit, dtype=work, device=device),
+                                          torch.tensor(unit * two_pi, dtype=work, device=device))
+    return kept
+
+
+_SCALES: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def normal_pair(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

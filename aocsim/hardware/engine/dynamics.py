@@ -44,6 +44,7 @@ class LoadedLoop(Protocol):
     def node(self, k: int, like: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 FUSED_BLOCK = 5  # compiled iterations per call when nothing changes between them
+KEY_BLOCK = 32  # iteration keys derived per tensor computation (eager per-call overhead: one key costs as many)
 # The early stop's default patience in ADC samples: the noise-floor status averages the last PATIENCE squared
 # differences of consecutive samples (the first against the initial state; docs/PHYSICS.md sections 3 and 6).
 PATIENCE = 3
@@ -63,6 +64,8 @@ class LoopMap:
         self.z_prev: torch.Tensor | None = None
         self.z_before: torch.Tensor | None = None
         self.fast = loop.compile and not torch.is_grad_enabled()
+        self._keys: tuple[tuple[torch.Tensor, ...], int] = ((), 0)  # a block of iteration keys and its first
+        self._node: tuple[torch.Tensor, ...] | None = None  # the node's values, with constant schedules
         self.states: list[torch.Tensor] | None = [] if record else None
         v = loop.parts
         self.readout = readout
@@ -75,13 +78,22 @@ class LoopMap:
             self.taken = 0
 
     def _key(self, k: int, device: torch.device) -> torch.Tensor | None:
-        return self.key.fold(keys.Stream.ITERATION, k).tensor(device) if self.layout.draws else None
+        """Iteration k's stream key (int64 0-dim), from blocks of `KEY_BLOCK` derived at once."""
+        if not self.layout.draws:
+            return None
+        block, first = self._keys
+        if not 0 <= k - first < len(block) or block[0].device != device:
+            block, first = keys.fold_block(self.key, keys.Stream.ITERATION, k, KEY_BLOCK, device).unbind(), k
+            self._keys = block, first
+        return block[k - first]
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """z[k+1] from z[k]; advances the iteration index."""
         k, loop = self.k, self.loop
         z_prev = self.z_prev if self.z_prev is not None else torch.zeros_like(z)
-        node = loop.node(k, z)
+        node = self._node if self._node is not None else loop.node(k, z)
+        if loop.constant_schedules:  # the same at every iteration of this inference
+            self._node = node
         key = self._key(k, z.device)
         if self.fast:
             out = backends.compiled(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)[0]

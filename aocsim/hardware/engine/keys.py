@@ -142,10 +142,21 @@ def fold_range(bases: list[Key], coordinates: tuple[int, ...], count: int, devic
     return streams
 
 
-def _last_fold(prefixes: list[list[Key]], count: int, device: torch.device | str) -> torch.Tensor:
-    """int64 [len(prefixes), len(prefixes[0]), count]: each prefix key folded with i < count, on tensors."""
+def fold_block(key: Key, stream: int, start: int, count: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """int64 [count]: key.fold(stream, start + i).tensor() for i < count (the same bits as `Key.fold`), in a
+    few tensor operations instead of one tensor per key: a loop's iteration keys. Not kept (a run's key
+    is its own)."""
+    if _DRAWN is not None:  # recording: every key as a Key, so that its path is kept
+        return torch.stack([key.fold(stream, start + i).tensor(device) for i in range(count)])
+    return _last_fold([[key.fold(stream)]], count, device, start)[0, 0]
+
+
+def _last_fold(prefixes: list[list[Key]], count: int, device: torch.device | str, start: int = 0) -> torch.Tensor:
+    """int64 [len(prefixes), len(prefixes[0]), count]: each prefix key folded with start + i, i < count, on
+    tensors."""
     prefix = torch.tensor([[_signed(k.value) for k in row] for row in prefixes], dtype=torch.int64, device=device)
-    steps = splitmix64((torch.arange(count, dtype=torch.int64, device=device) + 1) * _signed(GOLDEN_GAMMA))
+    steps = splitmix64((torch.arange(start, start + count, dtype=torch.int64, device=device) + 1)
+                       * _signed(GOLDEN_GAMMA))
     return splitmix64(prefix[..., None] ^ steps)
 
 

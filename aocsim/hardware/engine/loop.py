@@ -136,7 +136,7 @@ class OpticalLoop:
             sig = (sigmoid_constants(self.coeffs) if self.coeffs is not None else
                    tuple(self._tensor(0.0) for _ in range(SIGMOID_PARAMS)))
             noise = self._tensor([self.rin_std, self._var_a, 2.0 * self._var_b])
-            self._consts = Constants(sig, torch.stack([self.poly_pos, self.poly_neg]), op_t, op3.T.contiguous(),
+            self._consts = Constants(sig, torch.stack([self.poly_pos, self.poly_neg], dim=1), op_t, op3.T.contiguous(),
                                      o.k1 * s + p0 @ op_t, o.m_det.T.contiguous(), o.c_det, s * o.scaling * o.gain_scale,
                                      s * o.lam, noise)
         return self._consts

@@ -8,7 +8,7 @@ import torch
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
 from aocsim.hardware.engine.dynamics import LoopMap
-from aocsim.hardware.engine.step import detector_signals, led_light, nonlinearity, optical
+from aocsim.hardware.engine.step import detector_signals, flickered, led_signals, nonlinearity, optical
 
 
 def optical_term(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> torch.Tensor:
@@ -23,12 +23,11 @@ def detector_readings(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> tuple[
     """(P, Q): the two detector signals after the gain, [B, N] each; each path draws its own noise
     (an iteration merges the paths' noises into one draw of their difference; `OpticalLoop.detectors`)."""
     loop, c = m.loop, m.c
-    p, q = led_light(nonlinearity(z, c.sigmoid, m.layout.tanh), c.led, constant=True)
+    light = led_signals(nonlinearity(z, c.sigmoid, m.layout.tanh), c.led, constant=True)
     if m.layout.draws:  # RIN: the iteration's own LED draw
         led_draw, _ = normal_pair(m._key(iteration, z.device), m.counters, z.dtype)
-        flicker = 1.0 + c.noise[0] * led_draw
-        p, q = p * flicker, q * flicker
-    d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
+        light = flickered(light, c.noise, led_draw, m.layout)
+    d_pos, d_neg = detector_signals(light, c.det_t, c.det_offset)
     if m.layout.detector_noise:  # per path: var = a D + b (D signed; 0 where the light is negative), own sub-stream
         draws = keys.normals(m.key.fold(keys.Stream.ITERATION, iteration, 1), (2, *z.shape), dtype=z.dtype, device=z.device)
         a, b = float(c.noise[1]), float(c.noise[2]) / 2

@@ -54,7 +54,7 @@ class Constants:
     sigmoid: (d a, d b, c, -c log2|d|, -1/c, f, g) from the calibrated [a, b, c, d, f, g]
         (unused with tanh): the nonlinearity rewritten so that it costs few passes. Scalars are
         separate 0-dim tensors, not views of one vector: eager CPU kernels broadcast views slowly.
-    led: [2, 4, N]: per emitter, [p3, p2, p1, p0] of P+ and of P-.
+    led: [4, 2, N]: per emitter, [p3, p2, p1, p0] of P+ and of P- (coefficient first: `led_signals`).
     op_t: [2N, N] node operator on q = u - p0 (gain excluded); op3_t: [3N, N] the same operator
         with both LED cubics folded in, acting on [t, t^2, t^3]; c1: [N] their constant.
     det_t: [2N, 2N] = M_det^T; det_offset: [2N] (dark current included).
@@ -122,21 +122,35 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     return torch.matmul(x, w) + bias
 
 
+def led_signals(t: torch.Tensor, led: torch.Tensor, constant: bool) -> torch.Tensor:
+    """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: [..., B, 2, N],
+    P+(t) then P-(t). Both paths run as one tensor (half the eager passes of two), and its last two dims
+    flattened are [P+ | P-], the detectors' input.
+
+    led [..., 4, 2, N]: the cubics' coefficients, highest power first, each [P+ row, P- row] over emitters
+    (`programming.emitter_cubics` transposed, so that each coefficient is one contiguous [2, N] block)."""
+    c3, c2, c1, c0 = led.unbind(-3)
+    t = t.unsqueeze(-2)
+    if t.numel() >= CONTIGUOUS_ROWS:  # many rows: a contiguous [.., B, 2, N] runs each pass as one long loop
+        t = t.expand(*t.shape[:-2], 2, t.shape[-1]).contiguous()
+    light = t * (c1 + t * (c2 + t * c3))
+    return light + c0 if constant else light
+
+
+CONTIGUOUS_ROWS = 4096  # values of t from which `led_signals` copies it to both paths (timed on CPU: faster from ~64 rows of 48)
+
+
 def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: (P+(t), P-(t)).
-
-    led [..., 2, 4, N]: emitter i's cubic per path, highest power first (`programming.emitter_cubics`)."""
-    (p3, p2, p1, p0), (q3, q2, q1, q0) = (path.unbind(-2) for path in led.unbind(-3))  # (views: cheap per call)
-    p = t * (p1 + t * (p2 + t * p3))
-    q = t * (q1 + t * (q2 + t * q3))
-    return (p + p0, q + q0) if constant else (p, q)
+    """(P+(t), P-(t)) [..., B, N] each: `led_signals` split by path."""
+    p, q = led_signals(t, led, constant).unbind(-2)
+    return p, q
 
 
-def detector_signals(p: torch.Tensor, q: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor
+def detector_signals(light: torch.Tensor, det_t: torch.Tensor, det_offset: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(D_P, D_Q) [..., B, N] each: the folded optics acting on the LED light."""
-    d = affine(det_offset, torch.cat([p, q], dim=-1), det_t)
-    n = p.shape[-1]
+    """(D_P, D_Q) [..., B, N] each: the folded optics acting on the LED light [..., B, 2, N] (`led_signals`)."""
+    d = affine(det_offset, light.flatten(-2), det_t)
+    n = light.shape[-1]
     return d[..., :n], d[..., n:]
 
 
@@ -154,8 +168,9 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
     of (g (K_ji p_i + K_j,N+i q_i) rin)^2, since one draw per LED reaches both of its paths. The noise
     budget and the noise-floor status both read it.
     """
-    p, q = led_light(t, c.led, constant=True)
-    d_pos, d_neg = detector_signals(p, q, c.det_t, c.det_offset)
+    light = led_signals(t, c.led, constant=True)
+    p, q = light.unbind(-2)
+    d_pos, d_neg = detector_signals(light, c.det_t, c.det_offset)
     var = (c.node_scale * gain) ** 2 * ((d_pos + d_neg) * a + b2).clamp_min(0.0)
     if rin > 0:
         n = p.shape[1]
@@ -164,13 +179,12 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
     return var
 
 
-def flickered(p: torch.Tensor, q: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, layout: Layout
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The LED light with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
+def flickered(light: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """The LED light [..., B, 2, N] with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
     if not layout.rin:
-        return p, q
+        return light
     flicker = 1.0 + noise[0] * led_draw
-    return p * flicker, q * flicker
+    return light * flicker.unsqueeze(-2)
 
 
 def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tensor, noise: torch.Tensor,
@@ -192,21 +206,19 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         t2 = t * t
         return affine(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=-1), c.op3_t * gain)
     if not layout.draws:
-        p, q = led_light(t, c.led, constant=False)
-        return affine(base + gain * c.c1, torch.cat([p, q], dim=-1), c.op_t * gain)
+        return affine(base + gain * c.c1, led_signals(t, c.led, constant=False).flatten(-2), c.op_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
-    p, q = flickered(*led_light(t, c.led, constant=True), c.noise, led_draw, layout)
+    light = flickered(led_signals(t, c.led, constant=True), c.noise, led_draw, layout)
     if layout.detector_noise:
-        return detector_node(*detector_signals(p, q, c.det_t, c.det_offset), det_draw, c.noise,
+        return detector_node(*detector_signals(light, c.det_t, c.det_offset), det_draw, c.noise,
                              base + gain * c.node_lam, c.node_scale * gain)
-    return affine(base + gain * c.c1, torch.cat([p - c.led[..., 0, 3, :], q - c.led[..., 1, 3, :]], dim=-1),
-                  c.op_t * gain)
+    return affine(base + gain * c.c1, (light - c.led[..., 3, :, :]).flatten(-2), c.op_t * gain)
 
 
 def stack_constants(loads: list[Constants]) -> Constants:
     """The constants of several weight loads (tiles of one chip) stacked for one batched `optical`:
     matrices [T, 1, K, M], vectors [T, 1, 1, M] (the 1s broadcast over passes and rows) and the emitters'
-    cubics [T, 1, 1, 2, 4, N] (each tile's module has its own); what every load shares (the nonlinearity,
+    cubics [T, 1, 1, 4, 2, N] (each tile's module has its own); what every load shares (the nonlinearity,
     the noise levels) stays as it is."""
     def matrices(name: str) -> torch.Tensor:
         return torch.stack([getattr(c, name) for c in loads])[:, None]
