@@ -91,3 +91,28 @@ def test_normals_are_box_muller_of_the_stream_s_uniforms_to_the_bit(dtype: torch
     radius, angle = (u1.log() * -2.0).sqrt(), u2 * (2.0 * math.pi)
     a, b = normal_pair(torch.tensor(key), torch.arange(n), dtype)
     assert torch.equal(a, torch.cos(angle) * radius) and torch.equal(b, torch.sin(angle) * radius)
+
+
+
+@pytest.mark.slow
+def test_a_loop_compiled_first_leaves_the_eager_stream_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A noisy loop compiled before any eager float32 draw (a compiled run first in its process): the
+    trace makes the stream's constants as graph constants and keeps none (kept, they would be the
+    tracer's fake tensors), so eager draws after it give their own numbers; compiled and eager runs agree
+    to float32 rounding."""
+    from aocsim.hardware.engine import backends, counter_rng
+    from aocsim.hardware.engine.loop import OpticalLoop
+
+    monkeypatch.setenv("AOCSIM_KERNEL_DIR", "off")  # traced here, not read from the kernel store
+    monkeypatch.setattr(backends, "GRAPHS", backends.GRAPHS.fresh())
+    w = torch.randn(48, 48, generator=torch.Generator().manual_seed(0))
+    x = torch.rand(8, 48, generator=torch.Generator().manual_seed(1))
+    loops = [OpticalLoop("aoc48", w, alpha=0.5, beta=18.6, compile=flag, generator=0) for flag in (True, False)]
+    monkeypatch.setattr(counter_rng, "_SCALES", {})
+    with torch.no_grad():
+        fast, slow = (loop.iterate(torch.zeros(8, 48), x, 12, generator=1) for loop in loops)
+    assert all(type(t) is torch.Tensor for kept in counter_rng._SCALES.values() for t in kept)
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    a, b = normal_pair(torch.tensor(12345), torch.arange(3), torch.float32)
+    reference = normal_pair(torch.tensor(12345), torch.arange(3), torch.float64)
+    torch.testing.assert_close((a.double(), b.double()), reference, rtol=1e-6, atol=1e-7)

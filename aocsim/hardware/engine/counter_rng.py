@@ -65,17 +65,20 @@ def _polar(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tup
 
 
 def _scales(work: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 0-dim scales 2^-32 and 2 pi 2^-32 in `work` (kept: a tensor per call costs as much as a pass)."""
-    kept = _SCALES.get((work, device))
+    """The 0-dim scales 2^-32 and 2 pi 2^-32 in `work`: kept for eager calls (a new tensor per call costs
+    as much as a pass), made in place while a compiler traces (constants of its graph, not kept)."""
+    kept = None if torch.compiler.is_compiling() else _SCALES.get((work, device))
     if kept is None:
         unit = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
-        two_pi = torch.tensor(2.0 * torch.pi, dtype=work).item()  # 2 pi as `work` rounds it
-        kept = _SCALES[(work, device)] = (torch.tensor(unit, dtype=work, device=device),
-                                          torch.tensor(unit * two_pi, dtype=work, device=device))
+        kept = (torch.full((), unit, dtype=work, device=device),
+                torch.full((), unit * _TWO_PI[work], dtype=work, device=device))
+        if not torch.compiler.is_compiling():
+            _SCALES[(work, device)] = kept
     return kept
 
 
 _SCALES: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+_TWO_PI = {work: float(torch.tensor(2.0 * torch.pi, dtype=work)) for work in (torch.float32, torch.float64)}  # as each rounds it
 
 
 def normal_pair(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
