@@ -218,7 +218,7 @@ class TwinDEQ(nn.Module):
             loop = self.loop()
             c = loop.constants()
             z = torch.linspace(-10.0, 10.0, 20001, dtype=c.op_t.dtype, device=c.op_t.device)[:, None]
-            p, q = led_light(nonlinearity(z, c.sigmoid, loop.layout().tanh), c.led, constant=False)  # every emitter
+            p, q = led_light(nonlinearity(z, c.sigmoid, loop.layout().tanh), c.led_coefficients, constant=False)  # every emitter
             dz = z[1, 0] - z[0, 0]
             slope = float((torch.diff(p, dim=0) ** 2 + torch.diff(q, dim=0) ** 2).sqrt().max() / dz)
             norm = float(torch.linalg.matrix_norm(c.op_t, ord=2))

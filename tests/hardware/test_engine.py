@@ -286,7 +286,7 @@ def test_dark_current_shot_noise_is_counted_once(gen: torch.Generator) -> None:
     unit = v["noise.responsivity_a_per_w"] * v["noise.power_per_unit_w"]
     c, g = loop.constants(), 18.6 * float(loop.optics.gain_scale)
     t = step.nonlinearity(z, c.sigmoid, False)
-    d_pos, d_neg = step.detector_signals(step.led_signals(t, c.led, constant=True), c.det_t, c.det_offset)
+    d_pos, d_neg = step.detector_signals(step.led_signals(t, c.led_coefficients, constant=True), c.det_t, c.det_offset)
     var = step.difference_std(d_pos, d_neg, c.noise) ** 2  # detector units, both paths
     current = sum(unit * (d / g + v["noise.bias_units"]) + dark_a for d in light.detectors(z))
     assert torch.allclose(var, 2 * ELECTRON_CHARGE_C * v["noise.bandwidth_hz"] * current / unit**2, rtol=1e-9)

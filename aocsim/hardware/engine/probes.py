@@ -23,10 +23,10 @@ def detector_readings(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> tuple[
     """(P, Q): the two detector signals after the gain, [B, N] each; each path draws its own noise
     (an iteration merges the paths' noises into one draw of their difference; `OpticalLoop.detectors`)."""
     loop, c = m.loop, m.c
-    light = led_signals(nonlinearity(z, c.sigmoid, m.layout.tanh), c.led, constant=True)
+    light = led_signals(nonlinearity(z, c.sigmoid, m.layout.tanh), c.led_coefficients, constant=True)
     if m.layout.draws:  # RIN: the iteration's own LED draw
         led_draw, _ = normal_pair(m._key(iteration, z.device), m.counters, z.dtype)
-        light = flickered(light, c.noise, led_draw, m.layout)
+        light = flickered(light, c.noise_levels, led_draw, m.layout)
     d_pos, d_neg = detector_signals(light, c.det_t, c.det_offset)
     if m.layout.detector_noise:  # per path: var = a D + b (D signed; 0 where the light is negative), own sub-stream
         draws = keys.normals(m.key.fold(keys.Stream.ITERATION, iteration, 1), (2, *z.shape), dtype=z.dtype, device=z.device)

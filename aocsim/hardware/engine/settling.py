@@ -98,7 +98,7 @@ def channels(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
     # t = f(z) and the LED cubics act per channel: their slopes by a central difference (autograd
     # through the calibrated sigmoid is NaN at u = 0, where |u|^c has an infinite log-derivative)
     h = torch.finfo(z.dtype).eps ** (1 / 3)
-    (p_hi, q_hi), (p_lo, q_lo) = (led_light(nonlinearity(z + s, c.sigmoid, layout.tanh), c.led, constant=False)
+    (p_hi, q_hi), (p_lo, q_lo) = (led_light(nonlinearity(z + s, c.sigmoid, layout.tanh), c.led_coefficients, constant=False)
                                   for s in (h, -h))
     n = z.shape[1]
     slope = g * ((p_hi - p_lo) * c.op_t[:n].diagonal() + (q_hi - q_lo) * c.op_t[n:].diagonal()) / (2 * h)

@@ -21,6 +21,7 @@ its cosine half for the LED (RIN), its sine half for the detector.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -78,12 +79,24 @@ class Constants:
         return (*self.sigmoid, self.led, self.op_t, self.op3_t, self.c1, self.det_t, self.det_offset,
                 self.node_scale, self.node_lam, self.noise)
 
+    @cached_property
+    def led_coefficients(self) -> tuple[torch.Tensor, ...]:
+        """(c3, c2, c1, c0), each [..., 2, N]: `led` split by coefficient once per weight load (views; an
+        eager split per iteration costs as much as a pass)."""
+        return tuple(self.led.unbind(-3))
+
+    @cached_property
+    def noise_levels(self) -> tuple[torch.Tensor, ...]:
+        """(RIN std, a, 2 b): `noise` split once per weight load (views, as `led_coefficients`)."""
+        return tuple(self.noise.unbind(0))
+
     @classmethod
     def from_tensors(cls, flat: tuple[torch.Tensor, ...]) -> "Constants":
         return cls(tuple(flat[:SIGMOID_PARAMS]), *flat[SIGMOID_PARAMS:])
 
 
 SIGMOID_PARAMS = 7
+Levels = torch.Tensor | tuple[torch.Tensor, ...]  # (RIN std, a, 2 b): `Constants.noise`, or its `noise_levels`
 NODE_PARAMS = 6  # g, alpha + gamma, gamma, low rail, high rail, response
 
 
@@ -122,14 +135,14 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     return torch.matmul(x, w) + bias
 
 
-def led_signals(t: torch.Tensor, led: torch.Tensor, constant: bool) -> torch.Tensor:
+def led_signals(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) -> torch.Tensor:
     """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: [..., B, 2, N],
     P+(t) then P-(t). Both paths run as one tensor (half the eager passes of two), and its last two dims
     flattened are [P+ | P-], the detectors' input.
 
-    led [..., 4, 2, N]: the cubics' coefficients, highest power first, each [P+ row, P- row] over emitters
-    (`programming.emitter_cubics` transposed, so that each coefficient is one contiguous [2, N] block)."""
-    c3, c2, c1, c0 = led.unbind(-3)
+    led: the cubics' coefficients (c3, c2, c1, c0), highest power first, each [..., 2, N] (its P+ row and
+    P- row over emitters: `Constants.led_coefficients`, one contiguous block each)."""
+    c3, c2, c1, c0 = led
     t = t.unsqueeze(-2)
     if t.numel() >= CONTIGUOUS_ROWS:  # many rows: a contiguous [.., B, 2, N] runs each pass as one long loop
         t = t.expand(*t.shape[:-2], 2, t.shape[-1]).contiguous()
@@ -140,7 +153,7 @@ def led_signals(t: torch.Tensor, led: torch.Tensor, constant: bool) -> torch.Ten
 CONTIGUOUS_ROWS = 4096  # values of t from which `led_signals` copies it to both paths (timed on CPU: faster from ~64 rows of 48)
 
 
-def led_light(t: torch.Tensor, led: torch.Tensor, constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def led_light(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(P+(t), P-(t)) [..., B, N] each: `led_signals` split by path."""
     p, q = led_signals(t, led, constant).unbind(-2)
     return p, q
@@ -154,9 +167,9 @@ def detector_signals(light: torch.Tensor, det_t: torch.Tensor, det_offset: torch
     return d[..., :n], d[..., n:]
 
 
-def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: Levels) -> torch.Tensor:
     """std of D_P - D_Q from every detector source: sqrt(a (D_P + D_Q) + 2 b), D signed around the bias light
-    in b (docs/PHYSICS.md section 3); 0 where that light would be negative."""
+    in b (docs/PHYSICS.md section 3); 0 where that light would be negative. noise: (RIN std, a, 2 b)."""
     return torch.sqrt(((d_pos + d_neg) * noise[1] + noise[2]).clamp_min(0.0))
 
 
@@ -168,7 +181,7 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
     of (g (K_ji p_i + K_j,N+i q_i) rin)^2, since one draw per LED reaches both of its paths. The noise
     budget and the noise-floor status both read it.
     """
-    light = led_signals(t, c.led, constant=True)
+    light = led_signals(t, c.led_coefficients, constant=True)
     p, q = light.unbind(-2)
     d_pos, d_neg = detector_signals(light, c.det_t, c.det_offset)
     var = (c.node_scale * gain) ** 2 * ((d_pos + d_neg) * a + b2).clamp_min(0.0)
@@ -179,7 +192,7 @@ def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | floa
     return var
 
 
-def flickered(light: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, layout: Layout) -> torch.Tensor:
+def flickered(light: torch.Tensor, noise: Levels, led_draw: torch.Tensor, layout: Layout) -> torch.Tensor:
     """The LED light [..., B, 2, N] with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
     if not layout.rin:
         return light
@@ -187,7 +200,7 @@ def flickered(light: torch.Tensor, noise: torch.Tensor, led_draw: torch.Tensor, 
     return light * flicker.unsqueeze(-2)
 
 
-def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tensor, noise: torch.Tensor,
+def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tensor, noise: Levels,
                   offset: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """offset + scale (D_P - D_Q + std det_draw): the node from noisy detector signals (offset = base +
     g node_lam, scale = g node_scale)."""
@@ -206,13 +219,13 @@ def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, k
         t2 = t * t
         return affine(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=-1), c.op3_t * gain)
     if not layout.draws:
-        return affine(base + gain * c.c1, led_signals(t, c.led, constant=False).flatten(-2), c.op_t * gain)
+        return affine(base + gain * c.c1, led_signals(t, c.led_coefficients, constant=False).flatten(-2), c.op_t * gain)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
-    light = flickered(led_signals(t, c.led, constant=True), c.noise, led_draw, layout)
+    light = flickered(led_signals(t, c.led_coefficients, constant=True), c.noise_levels, led_draw, layout)
     if layout.detector_noise:
-        return detector_node(*detector_signals(light, c.det_t, c.det_offset), det_draw, c.noise,
+        return detector_node(*detector_signals(light, c.det_t, c.det_offset), det_draw, c.noise_levels,
                              base + gain * c.node_lam, c.node_scale * gain)
-    return affine(base + gain * c.c1, (light - c.led[..., 3, :, :]).flatten(-2), c.op_t * gain)
+    return affine(base + gain * c.c1, (light - c.led_coefficients[3]).flatten(-2), c.op_t * gain)
 
 
 def stack_constants(loads: list[Constants]) -> Constants:
