@@ -129,6 +129,18 @@ def test_a_noisy_run_draws_each_iteration_from_its_own_key(gen: torch.Generator)
         z, z_prev = loop.step(z, x, z_prev=z_prev, generator=key, iteration=k), z
     assert torch.equal(loop.iterate(z0, x, steps, generator=key), z)
 
+
+def test_a_scheduled_run_takes_each_iteration_s_own_gain(gen: torch.Generator) -> None:
+    """`iterate` with schedules (beta and alpha per iteration) against one `step` per iteration: a run keeps
+    the node's values across iterations only where every schedule is constant."""
+    w, x, z0 = _noisy_setup(gen, 3)
+    loop = OpticalLoop(load_device("aoc48"), w, alpha=lambda k: 0.5 - 0.01 * k, beta=lambda k: 18.6 + k,
+                       generator=1)
+    z = z0
+    for k in range(6):
+        z = loop.step(z, x, generator=2, iteration=k)
+    assert torch.equal(loop.iterate(z0, x, 6, generator=2), z)
+
 # -- faults the engine issue listed --------------------------------------------------------------
 
 def test_readout_samples_every_interval(gen: torch.Generator) -> None:

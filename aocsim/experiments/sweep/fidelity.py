@@ -77,7 +77,7 @@ def screen_key(key: str, fraction: float, chips: int | None = None) -> str:
 def screen_point(point: Point, fidelity: Fidelity) -> Point:
     """The screen of `point`: its first samples (and chips), drawing the noise of its full run."""
     return dataclasses.replace(point, key=screen_key(point.key, fidelity.screen, fidelity.chips), seeds_of=point.key,
-                               fraction=fidelity.screen, chips=fidelity.chips or 0)
+                               fraction=fidelity.screen, chips=fidelity.chips)
 
 
 def promoted_count(n: int, promote: float) -> int:

@@ -116,7 +116,7 @@ def run_population(spec: SweepSpec, base: Any, points: list[Point], fits: str | 
             profiles.append(base.with_overrides({k: v for k, v in point.settings.items() if k not in PLACEMENT}))
             seeds.append([noise_seed(spec.root_seed, point.seeds_of or point.key, s) for s in spec.seeds])
         placement = {k.split(".", 1)[1]: v for k, v in points[0].settings.items() if k in PLACEMENT}
-        chips = list(spec.chips[:points[0].chips or None])  # a screen's first chips (search.fidelity.chips)
+        chips = list(spec.chips[:points[0].chips])  # a screen's first chips (search.fidelity.chips)
         with disk_memo.use(fits) if fits is not None else contextlib.nullcontext():
             if len(points) == 1:
                 datasets = [compare(model, profiles[0], w.inputs, w.targets, placement=placement, seeds=seeds[0],

@@ -38,7 +38,8 @@ SAMPLERS = ("nsga2", "tpe", "random")
 DIRECTIONS = ("max", "min")
 KINDS = ("int", "float", "log", "choice")  # a range of integers, of reals (linear or log-uniform), a list
 SEARCH_KEYS = ("objectives", "constraints", "budget", "sampler", "seed", "batch", "reference", "start", "fidelity")
-FIDELITY_KEYS = ("screen", "promote")  # and optionally chips
+FIDELITY_KEYS = ("screen", "promote")  # required
+FIDELITY_OPTIONAL = ("chips",)
 _CONSTRAINT = re.compile(r"\s*(>=|<=)\s*([^\s%]+)\s*(%?)\s*")
 
 
@@ -143,7 +144,7 @@ def _fidelity(raw: Any, batch: int) -> Fidelity | None:
     if raw is None:
         return None
     raw = mapping("search.fidelity", raw)
-    unknown = [k for k in raw if k not in (*FIDELITY_KEYS, "chips")]
+    unknown = [k for k in raw if k not in (*FIDELITY_KEYS, *FIDELITY_OPTIONAL)]
     if unknown:
         raise InputError(f"search.fidelity.{unknown[0]} is not a fidelity setting; expected screen, promote and "
                          "optionally chips")

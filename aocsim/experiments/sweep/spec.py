@@ -70,7 +70,7 @@ class Point:
     key: str  # a hash of the resolved configuration (`point_key`): its file's name
     seeds_of: str = ""  # the key its noise seeds derive from ("": its own); a screened trial's is its full point's
     fraction: float = 1.0  # the share of the workload's samples it runs, the first ones (search.fidelity.screen)
-    chips: int = 0  # the spec's chips it runs, the first ones (search.fidelity.chips); 0: all of them
+    chips: int | None = None  # the spec's chips it runs, the first ones (search.fidelity.chips); None: all
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ class LoopMap:
         self.fast = loop.compile and not torch.is_grad_enabled()
         self._keys: tuple[tuple[torch.Tensor, ...], int] = ((), 0)  # a block of iteration keys and its first
         self._node: tuple[torch.Tensor, ...] | None = None  # the node's values, with constant schedules
+        self._constant_node = loop.constant_schedules  # (a property: read once, not per iteration)
         self.states: list[torch.Tensor] | None = [] if record else None
         v = loop.parts
         self.readout = readout
@@ -92,7 +93,7 @@ class LoopMap:
         k, loop = self.k, self.loop
         z_prev = self.z_prev if self.z_prev is not None else torch.zeros_like(z)
         node = self._node if self._node is not None else loop.node(k, z)
-        if loop.constant_schedules:  # the same at every iteration of this inference
+        if self._constant_node:  # the same at every iteration of this inference
             self._node = node
         key = self._key(k, z.device)
         if self.fast:

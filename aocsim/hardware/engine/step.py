@@ -135,6 +135,9 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     return torch.matmul(x, w) + bias
 
 
+CONTIGUOUS_ROWS = 4096  # values of t from which `led_signals` copies it to both paths (timed on CPU: faster from ~64 rows of 48)
+
+
 def led_signals(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) -> torch.Tensor:
     """Both microLED cubics of every emitter (Horner), with or without their constant terms p0: [..., B, 2, N],
     P+(t) then P-(t). Both paths run as one tensor (half the eager passes of two), and its last two dims
@@ -148,9 +151,6 @@ def led_signals(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) 
         t = t.expand(*t.shape[:-2], 2, t.shape[-1]).contiguous()
     light = t * (c1 + t * (c2 + t * c3))
     return light + c0 if constant else light
-
-
-CONTIGUOUS_ROWS = 4096  # values of t from which `led_signals` copies it to both paths (timed on CPU: faster from ~64 rows of 48)
 
 
 def led_light(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
