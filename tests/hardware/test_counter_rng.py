@@ -97,7 +97,7 @@ def test_normals_are_box_muller_of_the_stream_s_uniforms_to_the_bit(dtype: torch
 @pytest.mark.slow
 def test_a_loop_compiled_first_leaves_the_eager_stream_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """A noisy loop compiled before any eager float32 draw (a compiled run first in its process): the
-    trace makes the stream's constants as graph constants and keeps none (kept, they would be the
+    trace makes the stream's constants (scales and integer operands) as graph constants and keeps none (kept, they would be the
     tracer's fake tensors), so eager draws after it give their own numbers; compiled and eager runs agree
     to float32 rounding."""
     from aocsim.hardware.engine import backends, counter_rng
@@ -109,10 +109,33 @@ def test_a_loop_compiled_first_leaves_the_eager_stream_whole(monkeypatch: pytest
     x = torch.rand(8, 48, generator=torch.Generator().manual_seed(1))
     loops = [OpticalLoop("aoc48", w, alpha=0.5, beta=18.6, compile=flag, generator=0) for flag in (True, False)]
     monkeypatch.setattr(counter_rng, "_SCALES", {})
+    monkeypatch.setattr(counter_rng, "_OPERANDS", {})
     with torch.no_grad():
         fast, slow = (loop.iterate(torch.zeros(8, 48), x, 12, generator=1) for loop in loops)
-    assert all(type(t) is torch.Tensor for kept in counter_rng._SCALES.values() for t in kept)
+    assert all(type(t) is torch.Tensor for cache in (counter_rng._SCALES, counter_rng._OPERANDS)
+               for kept in cache.values() for t in kept)
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
     a, b = normal_pair(torch.tensor(12345), torch.arange(3), torch.float32)
+    reference = normal_pair(torch.tensor(12345), torch.arange(3), torch.float64)
+    torch.testing.assert_close((a.double(), b.double()), reference, rtol=1e-6, atol=1e-7)
+
+
+def test_a_trace_keeps_none_of_the_streams_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traced before any eager draw (torch.export, as the compiled backends do), the stream makes its scales
+    and integer operands as constants of the graph and keeps none of them: kept, the tracer's tensors would
+    serve later eager draws. Eager draws after the trace are the stream's own numbers."""
+    from aocsim.hardware.engine import counter_rng
+
+    monkeypatch.setattr(counter_rng, "_SCALES", {})
+    monkeypatch.setattr(counter_rng, "_OPERANDS", {})
+
+    class Draw(torch.nn.Module):
+        def forward(self, key: torch.Tensor, counters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return normal_pair(key, counters, torch.float32)
+
+    traced = torch.export.export(Draw(), (torch.tensor(12345), torch.arange(3)))
+    assert counter_rng._SCALES == {} and counter_rng._OPERANDS == {}
+    a, b = normal_pair(torch.tensor(12345), torch.arange(3), torch.float32)
+    assert all(torch.equal(x, y) for x, y in zip((a, b), traced.module()(torch.tensor(12345), torch.arange(3))))
     reference = normal_pair(torch.tensor(12345), torch.arange(3), torch.float64)
     torch.testing.assert_close((a.double(), b.double()), reference, rtol=1e-6, atol=1e-7)

@@ -185,7 +185,7 @@ def _whole_stage_shapes(profile, sign: float, module: int, r: float, offset: int
     detector drawn) at each drive's one output: the yardstick of the measurement's one Gaussian per reading.
     `offset` moves the counters: independent draws."""
     from aocsim._numerics import least_squares
-    from aocsim.hardware.engine.step import optical
+    from aocsim.hardware.engine.step import node_drive, optical
     from aocsim.hardware.physics import components as C
 
     n, levels, repeats = 48, emitter_calibration.LEVELS, emitter_calibration.REPEATS
@@ -197,8 +197,9 @@ def _whole_stage_shapes(profile, sign: float, module: int, r: float, offset: int
     total = torch.zeros(levels, n, dtype=F64)
     for rep in range(repeats):
         ids = offset + torch.arange(rep * x.shape[0], (rep + 1) * x.shape[0])
-        node = optical(x, loop.constants(), loop.node(0, x)[0], loop.layout(), key.tensor(),
-                       keys.sample_counters(ids, n), loop.k0())
+        c, layout = loop.constants(), loop.layout()
+        node = optical(x, c, node_drive(loop.k0(), c, loop.node(0, x)[0], layout), layout, key.tensor(),
+                       keys.sample_counters(ids, n))
         codes = C.quantize_range(node, low, high, profile.values["readout.adc_bits"]).reshape(levels, n, n)
         total += codes.diagonal(dim1=1, dim2=2)
     a = least_squares(torch.stack([drive ** p for p in range(4)], dim=1), total / repeats)

@@ -32,7 +32,7 @@ import torch
 
 from aocsim.errors import AocsimError
 from aocsim.hardware.engine.memo import Memo
-from aocsim.hardware.engine.step import NODE_PARAMS, Constants, Layout, iteration
+from aocsim.hardware.engine.step import NODE_PARAMS, Constants, Layout, iteration, node_drive
 
 
 
@@ -40,8 +40,9 @@ def _block(steps: int, layout: Layout) -> Callable[..., tuple[torch.Tensor, torc
     """`steps` iterations with one node vector (constant schedules), as a flat-argument function."""
     def run(z, z_prev, base, key, counters, *rest):
         node, c = rest[:NODE_PARAMS], Constants.from_tensors(rest[NODE_PARAMS:])
+        drive = node_drive(base, c, node[0], layout)
         for _ in range(steps):  # keys advance per iteration only with draws, where steps == 1
-            z, z_prev = iteration(z, z_prev, base, c, node, key, counters, layout), z
+            z, z_prev = iteration(z, z_prev, drive, c, node, key, counters, layout), z
         return z, z_prev
     return run
 
@@ -127,10 +128,11 @@ def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor,
     return GRAPHS(inputs, build)
 
 
-def eager(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],
-          key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout) -> torch.Tensor:
-    """One iteration, eagerly."""
-    return iteration(z, z_prev, base, c, node, key, counters, layout)
+def eager(z: torch.Tensor, z_prev: torch.Tensor, drive: tuple[torch.Tensor, torch.Tensor], c: Constants,
+          node: tuple[torch.Tensor, ...], key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout
+          ) -> torch.Tensor:
+    """One iteration, eagerly (`drive`: `step.node_drive`, which a loop keeps while its gain is constant)."""
+    return iteration(z, z_prev, drive, c, node, key, counters, layout)
 
 
 def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],

@@ -15,6 +15,8 @@ by masking), so the same code runs eagerly and inside a traced graph.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
@@ -35,16 +37,17 @@ def splitmix64(state: torch.Tensor, scratch: torch.Tensor | None = None) -> torc
     arithmetic one masked (torch's >> is arithmetic), in place on one new tensor and one temporary:
     `scratch` (an int64 tensor of the result's shape, overwritten: `state` itself where the caller is done
     with it) or a new one. `state` is not changed unless it is the scratch."""
-    z = state >> 30
-    z &= (1 << 34) - 1
+    k = _operands(state.device)
+    z = state >> k.s30
+    z &= k.m34
     z ^= state
-    z *= _signed(_MIX1)
-    t = torch.bitwise_right_shift(z, 27, out=scratch) if scratch is not None else z >> 27
-    t &= (1 << 37) - 1
+    z *= k.mix1
+    t = torch.bitwise_right_shift(z, k.s27, out=scratch) if scratch is not None else z >> k.s27
+    t &= k.m37
     z ^= t
-    z *= _signed(_MIX2)
-    torch.bitwise_right_shift(z, 31, out=t)
-    t &= (1 << 33) - 1
+    z *= k.mix2
+    torch.bitwise_right_shift(z, k.s31, out=t)
+    t &= k.m33
     return z.bitwise_xor_(t)
 
 
@@ -57,11 +60,47 @@ def _polar(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tup
     since 2^-32 only moves the exponent."""
     state = torch.add(base, offsets, alpha=_signed(GOLDEN_GAMMA))  # (wrapping, as the product and sum)
     bits = splitmix64(state, scratch=state)
+    k = _operands(base.device)
     to_unit, to_angle = _scales(torch.float64 if dtype == torch.float64 else torch.float32, base.device)
-    u1 = torch.mul(torch.bitwise_and(bits, _LOW32, out=state).add_(1), to_unit)  # (k + 1) / 2^32 in (0, 1]
-    bits >>= 32  # the high half: an arithmetic shift, masked
-    angle = torch.mul(bits.bitwise_and_(_LOW32).add_(1), to_angle)
+    u1 = torch.mul(torch.bitwise_and(bits, k.low32, out=state).add_(k.one), to_unit)  # (k + 1) / 2^32 in (0, 1]
+    bits >>= k.s32  # the high half: an arithmetic shift, masked
+    angle = torch.mul(bits.bitwise_and_(k.low32).add_(k.one), to_angle)
     return u1.log_().mul_(-2.0).sqrt_(), angle
+
+
+class _Operands(NamedTuple):
+    """The integer operands of the stream's arithmetic: shifts, masks, multipliers, 1."""
+
+    s30: int | torch.Tensor
+    s27: int | torch.Tensor
+    s31: int | torch.Tensor
+    s32: int | torch.Tensor
+    m34: int | torch.Tensor
+    m37: int | torch.Tensor
+    m33: int | torch.Tensor
+    low32: int | torch.Tensor
+    mix1: int | torch.Tensor
+    mix2: int | torch.Tensor
+    one: int | torch.Tensor
+
+
+_VALUES = _Operands(30, 27, 31, 32, (1 << 34) - 1, (1 << 37) - 1, (1 << 33) - 1, _LOW32, _signed(_MIX1),
+                    _signed(_MIX2), 1)
+
+
+def _operands(device: torch.device) -> _Operands:
+    """`_VALUES` as 0-dim int64 tensors on `device` for eager calls (an eager kernel wraps and converts a
+    Python number at every call, about 0.5 us each, 11 per draw), as the numbers themselves while a compiler
+    traces (constants of its graph). Integer arithmetic: the same bits either way."""
+    if torch.compiler.is_compiling():
+        return _VALUES
+    kept = _OPERANDS.get(device)
+    if kept is None:
+        kept = _OPERANDS[device] = _Operands(*(torch.tensor(v, dtype=torch.int64, device=device) for v in _VALUES))
+    return kept
+
+
+_OPERANDS: dict[torch.device, _Operands] = {}
 
 
 def _scales(work: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

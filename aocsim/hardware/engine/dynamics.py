@@ -20,7 +20,7 @@ import torch
 
 from aocsim.hardware.engine import backends
 from aocsim.hardware.physics import components as C
-from aocsim.hardware.engine import keys, settling
+from aocsim.hardware.engine import keys, settling, step
 from aocsim.hardware.engine.step import Constants, Layout
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.parts import Parts, Readout
@@ -66,6 +66,7 @@ class LoopMap:
         self.fast = loop.compile and not torch.is_grad_enabled()
         self._keys: tuple[tuple[torch.Tensor, ...], int] = ((), 0)  # a block of iteration keys and its first
         self._node: tuple[torch.Tensor, ...] | None = None  # the node's values, with constant schedules
+        self._drive: tuple[torch.Tensor, torch.Tensor] | None = None  # and its drive (`step.node_drive`)
         self._constant_node = loop.constant_schedules  # (a property: read once, not per iteration)
         self.states: list[torch.Tensor] | None = [] if record else None
         v = loop.parts
@@ -99,7 +100,10 @@ class LoopMap:
         if self.fast:
             out = backends.compiled(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)[0]
         else:
-            out = backends.eager(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)
+            drive = self._drive if self._drive is not None else step.node_drive(self.base, self.c, node[0], self.layout)
+            if self._constant_node:
+                self._drive = drive
+            out = backends.eager(z, z_prev, drive, self.c, node, key, self.counters, self.layout)
         self.z_before, self.z_prev, self.k = self.z_prev, z, k + 1  # z_before: the momentum term's state
         if self.states is not None:
             self.states.append(out)

@@ -38,7 +38,7 @@ from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.programming import chip_key
 from aocsim.hardware.engine.counter_rng import normal
 from aocsim.hardware.engine.memo import Memo
-from aocsim.hardware.engine.step import node_noise_variance, optical
+from aocsim.hardware.engine.step import node_drive, node_noise_variance, optical
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.profiles.profile import DeviceProfile
 
@@ -62,7 +62,8 @@ def _fitted_shape(profile: DeviceProfile, n: int, sign: float, module: int, inpu
     x = torch.diag_embed(levels[:, None].expand(LEVELS, n)).reshape(-1, n)  # row (level, emitter)
     layout, c, gain = loop.layout(), loop.constants(), loop.node(0, x)[0]
     own = torch.arange(n).repeat(LEVELS)[:, None]  # row (level, emitter i) reads output i
-    mean = optical(x, c, gain, replace(layout, rin=False, detector_noise=False), None, None, loop.k0()).gather(1, own)
+    quiet = replace(layout, rin=False, detector_noise=False)
+    mean = optical(x, c, node_drive(loop.k0(), c, gain, quiet), quiet, None, None).gather(1, own)
     v = profile.parts
     low, high = (float(b) for b in v.readout.range_v)
     if layout.draws:  # the node's one Gaussian per reading (module docstring), REPEATS readings per row

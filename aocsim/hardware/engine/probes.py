@@ -8,15 +8,16 @@ import torch
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.counter_rng import normal_pair
 from aocsim.hardware.engine.dynamics import LoopMap
-from aocsim.hardware.engine.step import detector_signals, flickered, led_signals, nonlinearity, optical
+from aocsim.hardware.engine.step import detector_signals, flickered, led_signals, node_drive, nonlinearity, optical
 
 
 def optical_term(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> torch.Tensor:
     """y_opt: the optical path's contribution at the loop node, [B, N] volts (noise drawn as in an
     iteration of the map `m`: `OpticalLoop.optical`)."""
     loop = m.loop
-    return optical(nonlinearity(z, m.c.sigmoid, m.layout.tanh), m.c, loop.node(iteration, z)[0], m.layout,
-                   m._key(iteration, z.device), m.counters, loop.k0())
+    drive = node_drive(loop.k0(), m.c, loop.node(iteration, z)[0], m.layout)
+    return optical(nonlinearity(z, m.c.sigmoid, m.layout.tanh), m.c, drive, m.layout, m._key(iteration, z.device),
+                   m.counters)
 
 
 def detector_readings(m: LoopMap, z: torch.Tensor, iteration: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from aocsim.hardware.engine import backends, settling
+from aocsim.hardware.engine import backends, settling, step
 from aocsim.hardware.engine.dynamics import LoopMap
 from aocsim.hardware.physics import components as C
 from aocsim.solve.result import SolveResult
@@ -77,14 +77,15 @@ class SampledLoop:
         z_prev = m.z_before if m.z_before is not None else torch.zeros_like(z)
         node = m.loop.node(max(m.k - 1, 0), z)
         h = torch.finfo(z.dtype).eps ** (1 / 3)
+        drive = step.node_drive(m.base, m.c, node[0], quiet)
         if self.vector is None:  # a fixed start with no special direction (any mode has weight in it)
             start = torch.randn(z.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
             self.vector = (start / start.norm()).to(z).expand_as(z).clone()
         v, grow = self.vector, torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
         with torch.no_grad():
             for _ in range(POWER_STEPS):
-                jv = (backends.eager(z + h * v, z_prev, m.base, m.c, node, None, None, quiet)
-                      - backends.eager(z - h * v, z_prev, m.base, m.c, node, None, None, quiet)) / (2 * h)
+                jv = (backends.eager(z + h * v, z_prev, drive, m.c, node, None, None, quiet)
+                      - backends.eager(z - h * v, z_prev, drive, m.c, node, None, None, quiet)) / (2 * h)
                 w = (v + jv) / 2
                 grow = w.norm(dim=1)
                 v = w / grow.clamp_min(torch.finfo(z.dtype).tiny)[:, None]

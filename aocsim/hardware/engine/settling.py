@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware.engine.step import Constants, Layout, led_light, node_noise_variance, nonlinearity, optical
+from aocsim.hardware.engine.step import Constants, Layout, led_light, node_drive, node_noise_variance, nonlinearity, optical
 
 STABLE = 0.999  # |a| is held below STABLE (1 - b): a channel read as unstable keeps a finite spread
 
@@ -108,7 +108,7 @@ def channels(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Const
     b = -r * gamma if layout.momentum else 0.0
     if layout.saturate:
         quiet = Layout(layout.tanh, rin=False, detector_noise=False, momentum=False, saturate=False, respond=False)
-        y = optical(t, c, node[0], quiet, None, None, base) + leak * z
+        y = optical(t, c, node_drive(base, c, node[0], quiet), quiet, None, None) + leak * z
         y = y - gamma * z_prev if layout.momentum else y
         clamped = (y < low) | (y > high)
         var = torch.where(clamped, 0.0, var)

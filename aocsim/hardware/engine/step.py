@@ -208,24 +208,36 @@ def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tens
     return torch.addcmul(offset, diff, scale)
 
 
-def optical(t: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout, key: torch.Tensor | None,
-            counters: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
-    """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`.
+def node_drive(base: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """(offset, scale): what the node makes of the optical signal at loop gain g. With detector noise,
+    (base + g node_lam, g node_scale) act on D_P - D_Q; otherwise (base + g c1, g operator) act on the LED
+    signals (the operator op3_t with the cubics folded in, or op_t). They change only with g, so a loop
+    with constant schedules computes them once per inference (three to four eager calls per iteration)."""
+    if layout.detector_noise:
+        return base + gain * c.node_lam, c.node_scale * gain
+    operator = c.op3_t if layout.led_folded and not layout.draws else c.op_t
+    return base + gain * c.c1, operator * gain
+
+
+def optical(t: torch.Tensor, c: Constants, drive: tuple[torch.Tensor, torch.Tensor], layout: Layout,
+            key: torch.Tensor | None, counters: torch.Tensor | None) -> torch.Tensor:
+    """base + g (node_scale (D_P - D_Q) + node_lam): the optical path's contribution at the node plus `base`,
+    with `drive` = `node_drive(base, c, g, layout)`.
 
     One weight load: t [B, N] and the load's constants. A stack of loads (tiles, and passes of them):
     t [..., B, N] with constants stacked over the same leading dims (`stack_constants`), and the key
     [..., 1, 1] one stream per load and pass."""
+    offset, scale = drive
     if not layout.draws and layout.led_folded:  # one product on [t, t^2, t^3]: LED cubics folded in
         t2 = t * t
-        return affine(base + gain * c.c1, torch.cat([t, t2, t2 * t], dim=-1), c.op3_t * gain)
+        return affine(offset, torch.cat([t, t2, t2 * t], dim=-1), scale)
     if not layout.draws:
-        return affine(base + gain * c.c1, led_signals(t, c.led_coefficients, constant=False).flatten(-2), c.op_t * gain)
+        return affine(offset, led_signals(t, c.led_coefficients, constant=False).flatten(-2), scale)
     led_draw, det_draw = normal_pair(key, counters, t.dtype)
     light = flickered(led_signals(t, c.led_coefficients, constant=True), c.noise_levels, led_draw, layout)
     if layout.detector_noise:
-        return detector_node(*detector_signals(light, c.det_t, c.det_offset), det_draw, c.noise_levels,
-                             base + gain * c.node_lam, c.node_scale * gain)
-    return affine(base + gain * c.c1, (light - c.led_coefficients[3]).flatten(-2), c.op_t * gain)
+        return detector_node(*detector_signals(light, c.det_t, c.det_offset), det_draw, c.noise_levels, offset, scale)
+    return affine(offset, (light - c.led_coefficients[3]).flatten(-2), scale)
 
 
 def stack_constants(loads: list[Constants]) -> Constants:
@@ -258,21 +270,21 @@ def stack_loads(stacks: list[Constants]) -> Constants:
                                                                 "node_scale", "node_lam")), noise)
 
 
-def iteration(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants,
+def iteration(z: torch.Tensor, z_prev: torch.Tensor, drive: tuple[torch.Tensor, torch.Tensor], c: Constants,
               node: tuple[torch.Tensor, ...],
               key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout) -> torch.Tensor:
     """z[k+1] from z[k] (and z[k-1] for momentum).
 
     Args:
         z, z_prev: states [B, N], volts.
-        base: inject + k0, [B, N].
+        drive: `node_drive(base, c, g, layout)` with base = inject + k0, [B, N], and g = node[0].
         c: the weight load's `Constants`.
         node: (g, alpha + gamma, gamma, low rail, high rail, response) at this iteration, 0-dim tensors.
         key, counters: this iteration's stream key (int64 0-dim) and the (sample, channel) counters
             [B, N] (`keys.sample_counters`); None when the layout draws nothing.
         layout: the stages present.
     """
-    y = optical(nonlinearity(z, c.sigmoid, layout.tanh), c, node[0], layout, key, counters, base)
+    y = optical(nonlinearity(z, c.sigmoid, layout.tanh), c, drive, layout, key, counters)
     y = torch.addcmul(y, z, node[1])
     if layout.momentum:
         y = torch.addcmul(y, z_prev, -node[2])

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from aocsim.hardware.engine import backends
 from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
 from aocsim.hardware.engine.partial_sums import held_sum
-from aocsim.hardware.engine.step import Constants, Layout, optical
+from aocsim.hardware.engine.step import Constants, Layout, node_drive, optical
 from aocsim.hardware.physics import components as C
 
 _NUMBERS: dict[tuple, torch.Tensor] = {}  # floats as graph inputs, made once per process
@@ -112,11 +112,12 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
         blocks = F.pad(converted, (0, cols * ts - k)).view(batch, cols, ts)
         u = F.pad(blocks, (0, n - ts)).transpose(0, 1)[torch.arange(rows * cols, device=t.device) % cols]
     constants = Constants.from_tensors(x["constants"])
+    drive = node_drive(x["k0"], constants, x["gain"], plan.layout)
     if plan.loads == 1:
-        node = optical(u[:, None], constants, x["gain"], plan.layout, x["streams"], x["counters"], x["k0"])
+        node = optical(u[:, None], constants, drive, plan.layout, x["streams"], x["counters"])
     else:  # [S, T, 1, G, N]: load s's tiles on its group of G rows, constants and streams [S, T, ...]
         grouped = u.unflatten(1, (plan.loads, -1)).transpose(0, 1)[:, :, None]
-        node = optical(grouped, constants, x["gain"], plan.layout, x["streams"], x["counters"], x["k0"])
+        node = optical(grouped, constants, drive, plan.layout, x["streams"], x["counters"])
         node = node.permute(1, 2, 0, 3, 4).flatten(2, 3)  # [T, K, S G, N]: the rows in their order
     node = node[..., :ts].reshape(rows, cols, node.shape[1], batch, ts)
     partials = node.permute(1, 2, 3, 0, 4).reshape(cols, -1, batch, rows * ts)[..., :m]  # [cols, K, B, M] volts
