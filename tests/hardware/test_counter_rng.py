@@ -100,7 +100,7 @@ def test_a_loop_compiled_first_leaves_the_eager_stream_whole(monkeypatch: pytest
     trace makes the stream's constants (scales and integer operands) as graph constants and keeps none (kept, they would be the
     tracer's fake tensors), so eager draws after it give their own numbers; compiled and eager runs agree
     to float32 rounding."""
-    from aocsim.hardware.engine import backends, counter_rng
+    from aocsim.hardware.engine import backends, scalars
     from aocsim.hardware.engine.loop import OpticalLoop
 
     monkeypatch.setenv("AOCSIM_KERNEL_DIR", "off")  # traced here, not read from the kernel store
@@ -108,12 +108,10 @@ def test_a_loop_compiled_first_leaves_the_eager_stream_whole(monkeypatch: pytest
     w = torch.randn(48, 48, generator=torch.Generator().manual_seed(0))
     x = torch.rand(8, 48, generator=torch.Generator().manual_seed(1))
     loops = [OpticalLoop("aoc48", w, alpha=0.5, beta=18.6, compile=flag, generator=0) for flag in (True, False)]
-    monkeypatch.setattr(counter_rng, "_SCALES", {})
-    monkeypatch.setattr(counter_rng, "_OPERANDS", {})
+    monkeypatch.setattr(scalars, "_KEPT", {})
     with torch.no_grad():
         fast, slow = (loop.iterate(torch.zeros(8, 48), x, 12, generator=1) for loop in loops)
-    assert all(type(t) is torch.Tensor for cache in (counter_rng._SCALES, counter_rng._OPERANDS)
-               for kept in cache.values() for t in kept)
+    assert all(type(t) is torch.Tensor for kept in scalars._KEPT.values() for t in kept)
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
     a, b = normal_pair(torch.tensor(12345), torch.arange(3), torch.float32)
     reference = normal_pair(torch.tensor(12345), torch.arange(3), torch.float64)
@@ -124,17 +122,16 @@ def test_a_trace_keeps_none_of_the_streams_constants(monkeypatch: pytest.MonkeyP
     """Traced before any eager draw (torch.export, as the compiled backends do), the stream makes its scales
     and integer operands as constants of the graph and keeps none of them: kept, the tracer's tensors would
     serve later eager draws. Eager draws after the trace are the stream's own numbers."""
-    from aocsim.hardware.engine import counter_rng
+    from aocsim.hardware.engine import scalars
 
-    monkeypatch.setattr(counter_rng, "_SCALES", {})
-    monkeypatch.setattr(counter_rng, "_OPERANDS", {})
+    monkeypatch.setattr(scalars, "_KEPT", {})
 
     class Draw(torch.nn.Module):
         def forward(self, key: torch.Tensor, counters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return normal_pair(key, counters, torch.float32)
 
     traced = torch.export.export(Draw(), (torch.tensor(12345), torch.arange(3)))
-    assert counter_rng._SCALES == {} and counter_rng._OPERANDS == {}
+    assert scalars._KEPT == {}
     a, b = normal_pair(torch.tensor(12345), torch.arange(3), torch.float32)
     assert all(torch.equal(x, y) for x, y in zip((a, b), traced.module()(torch.tensor(12345), torch.arange(3))))
     reference = normal_pair(torch.tensor(12345), torch.arange(3), torch.float64)

@@ -15,9 +15,9 @@ by masking), so the same code runs eagerly and inside a traced graph.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
+
+from aocsim.hardware.engine.scalars import scalars
 
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
@@ -37,17 +37,17 @@ def splitmix64(state: torch.Tensor, scratch: torch.Tensor | None = None) -> torc
     arithmetic one masked (torch's >> is arithmetic), in place on one new tensor and one temporary:
     `scratch` (an int64 tensor of the result's shape, overwritten: `state` itself where the caller is done
     with it) or a new one. `state` is not changed unless it is the scratch."""
-    k = _operands(state.device)
-    z = state >> k.s30
-    z &= k.m34
+    s30, s27, s31, m34, m37, m33, mix1, mix2 = scalars(_MIXING, torch.int64, state.device)
+    z = state >> s30
+    z &= m34
     z ^= state
-    z *= k.mix1
-    t = torch.bitwise_right_shift(z, k.s27, out=scratch) if scratch is not None else z >> k.s27
-    t &= k.m37
+    z *= mix1
+    t = torch.bitwise_right_shift(z, s27, out=scratch) if scratch is not None else z >> s27
+    t &= m37
     z ^= t
-    z *= k.mix2
-    torch.bitwise_right_shift(z, k.s31, out=t)
-    t &= k.m33
+    z *= mix2
+    torch.bitwise_right_shift(z, s31, out=t)
+    t &= m33
     return z.bitwise_xor_(t)
 
 
@@ -60,63 +60,20 @@ def _polar(base: torch.Tensor, offsets: torch.Tensor, dtype: torch.dtype) -> tup
     since 2^-32 only moves the exponent."""
     state = torch.add(base, offsets, alpha=_signed(GOLDEN_GAMMA))  # (wrapping, as the product and sum)
     bits = splitmix64(state, scratch=state)
-    k = _operands(base.device)
-    to_unit, to_angle = _scales(torch.float64 if dtype == torch.float64 else torch.float32, base.device)
-    u1 = torch.mul(torch.bitwise_and(bits, k.low32, out=state).add_(k.one), to_unit)  # (k + 1) / 2^32 in (0, 1]
-    bits >>= k.s32  # the high half: an arithmetic shift, masked
-    angle = torch.mul(bits.bitwise_and_(k.low32).add_(k.one), to_angle)
-    return u1.log_().mul_(-2.0).sqrt_(), angle
+    s32, low32, one = scalars(_HALVES, torch.int64, base.device)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    unit = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
+    to_unit, to_angle, minus_two = scalars((unit, unit * _TWO_PI[work], -2.0), work, base.device)
+    u1 = torch.mul(torch.bitwise_and(bits, low32, out=state).add_(one), to_unit)
+    bits >>= s32  # the high half: an arithmetic shift, masked
+    angle = torch.mul(bits.bitwise_and_(low32).add_(one), to_angle)
+    return u1.log_().mul_(minus_two).sqrt_(), angle
 
 
-class _Operands(NamedTuple):
-    """The integer operands of the stream's arithmetic: shifts, masks, multipliers, 1."""
-
-    s30: int | torch.Tensor
-    s27: int | torch.Tensor
-    s31: int | torch.Tensor
-    s32: int | torch.Tensor
-    m34: int | torch.Tensor
-    m37: int | torch.Tensor
-    m33: int | torch.Tensor
-    low32: int | torch.Tensor
-    mix1: int | torch.Tensor
-    mix2: int | torch.Tensor
-    one: int | torch.Tensor
-
-
-_VALUES = _Operands(30, 27, 31, 32, (1 << 34) - 1, (1 << 37) - 1, (1 << 33) - 1, _LOW32, _signed(_MIX1),
-                    _signed(_MIX2), 1)
-
-
-def _operands(device: torch.device) -> _Operands:
-    """`_VALUES` as 0-dim int64 tensors on `device` for eager calls (an eager kernel wraps and converts a
-    Python number at every call, about 0.5 us each, 11 per draw), as the numbers themselves while a compiler
-    traces (constants of its graph). Integer arithmetic: the same bits either way."""
-    if torch.compiler.is_compiling():
-        return _VALUES
-    kept = _OPERANDS.get(device)
-    if kept is None:
-        kept = _OPERANDS[device] = _Operands(*(torch.tensor(v, dtype=torch.int64, device=device) for v in _VALUES))
-    return kept
-
-
-_OPERANDS: dict[torch.device, _Operands] = {}
-
-
-def _scales(work: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 0-dim scales 2^-32 and 2 pi 2^-32 in `work`: kept for eager calls (a new tensor per call costs
-    as much as a pass), made in place while a compiler traces (constants of its graph, not kept)."""
-    kept = None if torch.compiler.is_compiling() else _SCALES.get((work, device))
-    if kept is None:
-        unit = 2.0 ** -32  # 32-bit uniforms in (0, 1]: u = (k + 1) / 2^32
-        kept = (torch.full((), unit, dtype=work, device=device),
-                torch.full((), unit * _TWO_PI[work], dtype=work, device=device))
-        if not torch.compiler.is_compiling():
-            _SCALES[(work, device)] = kept
-    return kept
-
-
-_SCALES: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+# the integer operands, as kept 0-dim int64 tensors (`scalars`): SplitMix64's shifts, masks and multipliers;
+# the uniforms' shift, mask and 1
+_MIXING = (30, 27, 31, (1 << 34) - 1, (1 << 37) - 1, (1 << 33) - 1, _signed(_MIX1), _signed(_MIX2))
+_HALVES = (32, _LOW32, 1)
 _TWO_PI = {work: float(torch.tensor(2.0 * torch.pi, dtype=work)) for work in (torch.float32, torch.float64)}  # as each rounds it
 
 

@@ -26,6 +26,7 @@ from functools import cached_property
 import torch
 
 from aocsim.hardware.engine.counter_rng import normal_pair
+from aocsim.hardware.engine.scalars import scalars
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,10 @@ def nonlinearity(z: torch.Tensor, sigmoid: tuple[torch.Tensor, ...], tanh: bool)
     if tanh:
         return torch.tanh(z)
     da, db, c, shift, inv_c, f, g = sigmoid
+    one, = scalars((1.0,), z.dtype, z.device)
     v = z * da + db
     power = torch.log2(v.abs()) * c + shift  # c log2|u|
-    scale = torch.exp2(torch.log2(torch.exp2(power) + 1.0) * inv_c)  # (1 + |u|^c)^(-1/c)
+    scale = torch.exp2(torch.log2(torch.exp2(power) + one) * inv_c)  # (1 + |u|^c)^(-1/c)
     return torch.addcmul(z * g + f, v, scale)
 
 
@@ -170,7 +172,8 @@ def detector_signals(light: torch.Tensor, det_t: torch.Tensor, det_offset: torch
 def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: Levels) -> torch.Tensor:
     """std of D_P - D_Q from every detector source: sqrt(a (D_P + D_Q) + 2 b), D signed around the bias light
     in b (docs/PHYSICS.md section 3); 0 where that light would be negative. noise: (RIN std, a, 2 b)."""
-    return torch.sqrt(((d_pos + d_neg) * noise[1] + noise[2]).clamp_min(0.0))
+    zero, = scalars((0.0,), d_pos.dtype, d_pos.device)
+    return torch.sqrt(((d_pos + d_neg) * noise[1] + noise[2]).clamp_min(zero))
 
 
 def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | float, a: float, b2: float,
@@ -196,7 +199,8 @@ def flickered(light: torch.Tensor, noise: Levels, led_draw: torch.Tensor, layout
     """The LED light [..., B, 2, N] with its RIN: one intensity fluctuation per LED, seen by both of its paths."""
     if not layout.rin:
         return light
-    flicker = 1.0 + noise[0] * led_draw
+    one, = scalars((1.0,), light.dtype, light.device)
+    flicker = noise[0] * led_draw + one
     return light * flicker.unsqueeze(-2)
 
 

@@ -1,0 +1,26 @@
+"""0-dim tensors for the Python numbers of the eager hot paths (the loop's step, the keyed stream).
+
+An eager CPU kernel wraps a Python number in a new tensor and converts it at every call, about 0.5 to 1 us,
+as much as a whole pass over a small batch. A kept 0-dim tensor of the operand's own dtype gives the same
+bits (the number is exact in that dtype, which the kernel computes in either way) at no cost. While a
+compiler traces, the tensors are made in the graph and kept nowhere: kept, the tracer's tensors would
+serve later eager calls.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def scalars(values: tuple[int | float, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """`values` as 0-dim tensors of `dtype` on `device`, kept for eager calls (one lookup per group)."""
+    if torch.compiler.is_compiling():
+        return tuple(torch.full((), v, dtype=dtype, device=device) for v in values)
+    key = (values, dtype, device)
+    kept = _KEPT.get(key)
+    if kept is None:
+        kept = _KEPT[key] = tuple(torch.full((), v, dtype=dtype, device=device) for v in values)
+    return kept
+
+
+_KEPT: dict[tuple, tuple[torch.Tensor, ...]] = {}
