@@ -141,6 +141,45 @@ def test_a_scheduled_run_takes_each_iteration_s_own_gain(gen: torch.Generator) -
         z = loop.step(z, x, generator=2, iteration=k)
     assert torch.equal(loop.iterate(z0, x, 6, generator=2), z)
 
+
+def test_a_trainable_gain_takes_each_iteration_s_own_gradient(gen: torch.Generator) -> None:
+    """With autograd, `iterate` computes the node's drive at every iteration, as one `step` per iteration
+    does: beta's gradient is the same bit for bit (a drive kept across iterations sums the iterations'
+    terms before its product with node_lam, another rounding), and so is a run's after a run without
+    autograd (a drive kept there has no graph)."""
+    w, x, z0 = _noisy_setup(gen, 4)
+    grads = []
+    for per_step in (True, False, False):
+        beta = torch.tensor(18.6, requires_grad=True)
+        loop = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=beta, generator=1)
+        z = z0
+        if per_step:
+            for k in range(12):
+                z = loop.step(z, x, generator=2, iteration=k)
+        else:
+            with torch.no_grad():
+                loop.iterate(z0, x, 12, generator=2)
+            z = loop.iterate(z0, x, 12, generator=2)
+        z.square().sum().backward()
+        grads.append(beta.grad)
+    assert torch.equal(grads[0], grads[1]) and torch.equal(grads[1], grads[2])
+
+
+def test_a_run_in_inference_mode_leaves_training_possible(gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The step's kept constants (`engine/scalars.py`) first made inside `torch.inference_mode()` are still
+    ordinary tensors: a later run with autograd can save them for its backward pass."""
+    from aocsim.hardware.engine import scalars
+
+    monkeypatch.setattr(scalars, "_KEPT", {})
+    w, x, z0 = _noisy_setup(gen, 4)
+    loop = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=18.6, generator=1)
+    with torch.inference_mode():
+        loop.iterate(z0, x, 3, generator=2)
+    trained = w.clone().requires_grad_()
+    OpticalLoop(load_device("aoc48"), trained, alpha=0.5, beta=18.6, generator=1).iterate(z0, x, 3, generator=2).sum().backward()
+    assert trained.grad is not None and bool(torch.isfinite(trained.grad).all())
+
 # -- faults the engine issue listed --------------------------------------------------------------
 
 def test_readout_samples_every_interval(gen: torch.Generator) -> None:

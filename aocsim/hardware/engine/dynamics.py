@@ -93,15 +93,21 @@ class LoopMap:
         """z[k+1] from z[k]; advances the iteration index."""
         k, loop = self.k, self.loop
         z_prev = self.z_prev if self.z_prev is not None else torch.zeros_like(z)
-        node = self._node if self._node is not None else loop.node(k, z)
-        if self._constant_node:  # the same at every iteration of this inference
+        # The node's values and drive are the same at every iteration with constant schedules, and kept for
+        # inference only: with autograd each iteration makes its own, so that a trainable gain's gradient
+        # sums its iterations' terms as one step per iteration does (and no value kept without a graph
+        # serves a later call with one).
+        keep = self._constant_node and not torch.is_grad_enabled()
+        node = self._node if keep and self._node is not None else loop.node(k, z)
+        if keep:
             self._node = node
         key = self._key(k, z.device)
         if self.fast:
             out = backends.compiled(z, z_prev, self.base, self.c, node, key, self.counters, self.layout)[0]
         else:
-            drive = self._drive if self._drive is not None else step.node_drive(self.base, self.c, node[0], self.layout)
-            if self._constant_node:
+            drive = self._drive if keep and self._drive is not None else step.node_drive(
+                self.base, self.c, node[0], self.layout)
+            if keep:
                 self._drive = drive
             out = backends.eager(z, z_prev, drive, self.c, node, key, self.counters, self.layout)
         self.z_before, self.z_prev, self.k = self.z_prev, z, k + 1  # z_before: the momentum term's state

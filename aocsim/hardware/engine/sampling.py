@@ -77,12 +77,12 @@ class SampledLoop:
         z_prev = m.z_before if m.z_before is not None else torch.zeros_like(z)
         node = m.loop.node(max(m.k - 1, 0), z)
         h = torch.finfo(z.dtype).eps ** (1 / 3)
-        drive = step.node_drive(m.base, m.c, node[0], quiet)
         if self.vector is None:  # a fixed start with no special direction (any mode has weight in it)
             start = torch.randn(z.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
             self.vector = (start / start.norm()).to(z).expand_as(z).clone()
         v, grow = self.vector, torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
         with torch.no_grad():
+            drive = step.node_drive(m.base, m.c, node[0], quiet)
             for _ in range(POWER_STEPS):
                 jv = (backends.eager(z + h * v, z_prev, drive, m.c, node, None, None, quiet)
                       - backends.eager(z - h * v, z_prev, drive, m.c, node, None, None, quiet)) / (2 * h)

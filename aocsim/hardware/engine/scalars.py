@@ -13,13 +13,18 @@ import torch
 
 
 def scalars(values: tuple[int | float, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """`values` as 0-dim tensors of `dtype` on `device`, kept for eager calls (one lookup per group)."""
+    """`values` as 0-dim tensors of `dtype` on `device`, kept for eager calls (one lookup per group).
+
+    Groups are told apart by ==, so -0.0 would be served 0.0's tensor and NaN never found again: pass
+    neither. Kept tensors are made outside inference mode, so that a first call inside one does not
+    leave inference tensors that a later autograd run would have to save (torch refuses)."""
     if torch.compiler.is_compiling():
         return tuple(torch.full((), v, dtype=dtype, device=device) for v in values)
     key = (values, dtype, device)
     kept = _KEPT.get(key)
     if kept is None:
-        kept = _KEPT[key] = tuple(torch.full((), v, dtype=dtype, device=device) for v in values)
+        with torch.inference_mode(False):
+            kept = _KEPT[key] = tuple(torch.full((), v, dtype=dtype, device=device) for v in values)
     return kept
 
 

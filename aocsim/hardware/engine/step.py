@@ -216,7 +216,7 @@ def node_drive(base: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Lay
     """(offset, scale): what the node makes of the optical signal at loop gain g. With detector noise,
     (base + g node_lam, g node_scale) act on D_P - D_Q; otherwise (base + g c1, g operator) act on the LED
     signals (the operator op3_t with the cubics folded in, or op_t). They change only with g, so a loop
-    with constant schedules computes them once per inference (three to four eager calls per iteration)."""
+    with constant schedules computes them once per inference (three eager calls per iteration)."""
     if layout.detector_noise:
         return base + gain * c.node_lam, c.node_scale * gain
     operator = c.op3_t if layout.led_folded and not layout.draws else c.op_t
