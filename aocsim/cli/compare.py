@@ -105,6 +105,7 @@ def compare_cmd(model_names: tuple[str, ...], device: str, torch_device: str, ov
             results = compare_models(names, profile, given, seeds=seeds, chips=chips, sequences=sequences,
                                      length_factor=length_factor, workers=pool,
                                      note=lambda line: click.echo(f"note: {line}", err=True))
+            pool.close(wait=False)  # its processes end (about 0.5 s) while the results are written and drawn
     write_groups(results, out)
     from aocsim.experiments.results import summarize
 
