@@ -157,11 +157,12 @@ def compare_all(jobs: Sequence[dict[str, Any]], *, workers: int | Workers = 1, p
     # the spawned workers start now, so that their start-up overlaps the preparation and the exact paths
     with (nullcontext(given) if given is not None else
           Workers(min(count, sum(len(p.where) for p in plans)), warm=warm_worker)) as pool:
-        for plan in plans:
-            m, placed = plan.model, plan.placed
-            plan.prepared = placed.cls.prepare(m, default_calibration(m) if plan.calibration is None
-                                               else plan.calibration, placed.placement)
-            plan.exact = placed.cls.exact(m, plan.inputs, placed.placement)
+        with pool.alongside():  # the spawned workers start on the other cores meanwhile
+            for plan in plans:
+                m, placed = plan.model, plan.placed
+                plan.prepared = placed.cls.prepare(m, default_calibration(m) if plan.calibration is None
+                                                   else plan.calibration, placed.placement)
+                plan.exact = placed.cls.exact(m, plan.inputs, placed.placement)
         every = [(j, k, part) for j, plan in enumerate(plans) for k, part in enumerate(plan.parts())]
         every.sort(key=lambda e: -plans[e[0]].predictions(e[1]))  # stable: each plan's own order kept
         runs: list[dict[int, list[list[dict[str, Any]]]]] = [{} for _ in plans]

@@ -87,3 +87,21 @@ def test_a_spawned_worker_ends_when_its_parent_is_killed(tmp_path) -> None:
               for p in workers):
         assert time.monotonic() < deadline, "the spawned worker outlived its killed parent"
         time.sleep(0.1)
+
+
+def test_a_process_beside_its_spawned_workers_leaves_them_their_cores() -> None:
+    """`Workers.alongside`: this process's torch threads cut by the spawned processes' count (at least one),
+    then restored: a starting worker holds a core, and threads beyond the free cores wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        pool = Workers(1)  # nothing spawned
+        with pool.alongside():
+            assert torch.get_num_threads() == 4
+        for workers, threads in ((3, 2), (8, 1)):  # as pools of 2 and 7 spawned processes count themselves
+            pool.workers = workers
+            with pool.alongside():
+                assert torch.get_num_threads() == threads
+            assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
