@@ -71,8 +71,8 @@ class Workers:
     def alongside(self) -> Iterator[None]:
         """This process's torch threads cut to the cores the spawned processes leave (at least one) while it
         works beside them: they hold a core each from their start, and more threads than free cores wait
-        on each other (on 2 cores, the README main job's exact paths took 3 s beside a starting worker
-        instead of 0.5 s). Restored afterwards."""
+        on each other (on 2 cores, the README main job's calibration fixed points took 1.6 s on 2 threads
+        beside a starting worker, 0.15 s on one). Restored afterwards."""
         import torch
 
         before = torch.get_num_threads()
