@@ -93,13 +93,12 @@ def test_normals_are_box_muller_of_the_stream_s_uniforms_to_the_bit(dtype: torch
     assert torch.equal(a, torch.cos(angle) * radius) and torch.equal(b, torch.sin(angle) * radius)
 
 
-
 @pytest.mark.slow
 def test_a_loop_compiled_first_leaves_the_eager_stream_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """A noisy loop compiled before any eager float32 draw (a compiled run first in its process): the
-    trace makes the stream's constants (scales and integer operands) as graph constants and keeps none (kept, they would be the
-    tracer's fake tensors), so eager draws after it give their own numbers; compiled and eager runs agree
-    to float32 rounding."""
+    trace makes the step's and the stream's constants (`engine/scalars.py`) as graph constants and keeps
+    none (kept, they would be the tracer's fake tensors), so eager draws after it give their own numbers;
+    compiled and eager runs agree to float32 rounding."""
     from aocsim.hardware.engine import backends, scalars
     from aocsim.hardware.engine.loop import OpticalLoop
 

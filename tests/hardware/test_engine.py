@@ -108,8 +108,8 @@ def test_keys_are_reproducible_and_derived_by_coordinates() -> None:
             keys.as_key(bad)
 
 
-
 def test_a_block_of_keys_is_each_key_folded_alone() -> None:
+    """`keys.fold_block` (a loop's iteration keys, many at once) gives each key `Key.fold` gives alone."""
     k = keys.as_key(11).fold(keys.Stream.RUN)
     block = keys.fold_block(k, keys.Stream.ITERATION, 29, 40)
     assert [int(v) for v in block] == [int(k.fold(keys.Stream.ITERATION, 29 + i).tensor()) for i in range(40)]
@@ -177,8 +177,10 @@ def test_a_run_in_inference_mode_leaves_training_possible(gen: torch.Generator, 
     with torch.inference_mode():
         loop.iterate(z0, x, 3, generator=2)
     trained = w.clone().requires_grad_()
-    OpticalLoop(load_device("aoc48"), trained, alpha=0.5, beta=18.6, generator=1).iterate(z0, x, 3, generator=2).sum().backward()
+    loop = OpticalLoop(load_device("aoc48"), trained, alpha=0.5, beta=18.6, generator=1)
+    loop.iterate(z0, x, 3, generator=2).sum().backward()
     assert trained.grad is not None and bool(torch.isfinite(trained.grad).all())
+
 
 # -- faults the engine issue listed --------------------------------------------------------------
 

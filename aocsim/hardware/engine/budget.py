@@ -154,7 +154,8 @@ def reference_light(profile: DeviceProfile) -> ReferenceLight:
     w, z, _ = _reference(profile)
     loop = _reference_loop(profile, w)
     c = loop.constants()
-    led = led_signals(nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh"), c.led_coefficients, constant=True)
+    t = nonlinearity(z, c.sigmoid, loop.parts.nonlinearity.kind == "tanh")
+    led = led_signals(t, c.led_coefficients, constant=True)
     at_bias = _at_bias(profile.parts, loop)
     light = detector_light_w(torch.cat(detector_signals(led, c.det_t, c.det_offset), dim=-1), at_bias.noise)
     return ReferenceLight(float(light.mean()), detector_light_w(0.0, at_bias.noise), float((light < 0).double().mean()),

@@ -15,8 +15,8 @@ import torch
 def scalars(values: tuple[int | float, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
     """`values` as 0-dim tensors of `dtype` on `device`, kept for eager calls (one lookup per group).
 
-    Groups are told apart by ==, so -0.0 would be served 0.0's tensor and NaN never found again: pass
-    neither. Kept tensors are made outside inference mode, so that a first call inside one does not
+    Groups are told apart by ==, so -0.0 is served 0.0's tensor (no kernel here tells them apart) and a NaN
+    is made anew at each call. Kept tensors are made outside inference mode, so that a first call inside one does not
     leave inference tensors that a later autograd run would have to save (torch refuses)."""
     if torch.compiler.is_compiling():
         return tuple(torch.full((), v, dtype=dtype, device=device) for v in values)

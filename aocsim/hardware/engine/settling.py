@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import torch
 
-from aocsim.hardware.engine.step import Constants, Layout, led_light, node_drive, node_noise_variance, nonlinearity, optical
+from aocsim.hardware.engine.step import (Constants, Layout, led_light, node_drive, node_noise_variance, nonlinearity,
+                                         optical)
 
 STABLE = 0.999  # |a| is held below STABLE (1 - b): a channel read as unstable keeps a finite spread
 

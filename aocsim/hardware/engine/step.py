@@ -137,7 +137,8 @@ def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor
     return torch.matmul(x, w) + bias
 
 
-CONTIGUOUS_ROWS = 4096  # values of t from which `led_signals` copies it to both paths (timed on CPU: faster from ~64 rows of 48)
+# values of t from which `led_signals` copies it to both paths (timed on CPU: faster from ~64 rows of 48)
+CONTIGUOUS_ROWS = 4096
 
 
 def led_signals(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) -> torch.Tensor:
@@ -212,7 +213,8 @@ def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tens
     return torch.addcmul(offset, diff, scale)
 
 
-def node_drive(base: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
+def node_drive(base: torch.Tensor, c: Constants, gain: torch.Tensor, layout: Layout
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(offset, scale): what the node makes of the optical signal at loop gain g. With detector noise,
     (base + g node_lam, g node_scale) act on D_P - D_Q; otherwise (base + g c1, g operator) act on the LED
     signals (the operator op3_t with the cubics folded in, or op_t). They change only with g, so a loop

@@ -24,10 +24,9 @@ import torch.nn.functional as F
 from aocsim.hardware.engine import backends
 from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
 from aocsim.hardware.engine.partial_sums import held_sum
+from aocsim.hardware.engine.scalars import scalars
 from aocsim.hardware.engine.step import Constants, Layout, node_drive, optical
 from aocsim.hardware.physics import components as C
-
-_NUMBERS: dict[tuple, torch.Tensor] = {}  # floats as graph inputs, made once per process
 
 
 @dataclass(frozen=True)
@@ -138,13 +137,6 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     return (y, s_in, clipped, partials) if plan.keep_partials else (y, s_in, clipped)
 
 
-def _number(value: float, device: torch.device) -> torch.Tensor:
-    key = (value, str(device))
-    if key not in _NUMBERS:
-        _NUMBERS[key] = torch.tensor(value, dtype=torch.float64, device=device)
-    return _NUMBERS[key]
-
-
 def _flatten(value: Any, leaves: list[Any]) -> Any:
     """The structure of `value` (tensors, numbers, None and tuples of them), its leaves appended to `leaves`:
     "t" a tensor's place, "n" a number's, None an absent input's (cheap to hash, unlike a pytree spec)."""
@@ -170,7 +162,8 @@ def run(plan: Plan, x: dict[str, Any], compile: bool = False) -> tuple[torch.Ten
     leaves: list[Any] = []
     structure = tuple((name, _flatten(value, leaves)) for name, value in x.items())
     device = x["t"].device
-    args = tuple(a if isinstance(a, torch.Tensor) else _number(float(a), device) for a in leaves)
+    args = tuple(a if isinstance(a, torch.Tensor) else scalars((float(a),), torch.float64, device)[0]
+                 for a in leaves)  # numbers as graph inputs, made once per process
 
     def body(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         given = iter(flat)
