@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
 
 
 def usable_cores() -> int:
@@ -86,3 +90,28 @@ def choose_threads(requested: int | None, default: int) -> tuple[int, str | None
         return default, None
     return free, (f"note: {load:.1f} of {cores} CPU core(s) busy; torch uses {free} thread(s) instead "
                   f"of {default} (--threads N to choose)")
+
+
+# A state of fewer values than this iterates faster on one torch thread than on several: torch's
+# transcendental kernels (log, sqrt, sin, cos, exp2) split between threads from 2,048 values, and at a few
+# thousand the fork and join cost more than the split saves. Timed on the noisy 48-channel loop on a 2-core
+# Xeon (docs/GUIDE.md, "Threads"): one thread is 12 % faster at batch 64 and 8 % at 128, even at 256
+# (12,288 values), and 1.5x slower at 1024.
+ONE_THREAD_BELOW = 12_288
+
+
+@contextmanager
+def one_thread_below(values: int, *, fused: bool = False) -> Iterator[None]:
+    """At most one torch thread inside where an eager loop's state holds fewer than `ONE_THREAD_BELOW`
+    values; torch's thread count as it was outside, and inside otherwise. `fused`: a compiled loop, whose
+    kernels fuse the passes and split no transcendental call (one thread was 4 % slower at batch 64), keeps
+    torch's count. A run's bits depend on its batch only (the choice is the batch's)."""
+    before = torch.get_num_threads()
+    if fused or values >= ONE_THREAD_BELOW or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

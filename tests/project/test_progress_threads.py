@@ -95,3 +95,41 @@ def test_busy_cores_are_measured_now_from_the_cpu_counters(monkeypatch: pytest.M
     monkeypatch.undo()
     real = threads._cpu_counters()
     assert real is None or (0 <= real[0] <= real[1])
+
+
+def test_a_small_loop_state_iterates_on_one_thread_with_the_same_bits() -> None:
+    """An eager loop whose state holds fewer than ONE_THREAD_BELOW values iterates (`iterate`, `solve`) on
+    one thread, a larger one on torch's count; the count is restored, also after an error; one thread
+    throughout gives the same bits."""
+    import torch
+
+    from aocsim.hardware.engine.loop import OpticalLoop
+
+    before, seen = torch.get_num_threads(), []
+
+    def alpha(k: int) -> float:  # a schedule: read at every iteration, inside the run
+        seen.append(torch.get_num_threads())
+        return 0.5
+
+    weight = torch.randn(48, 48, generator=torch.Generator().manual_seed(0))
+    loop = OpticalLoop("aoc48", weight, alpha=alpha, beta=18.6, generator=1)
+    small, large = 4, threads.ONE_THREAD_BELOW // 48
+    x = torch.rand(large, 48, generator=torch.Generator().manual_seed(1))
+    torch.set_num_threads(2)
+    try:
+        z = loop.iterate(torch.zeros(small, 48), x[:small], 3, generator=2)
+        solved = loop.solve(x[:small], generator=3, max_iter=16)
+        assert set(seen) == {1} and torch.get_num_threads() == 2
+        seen.clear()
+        loop.iterate(torch.zeros(large, 48), x, 2, generator=2)
+        assert set(seen) == {2}
+        with pytest.raises(RuntimeError), threads.one_thread_below(small * 48):
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2
+        with threads.one_thread_below(small * 48, fused=True):  # a compiled loop's fused kernels: torch's count
+            assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert torch.equal(loop.iterate(torch.zeros(small, 48), x[:small], 3, generator=2), z)
+        assert torch.equal(loop.solve(x[:small], generator=3, max_iter=16).z, solved.z)
+    finally:
+        torch.set_num_threads(before)

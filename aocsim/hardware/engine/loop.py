@@ -32,6 +32,7 @@ from aocsim.hardware.engine.schedules import Constant, Schedule, as_schedule
 from aocsim.hardware.engine.step import SIGMOID_PARAMS, Constants, Layout, sigmoid_constants
 from aocsim.hardware.engine.validate import check_iterations, check_state
 from aocsim.solve.result import SolveResult
+from aocsim.threads import one_thread_below
 
 GAINS = ("normalized", "absolute")
 Scalar = float | torch.Tensor | Schedule | Callable[[int], float] | None
@@ -94,8 +95,6 @@ class OpticalLoop:
         self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(temperature.loop_sigmoid(v))  # at dT
         # each emitter's cubics [4, N] per path (the chip's spread about the profile's; `emitter_cubics`)
         self.poly_pos, self.poly_neg = emitter_cubics(v, n, dtype=dtype, device=dev, tile=module).unbind(0)
-        self.poly_pos_f = tuple(float(c) for c in v.emitter.poly_pos)
-        self.poly_neg_f = tuple(float(c) for c in v.emitter.poly_neg)
         self.rin_std = sources.rin_std(v.noise)
         self.load_parts = load_light.load_parts(v, self.optics, torch.stack([self.poly_pos, self.poly_neg]),
                                                 f"profile {self.device.name!r}, tile {tile}")
@@ -245,15 +244,15 @@ class OpticalLoop:
 
     def iterate(self, z0: torch.Tensor, x: torch.Tensor, iterations: int, *, generator: keys.Seed = None,
                 trajectory: bool = False, samples: Any = None) -> torch.Tensor:
-        """Run `iterations` steps from z0 (momentum starts with z_prev = 0).
-
-        Returns the final state [B, N], or the trajectory [iterations, B, N].
-        """
+        """Run `iterations` steps from z0 (momentum starts with z_prev = 0): the final state [B, N], or the
+        trajectory [iterations, B, N]. A small state runs eagerly on one thread
+        (`aocsim.threads.one_thread_below`)."""
         from aocsim.solve.core import solve
 
         iterations = check_iterations("iterations", iterations, allow_zero=not trajectory)
         m, z = self._map(z0, x, generator, samples, record=trajectory)
-        out = self._finite(solve(m, z, solver="picard", max_iter=iterations, atol=None, rtol=None).z, iterations)
+        with one_thread_below(z.numel(), fused=self.compile):
+            out = self._finite(solve(m, z, solver="picard", max_iter=iterations, atol=None, rtol=None).z, iterations)
         return torch.stack(m.states) if trajectory else out
 
     def _finite(self, z: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -288,11 +287,12 @@ class OpticalLoop:
         options = dict(atol=atol, rtol=rtol, trace=trace, floor_spreads=spreads)  # readout: the solver's patience
         if patience is not None or stop == "tolerance":  # the early stop: PATIENCE samples
             options["patience"] = PATIENCE if patience is None else patience
-        if stop == "readout":
-            result = solve(m, z, solver="picard", max_iter=m.total, return_best=False, early_stop=False, **options)
-            its, z_out = result.iterations, m.reading()
-        else:
-            (result, its), z_out = sampled_solve(m, z, max_iter, **options), None  # the ADC's samples
+        with one_thread_below(z.numel(), fused=self.compile):
+            if stop == "readout":
+                result = solve(m, z, solver="picard", max_iter=m.total, return_best=False, early_stop=False, **options)
+                its, z_out = result.iterations, m.reading()
+            else:
+                (result, its), z_out = sampled_solve(m, z, max_iter, **options), None  # the ADC's samples
         activity = loop_activity(self.parts, self.n, its.cpu().numpy(), readout=stop == "readout")
         solved = {f.name: getattr(result, f.name) for f in fields(SolveResult)}
         return LoopSolve(**{**solved, "z": result.z if z_out is None else z_out, "iterations": its}, activity=activity)
