@@ -74,7 +74,8 @@ def test_rin_is_multiplicative_on_each_led(gen: torch.Generator) -> None:
     quiet, noisy, z = _samples({"noise.rin.enabled": True, "noise.rin.rin_db_per_hz": -120.0}, gen)
     p0, _ = quiet.detectors(z[:1])
     p, _ = noisy.detectors(z, generator=torch.Generator().manual_seed(3))
-    u = C.led_pair(C.nonlinearity(z[:1], "algebraic_sigmoid", quiet.coeffs), quiet.poly_pos_f, quiet.poly_neg_f)
+    cubics = (tuple(map(float, c)) for c in (quiet.parts.emitter.poly_pos, quiet.parts.emitter.poly_neg))  # nominal
+    u = C.led_pair(C.nonlinearity(z[:1], "algebraic_sigmoid", quiet.coeffs), *cubics)
     n = 16
     m_p = quiet.optics.m_det[:n]  # rows of D_P acting on u = [p, q]
     per_led = m_p[:, :n] * u[:, :n] + m_p[:, n:] * u[:, n:]  # [N_out, N_in] contributions
