@@ -30,7 +30,6 @@ from aocsim.execute.fit import affine_fit
 from aocsim.execute.map_fit import MapProgram, fit_key, fit_map, ideal_nodes, on_tiles
 from aocsim.execute.option_groups import TileOptions
 from aocsim.execute.token_keys import TokenKeys
-from aocsim.execute.tile_program import ROUNDS
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.tiles import TiledMatrix
@@ -58,9 +57,10 @@ class DeviceLinear(nn.Module):
             when program is None); averaging: tile passes per call, their node readings averaged (the
             per-pass noise's std falls as 1 / sqrt(averaging); time and conversions grow by the factor:
             `activity`); predistort: the emitter drive linearised digitally before the DAC
-            (`TiledMatrix`); modules: read by `fit_maps`, not here; compile: below.
+            (`TiledMatrix`); modules: read by `fit_maps`, not here; fit_probes and fit_rounds: the fit's
+            probes and closed-loop corrections (aocsim/execute/tile_program.py), when program is None;
+            compile: below.
         input_range: as in `TiledMatrix` (for the fit when program is None).
-        rounds: closed-loop corrections of the program (aocsim/execute/tile_program.py).
         mount: where its tiles sit on the machine's modules, for the fit when program is None (a program
             carries its own: `fit_maps`; None = one module per tile).
 
@@ -74,7 +74,7 @@ class DeviceLinear(nn.Module):
 
     def __init__(self, device: DeviceProfile, weight: torch.Tensor, bias: torch.Tensor | None,
                  inputs: torch.Tensor, *, generator: keys.Seed, program: MapProgram | None = None,
-                 tile: TileOptions = TileOptions(), input_range: float | None = None, rounds: int = ROUNDS,
+                 tile: TileOptions = TileOptions(), input_range: float | None = None,
                  mount: Mount | None = None) -> None:
         super().__init__()
         tile = on_tiles(tile)
@@ -87,7 +87,7 @@ class DeviceLinear(nn.Module):
                              "seed, torch.Generator or Key")
         if program is None:
             program = fit_map(device, weight, inputs, key=fit_key(device), tile=tile, input_range=input_range,
-                              rounds=rounds, mount=mount)
+                              mount=mount)
         mount = program.mount
         self.program, self.sigma, self.input_range = program, program.sigma, program.input_range
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error

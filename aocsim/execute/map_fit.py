@@ -20,7 +20,6 @@ import torch
 from aocsim.errors import InputError
 from aocsim.execute.option_groups import ON_TILES, TileOptions
 from aocsim.execute import tile_program
-from aocsim.execute.tile_program import ROUNDS
 from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.machine import Mount
 from aocsim.hardware.engine.memo import Memo
@@ -68,22 +67,25 @@ def fit_key(device: DeviceProfile, map_index: int = 0) -> keys.Key:
 
 
 def fit_map(device: DeviceProfile, weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
-            tile: TileOptions = TileOptions(), input_range: float | None = None, rounds: int = ROUNDS,
+            tile: TileOptions = TileOptions(), input_range: float | None = None,
             mount: Mount | None = None) -> MapProgram:
     """The program of W [M, K] on the chip `device` describes (module docstring: dead positions, gains,
     closed-loop rounds on probe loads keyed by `key`, then the scale), fitted on the calibration
     inputs [R, K] for the tile options `tile`: done once per chip and map, whatever the loads that follow
-    (its probe products compiled with `tile.compile`). A population of one: `fit_map_population`."""
-    return fit_map_population([device], weight, inputs, key=key, tile=tile, input_range=input_range, rounds=rounds,
-                              mount=mount)[0]
+    (`tile.fit_rounds` rounds on `tile.fit_probes` probes each, its probe products compiled with
+    `tile.compile`). A population of one: `fit_map_population`."""
+    return fit_map_population([device], weight, inputs, key=key, tile=tile, input_range=input_range, mount=mount)[0]
 
 
 def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, inputs: torch.Tensor, *, key: keys.Key,
-                       tile: TileOptions = TileOptions(), input_range: float | None = None, rounds: int = ROUNDS,
+                       tile: TileOptions = TileOptions(), input_range: float | None = None,
                        mount: Mount | None = None) -> list[MapProgram]:
     """`fit_map` on each of a population's design points (profiles of one shape on one chip,
     `tile_product.PER_LOAD`), their probe products run together (`tile_program.fit_tile_programs`)."""
     tile = on_tiles(tile)
+    if tile.fit_probes <= weight.shape[1]:
+        raise InputError(f"fit_probes = {tile.fit_probes}; a map with {weight.shape[1]} inputs needs more than "
+                         f"{weight.shape[1]} probes to measure its matrix and offset (least squares)")
     r = default_input_range(devices[0], input_range)  # (the drive's range and the ADC's are the shape's)
     size = resolve_tile_size(devices[0], tile.tile_size)
     low, high = (float(v) for v in devices[0].parts.readout.range_v)
@@ -91,8 +93,9 @@ def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, input
     # sigma: the calibration inputs' largest ideal node at HEADROOM of the ADC's half range
     sigma = float(ideal_nodes(weight, inputs, r, 1.0).abs().max()) / (HEADROOM * half) or 1.0
     programs = tile_program.fit_tile_programs(devices, weight / sigma, tile_size=size, input_range=r, key=key,
-                                              partial_sums=tile.partial_sums, rounds=rounds,
-                                              predistort=tile.predistort, mount=mount, compile=tile.compile)
+                                              partial_sums=tile.partial_sums, rounds=tile.fit_rounds,
+                                              predistort=tile.predistort, mount=mount, compile=tile.compile,
+                                              probes=tile.fit_probes)
     # The nodes come out about c (W / sigma) u: scale the program so that they use the ADC's range.
     target = ideal_nodes(weight, inputs, r, sigma)
     out = []
@@ -137,7 +140,7 @@ def fit_maps_population(devices: list[DeviceProfile], maps: list[tuple[torch.Ten
         raise InputError(f"devices have variation.chip_seed = {chips}; expected the design points of one chip (a "
                          "fit's probes are keyed by its chip: fit each chip's population on its own)")
     tile = on_tiles(tile).fitted()
-    constants = (tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "PROBES", "ROUNDS", "DAMPING", "SIGNIFICANT")),
+    constants = (tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "DAMPING", "SIGNIFICANT")),
                  tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     inputs = [(device, [(w, x, k) for w, x, k in maps], tile, *constants) for device in devices]
     return [list(p) for p in FITS.many(inputs, lambda missing: _fit_maps([devices[i] for i in missing], maps, tile))]

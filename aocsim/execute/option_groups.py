@@ -20,6 +20,10 @@ ON_TILES = (TILED, HYBRID, MAMBA2)  # kinds that run products on tiles
 # An implicit SSM's device iteration cap where max_iter is not given: per token sequentially; a L + b for a
 # sequence of L tokens simultaneously (declared once: the hybrid runs it, the help and the summary say it).
 SSM_CAP_SEQUENTIAL, SSM_CAP_SIMULTANEOUS = 30, (3, 20)
+# The calibration fit of a map's tile program (aocsim/execute/tile_program.py): random drives per measurement
+# of its effective matrix, and closed-loop corrections (a5-implicit's in_proj on aoc48-twin: 4.0 % error after
+# 6, 1.2 % after 12). Both are the `fit_probes` and `fit_rounds` options' defaults.
+FIT_PROBES, FIT_ROUNDS = 2048, 12
 
 
 def ssm_cap(mode: str, length: int) -> int:
@@ -155,10 +159,20 @@ class TileOptions(OptionGroup):
         "sequence model's fit and digital token steps too (docs/DEVICE_RUNS.md, compiled placements).", "switch",
         example=True)
     modules: int | None = option({TILED: None, HYBRID: None, MAMBA2: None}, count, MODULES_HELP, example=2)
+    fit_probes: int | None = option(
+        dict.fromkeys(ON_TILES, FIT_PROBES), count, f"models on tiles: random drives per measurement of a tile "
+        f"program's effective matrix while the chip calibrates it [{FIT_PROBES}] (fewer: a faster, noisier fit).",
+        example=256)
+    fit_rounds: int | None = option(
+        dict.fromkeys(ON_TILES, FIT_ROUNDS), count_or_zero, f"models on tiles: closed-loop corrections of each "
+        f"tile program while the chip calibrates it [{FIT_ROUNDS}] (fewer: a faster, less exact calibration).",
+        example=4)
 
     def words(self) -> str:
         """How the tiles run beyond the defaults, in words for a Dataset attribute ('' for the defaults)."""
         how = [f"each product the mean of {self.averaging} passes"] * ((self.averaging or 1) > 1)
+        fit = (self.fit_probes or FIT_PROBES, FIT_ROUNDS if self.fit_rounds is None else self.fit_rounds)
+        how += [f"tile programs calibrated on {fit[0]} probes x {fit[1]} rounds"] * (fit != (FIT_PROBES, FIT_ROUNDS))
         return "; ".join(how + ["emitter drive predistorted"] * bool(self.predistort))
 
     def fitted(self) -> "TileOptions":
@@ -257,63 +271,3 @@ class NoiseInjection(OptionGroup):
         if self.snr_convergence == "batch":
             out.append("a token's iteration stops for the whole batch")
         return out
-
-
-def _states_need_sequential(s: Any) -> str | None:
-    # mode None: a kind without modes (a plain Mamba2 model); the wrapper says whether it has the site
-    if (s.snr_db is not None and s.snr_kind != "device" and s.snr_site == "states"
-            and s.mode not in ("sequential", None)):
-        return (f"snr_site = 'states' with mode = {s.mode!r}: the SSM states are committed per token in sequential "
-                "mode only; expected mode 'sequential' or snr_site 'inputs'")
-    return None
-
-
-def _state_noise_is_a_second_site(s: Any) -> str | None:
-    if s.snr_states_db is None:
-        return None
-    if s.mode != "sequential":
-        return (f"snr_states_db with mode = {s.mode!r}: the SSM states are committed per token in sequential mode "
-                "only; expected mode 'sequential'")
-    if s.snr_kind == "device" or (s.snr_db is not None and s.snr_site == "states"):
-        return (f"snr_states_db with snr_kind = {s.snr_kind!r} and snr_site = {s.snr_site!r}: it is drawn noise on "
-                "the states beside snr_db's on the inputs; expected snr_site 'inputs' and snr_kind 'additive' or "
-                "'multiplicative'")
-    return None
-
-
-def _device_noise_needs_tiles(s: Any) -> str | None:
-    if s.snr_kind == "device" and s.snr_db is not None and s.on_tiles == ():
-        return ("snr_kind = 'device' with on_tiles = 'none': no map runs on the device, so its noise cannot be "
-                "scaled; expected maps on tiles or snr_kind 'additive' / 'multiplicative'")
-    return None
-
-
-def _reference_ema_needs_sequential(s: Any) -> str | None:
-    if s.snr_convention == "elementwise" and s.ema_alpha is not None and s.mode != "sequential":
-        return (f"snr_convention = 'elementwise' with ema_alpha and mode = {s.mode!r}: the states are committed from "
-                "the EMA value per token, in sequential mode only; expected mode 'sequential' or snr_convention 'rms'")
-    return None
-
-
-def _batch_convergence_needs_sequential(s: Any) -> str | None:
-    if s.snr_convergence == "batch" and s.mode != "sequential":
-        return (f"snr_convergence = 'batch' with mode = {s.mode!r}: the batch's stop test is per token, in "
-                "sequential mode only; expected mode 'sequential' or snr_convergence 'token'")
-    return None
-
-
-def _elementwise_is_drawn_noise(s: Any) -> str | None:
-    if s.snr_convention == "elementwise" and s.snr_kind == "device" and s.snr_db is not None:
-        return ("snr_convention = 'elementwise' with snr_kind = 'device': a profile's own noise is scaled to a power "
-                "ratio at the site, not drawn per element; expected snr_kind 'additive' / 'multiplicative' or "
-                "snr_convention 'rms'")
-    return None
-
-
-# The rules between options, declared beside them and checked in one place (`Placement.resolved`): each
-# reads a resolved placement (every group's options) and returns a one-line message when it breaks the rule.
-RULES: tuple[Callable[[Any], str | None], ...] = (_states_need_sequential, _state_noise_is_a_second_site,
-                                                          _device_noise_needs_tiles,
-                                                          _reference_ema_needs_sequential,
-                                                          _batch_convergence_needs_sequential,
-                                                          _elementwise_is_drawn_noise)

@@ -13,7 +13,7 @@ honoured, and a test (docs/ARCHITECTURE.md).
 
 A field left at None takes the default of the kind it is used with (`Placement.resolved`); a value
 given for a kind it does not apply to is refused, never ignored; the rules between options
-(`RULES`, declared beside the groups in option_groups.py) are checked in the same place.
+(`RULES`, aocsim/execute/option_rules.py) are checked in the same place.
 
 Kinds (aocsim/execute/registry.py): a DEQ whose state fits the device runs natively (`NATIVE`),
 a larger one with its feedback on tiles (`TILED`), an implicit SSM as a hybrid (`HYBRID`), a DEQ
@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from aocsim.errors import InputError
 from aocsim.execute.option_groups import (HYBRID, KINDS, MODULES, MODULES_HELP, NATIVE, ON_TILES, TILED, TWIN,
                                           Declaration, DeqOptions, NoiseInjection, OptionGroup, SequenceOptions,
-                                          SolveOptions, TileOptions, RULES, kinds_words, ssm_cap, ssm_cap_words)
+                                          SolveOptions, TileOptions, kinds_words, ssm_cap, ssm_cap_words)
+from aocsim.execute.option_rules import RULES
 from aocsim.execute.option_readers import short
 
 __all__ = ["HYBRID", "KINDS", "MODULES", "MODULES_HELP", "NATIVE", "ON_TILES", "TILED", "TWIN", "Declaration",

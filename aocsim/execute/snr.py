@@ -298,9 +298,9 @@ def parts_for(noise: NoiseInjection) -> list[Any]:
     s = noise
     parts: list[Any] = []
     reference_ema = s.ema_alpha is not None and s.snr_convention == "elementwise"
-    if s.snr_db is not None and s.snr_kind != "device":  # its rules: aocsim/execute/option_groups.py, RULES
+    if s.snr_db is not None and s.snr_kind != "device":  # its rules: aocsim/execute/option_rules.py
         parts.append(SiteNoise(s.snr_site, s.snr_db, s.snr_kind, s.snr_convention or "rms"))
-    if s.snr_states_db is not None:  # a second site, its own dB (its rules: option_groups.RULES)
+    if s.snr_states_db is not None:  # a second site, its own dB (its rules: option_rules.RULES)
         parts.append(SiteNoise("states", s.snr_states_db, s.snr_kind or "additive", s.snr_convention or "rms"))
     if s.ema_alpha is not None and not reference_ema:
         parts.append(EmaReadout(s.ema_alpha))

@@ -34,6 +34,7 @@ from typing import Sequence
 import torch
 
 from aocsim._numerics import least_squares
+from aocsim.execute.option_groups import FIT_PROBES, FIT_ROUNDS
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.hardware.engine.machine import Mount
@@ -41,8 +42,6 @@ from aocsim.hardware.engine.tile_product import LoadStack
 from aocsim.hardware.engine.tiles import TiledMatrix
 
 DEAD_GAIN = 0.2  # an input position below this fraction of the median input gain is unused
-PROBES = 2048  # random drives per measurement of the effective matrix
-ROUNDS = 12  # closed-loop corrections (a5-implicit's in_proj on aoc48-twin: 4.0 % error after 6, 1.2 % after 12)
 DAMPING = 0.3  # of each correction: the update is a Jacobi step, and crosstalk makes full steps diverge
 SIGNIFICANT = 0.1  # weights below this fraction of their row's largest do not estimate gains
 
@@ -62,10 +61,10 @@ class TileProgram:
 
 def measure(device: DeviceProfile | Sequence[DeviceProfile], program: torch.Tensor, live: torch.Tensor, *,
             tile_size: int | None, input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str,
-            predistort: bool = False, mount: Mount | None = None, compile: bool = False
+            predistort: bool = False, mount: Mount | None = None, compile: bool = False, probes: int = FIT_PROBES
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
-    node volts against the drive u, least squares over `PROBES` random drives in [-r, r] (the tile
+    node volts against the drive u, least squares over `probes` random drives in [-r, r] (the tile
     product compiled with `compile`: the same numbers to float rounding). For a population (`device` a
     sequence of P profiles of one shape, `program` [P, M, K']): each point's A [P, M, K'] and offset
     [P, M], its probes through its own load, all in one product (`tile_product.LoadStack`)."""
@@ -75,17 +74,17 @@ def measure(device: DeviceProfile | Sequence[DeviceProfile], program: torch.Tens
                          mount=mount) for d, w in zip(devices, programs)]
     gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
     k, count = int(live.sum()), len(devices)
-    drive = (torch.rand(PROBES, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
-    t = program.new_zeros(PROBES, programs.shape[2])
+    drive = (torch.rand(probes, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
+    t = program.new_zeros(probes, programs.shape[2])
     t[:, live] = drive
     if count == 1:
         out = tiles[0](t, partial_sums=partial_sums, generator=probe, compile=compile)
     else:
-        out = LoadStack(tiles)(t.repeat(count, 1), [probe] * count, torch.arange(PROBES).repeat(count),
+        out = LoadStack(tiles)(t.repeat(count, 1), [probe] * count, torch.arange(probes).repeat(count),
                                partial_sums=partial_sums, call=0, passes=1, compile=compile)
-    node = out.nodes.view(count, PROBES, -1)
-    x = torch.cat([t[:, live] / out.input_scale.view(count, PROBES)[..., None],
-                   t.new_ones(count, PROBES, 1)], dim=2)
+    node = out.nodes.view(count, probes, -1)
+    x = torch.cat([t[:, live] / out.input_scale.view(count, probes)[..., None],
+                   t.new_ones(count, probes, 1)], dim=2)
     solution = least_squares(x, node)  # [P, k + 1, M]
     a = programs.new_zeros(programs.shape)
     a[:, :, live] = solution[:, :k].transpose(1, 2)
@@ -125,19 +124,21 @@ def expand_columns(k: int, tile: int, dead: set[int]) -> torch.Tensor:
 
 
 def fit_tile_program(device: DeviceProfile, weight: torch.Tensor, *, tile_size: int, input_range: float,
-                     key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS,
-                     predistort: bool = False, mount: Mount | None = None, compile: bool = False) -> TileProgram:
-    """The program for `weight` [M, K] (module docstring); `key` keys every load and probe; `predistort`:
+                     key: keys.Key, partial_sums: str = "analog", rounds: int = FIT_ROUNDS,
+                     predistort: bool = False, mount: Mount | None = None, compile: bool = False,
+                     probes: int = FIT_PROBES) -> TileProgram:
+    """The program for `weight` [M, K] (module docstring) after `rounds` closed-loop corrections on `probes`
+    probes each (the `fit_rounds` and `fit_probes` options); `key` keys every load and probe; `predistort`:
     the tiles' emitter drive linearised, `mount`: the tiles' modules (`TiledMatrix`); `compile`: the
     probe products compiled (`measure`). A population of one: `fit_tile_programs`."""
     return fit_tile_programs([device], weight, tile_size=tile_size, input_range=input_range, key=key,
                              partial_sums=partial_sums, rounds=rounds, predistort=predistort, mount=mount,
-                             compile=compile)[0]
+                             compile=compile, probes=probes)[0]
 
 
 def fit_tile_programs(devices: Sequence[DeviceProfile], weight: torch.Tensor, *, tile_size: int, input_range: float,
-                      key: keys.Key, partial_sums: str = "analog", rounds: int = ROUNDS, predistort: bool = False,
-                      mount: Mount | None = None, compile: bool = False) -> list[TileProgram]:
+                      key: keys.Key, partial_sums: str = "analog", rounds: int = FIT_ROUNDS, predistort: bool = False,
+                      mount: Mount | None = None, compile: bool = False, probes: int = FIT_PROBES) -> list[TileProgram]:
     """`fit_tile_program` for a population: the programs of `weight` on each of `devices` (design points of
     one shape on one chip, `tile_product.PER_LOAD`), every measurement of all of them one product. Each
     point's program is the one it gets alone (tests/execute/test_population.py); points whose dead input
@@ -147,7 +148,7 @@ def fit_tile_programs(devices: Sequence[DeviceProfile], weight: torch.Tensor, *,
     m, k = weight.shape
     count = len(devices)
     opts = dict(tile_size=tile_size, input_range=input_range, partial_sums=partial_sums, predistort=predistort,
-                mount=mount, compile=compile)
+                mount=mount, compile=compile, probes=probes)
     # 1. dead input positions, from W at its natural columns
     natural = torch.ones(k, dtype=torch.bool)
     a, _ = measure(devices, weight.expand(count, m, k), natural, load=key.fold(0, 0), probe=key.fold(1, 0), **opts)

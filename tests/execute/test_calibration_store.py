@@ -148,17 +148,15 @@ def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recor
     """A file keeps no keys: under `keys.recording()` (the tests that no two purposes share a stream) a
     result read from the store is computed again, drawing its keys, and kept with them in memory."""
     from aocsim import load_model
-    from aocsim.execute import tile_program
     from aocsim.execute.registry import resolve, resolve_profile
     from aocsim.execute.ssm_device import calibration_inputs, fit_programs
     from aocsim.hardware.engine import emitter_calibration as E, keys
 
-    monkeypatch.setattr(tile_program, "PROBES", 128)
     monkeypatch.setattr(E, "REPEATS", 4)
     monkeypatch.setattr(E, "SHAPES", E.SHAPES.fresh())
     model = load_model("parity-implicit")
     profile = resolve_profile("aoc48", 0)
-    calibration, placement = calibration_inputs(model, TOKENS), resolve(model, profile).placement
+    calibration, placement = calibration_inputs(model, TOKENS), resolve(model, profile, {"fit_probes": 128}).placement
     fitted: list[int] = []
     real = map_fit._fit_maps
     monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: fitted.append(1) or real(*a, **k))
@@ -185,21 +183,19 @@ def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recor
 def test_fits_read_from_the_store_count_against_the_memorys_size(store: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from aocsim import load_model
-    from aocsim.execute import tile_program
     from aocsim.execute.registry import resolve, resolve_profile
     from aocsim.execute.ssm_device import calibration_inputs, fit_programs
 
-    monkeypatch.setattr(tile_program, "PROBES", 128)
     model = load_model("parity-implicit")
     calibration = calibration_inputs(model, TOKENS)
     chips = [resolve_profile("aoc48", chip) for chip in (0, 1, 2)]
     for profile in chips:
-        fit_programs(model, profile, calibration, resolve(model, profile).placement)
+        fit_programs(model, profile, calibration, resolve(model, profile, {"fit_probes": 128}).placement)
     map_fit.FITS.clear()
     monkeypatch.setattr(map_fit.FITS, "size", 2)
     monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: pytest.fail("fitted again"))
     for profile in chips:
-        fit_programs(model, profile, calibration, resolve(model, profile).placement)
+        fit_programs(model, profile, calibration, resolve(model, profile, {"fit_probes": 128}).placement)
     assert len(map_fit.FITS) == 2
 
 

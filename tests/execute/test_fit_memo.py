@@ -17,6 +17,7 @@ from aocsim.hardware.profiles.profile import load_device
 from aocsim.tasks.groups import group, word_problems
 
 TOKENS, TARGETS = word_problems(group("parity"), 2, 16, identity_prob=0.5, generator=8)
+FAST = {"fit_probes": 128}  # a coarser fit: quality plays no part here
 
 
 @pytest.fixture(autouse=True)
@@ -41,18 +42,17 @@ def fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(map_fit, "_fit_maps", counted)
     monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
-    monkeypatch.setattr(tile_program, "PROBES", 128)  # quality plays no part here
     return calls
 
 
 @pytest.mark.slow
 def test_points_that_a_fit_does_not_read_reuse_it_and_give_the_same_results(fits: list[int]) -> None:
-    first = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
+    first = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), placement=FAST)
     assert len(fits) == 1
-    compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), placement={"averaging": 2,
-                                                                                             "rtol": 0.05})
+    compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,),
+            placement={**FAST, "averaging": 2, "rtol": 0.05})
     assert len(fits) == 1  # averaging and the stop rule: what a fit does not read
-    again = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,))
+    again = compare("parity-implicit", "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), placement=FAST)
     xr.testing.assert_identical(first.drop_attrs(), again.drop_attrs())
 
 
@@ -61,7 +61,7 @@ def test_anything_a_fit_reads_fits_again(fits: list[int], monkeypatch: pytest.Mo
     model = load_model("parity-implicit")
     profile = load_device("aoc48")
     calibration = calibration_inputs(model, TOKENS)
-    placement = resolve(model, profile).placement
+    placement = resolve(model, profile, FAST).placement
     base = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 1
     assert fit_programs(model, profile, calibration, placement).keys() == base.keys() and len(fits) == 1
@@ -69,9 +69,11 @@ def test_anything_a_fit_reads_fits_again(fits: list[int], monkeypatch: pytest.Mo
     assert len(fits) == 2  # another profile value
     fit_programs(model, profile, {k: v * 1.01 for k, v in calibration.items()}, placement)
     assert len(fits) == 3  # other calibration inputs
-    monkeypatch.setattr(tile_program, "PROBES", 64)
+    fit_programs(model, profile, calibration, resolve(model, profile, {"fit_probes": 96}).placement)
+    assert len(fits) == 4  # the fit's effort (fit_probes; fit_rounds likewise)
+    monkeypatch.setattr(tile_program, "DAMPING", 0.25)
     fit_programs(model, profile, calibration, placement)
-    assert len(fits) == 4  # the fit's own constants
+    assert len(fits) == 5  # the fit's own constants
 
 
 def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> None:
@@ -82,10 +84,10 @@ def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> Non
     model = load_model("parity-implicit")
     profile = resolve_profile("aoc48", 0)  # chip 0, as compare places it
     calibration = calibration_inputs(model, TOKENS)
-    placement = resolve(model, profile).placement
+    placement = resolve(model, profile, FAST).placement
     with keys.recording() as drawn_by_fit:
         fit_programs(model, profile, calibration, placement)
-    compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+    compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS, placement=FAST)
     with keys.recording() as drawn_by_hit:
         remembered = fit_programs(model, profile, calibration, placement)
     assert len(fits) == 1 and [k.value for k in drawn_by_hit] == [k.value for k in drawn_by_fit] != []
@@ -106,8 +108,8 @@ def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list
     model = load_model("parity-implicit")
     profile = resolve_profile("aoc48", 0)
     calibration = calibration_inputs(model, TOKENS)
-    placement = resolve(model, profile).placement
-    plain = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+    placement = resolve(model, profile, FAST).placement
+    plain = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS, placement=FAST)
     map_fit.FITS.clear()
     with disk_memo.use(tmp_path):
         fitted = fit_programs(model, profile, calibration, placement)
@@ -121,7 +123,7 @@ def test_a_fit_in_a_folder_is_read_back_by_a_process_that_did_not_fit(fits: list
             assert (a.sigma, a.error, a.dead, a.tile_size, a.input_range, a.mount) == (
                 b.sigma, b.error, b.dead, b.tile_size, b.input_range, b.mount)
         map_fit.FITS.clear()
-        stored = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS)
+        stored = compare(model, "aoc48", TOKENS, TARGETS, seeds=(0,), chips=(0,), calibration=TOKENS, placement=FAST)
         assert len(fits) == 2
         fit_programs(model, profile.with_overrides({"noise.multiplier": 2.0}), calibration, placement)
         assert len(fits) == 3 and len(list(tmp_path.glob("fits-*.h5"))) == 2
@@ -174,7 +176,7 @@ def test_a_fit_made_at_another_thread_count_is_not_served(fits: list[int]) -> No
     model = load_model("parity-implicit")
     profile = resolve_profile("aoc48", 0)
     calibration = calibration_inputs(model, TOKENS)
-    placement = resolve(model, profile).placement
+    placement = resolve(model, profile, FAST).placement
     fit_programs(model, profile, calibration, placement)
     torch.set_num_threads(2)
     fit_programs(model, profile, calibration, placement)

@@ -71,13 +71,12 @@ def test_perturb_draws_the_set_power_ratio() -> None:
 def test_set_db_is_the_db_measured_on_aoc48_through_the_mapping(model, monkeypatch: pytest.MonkeyPatch) -> None:
     """The profile's own noise scaled to x dB at the site (once per chip) measures x dB again with
     another weight load and other draws."""
-    from aocsim.execute import snr_mapping, tile_program
+    from aocsim.execute import snr_mapping
 
-    monkeypatch.setattr(tile_program, "PROBES", 64)  # a coarser program: the noise's dB is what is tested
     monkeypatch.setattr(snr_mapping, "SEQUENCES", 4)  # 4 x 16 tokens: about 0.15 dB of sampling error
-    for site, db in (("inputs", 20.0), ("states", 26.0)):
-        placed = place(model, "aoc48", {"snr_db": db, "snr_kind": "device", "snr_site": site, "max_iter": 10},
-                       chip=0, calibration=CALIBRATION)
+    for site, db in (("inputs", 20.0), ("states", 26.0)):  # (a coarser program: the noise's dB is what is tested)
+        placed = place(model, "aoc48", {"snr_db": db, "snr_kind": "device", "snr_site": site, "max_iter": 10,
+                                        "fit_probes": 96}, chip=0, calibration=CALIBRATION)
         multiplier, measured, own = placed.device_snr
         assert abs(measured - db) <= 0.25 and multiplier > 1.0 and own > db  # noisier than aoc48's own
         again = device_snr_db(model, placed.run_profile, placed.inner.calibration, placed.placement, CALIBRATION, site,
@@ -197,12 +196,11 @@ def test_the_dataset_records_the_profile_each_chips_runs_used(model, monkeypatch
     import json
 
     from aocsim import compare
-    from aocsim.execute import snr_mapping, tile_program
+    from aocsim.execute import snr_mapping
 
-    monkeypatch.setattr(tile_program, "PROBES", 64)
     monkeypatch.setattr(snr_mapping, "SEQUENCES", 2)
     x = CALIBRATION[:2, :8]
-    ds = compare(model, "aoc48", x, placement={"snr_db": 20.0, "snr_kind": "device", "max_iter": 4},
+    ds = compare(model, "aoc48", x, placement={"snr_db": 20.0, "snr_kind": "device", "max_iter": 4, "fit_probes": 96},
                  chips=(0, 1), calibration=CALIBRATION)
     base = json.loads(ds.attrs["device_json"])["noise"]["multiplier"]
     used = [json.loads(str(v))["noise.multiplier"] for v in ds.run_overrides.values]
