@@ -11,6 +11,10 @@ tenth of a second (Linux). The one-minute load average, the fallback elsewhere,
 still counts a job that ended seconds ago: right after a training run it said
 1 of 2 cores was busy on an idle machine, and an evaluation that would have
 taken 63 s on two worker processes took 154 s on one.
+
+Inside the library torch's count is the caller's, except where fewer threads are
+faster: an eager optical loop with a small state iterates on one
+(`one_thread_below`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ import os
 import time
 from contextlib import contextmanager
 from typing import Iterator
-
-import torch
 
 
 def usable_cores() -> int:
@@ -95,8 +97,8 @@ def choose_threads(requested: int | None, default: int) -> tuple[int, str | None
 # A state of fewer values than this iterates faster on one torch thread than on several: torch's
 # transcendental kernels (log, sqrt, sin, cos, exp2) split between threads from 2,048 values, and at a few
 # thousand the fork and join cost more than the split saves. Timed on the noisy 48-channel loop on a 2-core
-# Xeon (docs/GUIDE.md, "Threads"): one thread is 12 % faster at batch 64 and 8 % at 128, even at 256
-# (12,288 values), and 1.5x slower at 1024.
+# Xeon (docs/GUIDE.md, the `aocsim bench loop` figures): one thread is 12 % faster at batch 64 and 8 % at
+# 128, even at 256 (12,288 values), and 1.5x slower at 1024.
 ONE_THREAD_BELOW = 12_288
 
 
@@ -106,6 +108,8 @@ def one_thread_below(values: int, *, fused: bool = False) -> Iterator[None]:
     values; torch's thread count as it was outside, and inside otherwise. `fused`: a compiled loop, whose
     kernels fuse the passes and split no transcendental call (one thread was 4 % slower at batch 64), keeps
     torch's count. A run's bits depend on its batch only (the choice is the batch's)."""
+    import torch  # (here: the command line reads this module without starting torch)
+
     before = torch.get_num_threads()
     if fused or values >= ONE_THREAD_BELOW or before == 1:
         yield

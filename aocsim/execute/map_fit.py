@@ -84,8 +84,9 @@ def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, input
     `tile_product.PER_LOAD`), their probe products run together (`tile_program.fit_tile_programs`)."""
     tile = on_tiles(tile)
     if tile.fit_probes <= weight.shape[1]:
-        raise InputError(f"fit_probes = {tile.fit_probes}; a map with {weight.shape[1]} inputs needs more than "
-                         f"{weight.shape[1]} probes to measure its matrix and offset (least squares)")
+        raise InputError(f"fit_probes = {tile.fit_probes}; expected more than the inputs of the map W "
+                         f"{list(weight.shape)} ({weight.shape[1]}): least squares over the probes measures its "
+                         "matrix and offset")
     r = default_input_range(devices[0], input_range)  # (the drive's range and the ADC's are the shape's)
     size = resolve_tile_size(devices[0], tile.tile_size)
     low, high = (float(v) for v in devices[0].parts.readout.range_v)

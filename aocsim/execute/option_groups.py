@@ -161,7 +161,8 @@ class TileOptions(OptionGroup):
     modules: int | None = option({TILED: None, HYBRID: None, MAMBA2: None}, count, MODULES_HELP, example=2)
     fit_probes: int | None = option(
         dict.fromkeys(ON_TILES, FIT_PROBES), count, f"models on tiles: random drives per measurement of a tile "
-        f"program's effective matrix while the chip calibrates it [{FIT_PROBES}] (fewer: a faster, noisier fit).",
+        f"program's effective matrix while the chip calibrates it, more than a map's inputs [{FIT_PROBES}] (fewer: "
+        "a faster, noisier fit).",
         example=256)
     fit_rounds: int | None = option(
         dict.fromkeys(ON_TILES, FIT_ROUNDS), count_or_zero, f"models on tiles: closed-loop corrections of each "

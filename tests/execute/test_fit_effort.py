@@ -10,7 +10,7 @@ import torch
 
 from aocsim import compare
 from aocsim.errors import InputError
-from aocsim.execute.map_fit import fit_key, fit_map
+from aocsim.execute.map_fit import fit_key, fit_map, on_tiles
 from aocsim.execute.option_groups import FIT_PROBES, FIT_ROUNDS, TileOptions
 from aocsim.execute.placement import Placement
 from aocsim.execute.tile_program import measure
@@ -27,11 +27,9 @@ def fit(**options):
     return fit_map(DEVICE, W, X, key=fit_key(DEVICE), tile=TileOptions(**options))
 
 
-def test_unset_the_fit_takes_the_declared_probes_and_rounds() -> None:
-    default, declared = fit(), fit(fit_probes=FIT_PROBES, fit_rounds=FIT_ROUNDS)
-    assert torch.equal(default.weight, declared.weight) and default.error == declared.error
-    other = fit(fit_probes=FIT_PROBES // 2)
-    assert not torch.equal(other.weight, default.weight)
+def test_unset_the_fit_takes_the_declared_probes_and_rounds_and_set_it_takes_those_given() -> None:
+    assert (on_tiles(TileOptions()).fit_probes, on_tiles(TileOptions()).fit_rounds) == (FIT_PROBES, FIT_ROUNDS)
+    assert not torch.equal(fit(fit_probes=FIT_PROBES // 2).weight, fit().weight)
 
 
 def test_more_rounds_never_keep_a_worse_program() -> None:
@@ -59,7 +57,7 @@ def test_fewer_probes_measure_the_matrix_as_one_over_the_root_of_their_count() -
 
 
 def test_a_fit_that_cannot_measure_its_matrix_is_refused() -> None:
-    with pytest.raises(InputError, match=r"fit_probes = 30; a map with 30 inputs needs more than 30 probes"):
+    with pytest.raises(InputError, match=r"fit_probes = 30; expected more than the inputs of the map W \[40, 30\]"):
         fit(fit_probes=30)
     with pytest.raises(InputError, match="fit_probes"):
         Placement(fit_probes=0)

@@ -70,10 +70,12 @@ def test_anything_a_fit_reads_fits_again(fits: list[int], monkeypatch: pytest.Mo
     fit_programs(model, profile, {k: v * 1.01 for k, v in calibration.items()}, placement)
     assert len(fits) == 3  # other calibration inputs
     fit_programs(model, profile, calibration, resolve(model, profile, {"fit_probes": 96}).placement)
-    assert len(fits) == 4  # the fit's effort (fit_probes; fit_rounds likewise)
+    assert len(fits) == 4  # the fit's effort: its probes
+    fit_programs(model, profile, calibration, resolve(model, profile, {**FAST, "fit_rounds": 4}).placement)
+    assert len(fits) == 5  # and its rounds
     monkeypatch.setattr(tile_program, "DAMPING", 0.25)
     fit_programs(model, profile, calibration, placement)
-    assert len(fits) == 5  # the fit's own constants
+    assert len(fits) == 6  # the fit's own constants
 
 
 def test_a_remembered_program_is_the_program_a_fit_gives(fits: list[int]) -> None:

@@ -9,7 +9,7 @@ import xarray as xr
 
 from aocsim import compare, load_model
 from aocsim.errors import InputError
-from aocsim.execute import map_fit, tile_program
+from aocsim.execute import map_fit
 from aocsim.execute.registry import resolve, resolve_profile
 from aocsim.execute.ssm_device import calibration_inputs, fit_programs, fit_programs_population
 from aocsim.experiments.population import compare_population
@@ -19,17 +19,18 @@ from aocsim.tasks.groups import group, word_problems
 TOKENS, TARGETS = word_problems(group("parity"), 6, 12, identity_prob=0.5, generator=3)
 POINTS = [{}, {"slm.bits": 5, "noise.power_per_unit_w": 2e-5}, {"readout.adc_bits": 6},
           {"slm.bits": 3}]  # 3 SLM bits: more input positions measured dead, another program shape
+FAST = {"fit_probes": 256}  # the calibration fit's probes: few, for speed
 
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """One thread, as compare's parts; an empty memo and calibration store; few probes (speed)."""
+    """One thread, as compare's parts; an empty memo and calibration store (the tests' fits take few probes,
+    `FAST`, for speed)."""
     from aocsim import disk_memo
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())
-    monkeypatch.setattr(tile_program, "PROBES", 256)
     with disk_memo.use(str(tmp_path)):
         yield
     torch.set_num_threads(threads)
@@ -47,7 +48,7 @@ def test_a_populations_fits_are_each_points_own(monkeypatch: pytest.MonkeyPatch,
     model = load_model("parity-implicit")
     chips = [resolve_profile(p, 0) for p in _profiles()]
     calibration = calibration_inputs(model, TOKENS)
-    placement = resolve(model, chips[0]).placement
+    placement = resolve(model, chips[0], FAST).placement
     together = fit_programs_population(model, chips, calibration, placement)
     monkeypatch.setattr(map_fit, "FITS", map_fit.FITS.fresh())  # alone: fitted again
     for chip, programs in zip(chips, together):
@@ -74,13 +75,13 @@ def test_a_populations_datasets_are_what_compare_gives_each_point(monkeypatch: p
     monkeypatch.setattr(HybridSSM, "_stacked", lambda self, runs, *a, **k: batches.append(len(runs)) or
                         stacked(self, runs, *a, **k))
     together = compare_population(model, _profiles(), TOKENS, TARGETS, seeds=seeds, chips=[1, 2],
-                                  calibration=TOKENS)
+                                  calibration=TOKENS, placement=FAST)
     # one batch per grid of tiles: the 3-bit point's out_proj skips 11 dead positions on chip 2 (85 inputs, the
     # 2 tile columns of the others' 66) and joins them; on chip 1 it skips 17 (102 inputs: a third column)
     assert batches == [2 * (2 * len(POINTS) - 1), 2]
     monkeypatch.setattr(HybridSSM, "_stacked", stacked)
     for profile, s, ds in zip(_profiles(), seeds, together):
-        alone = compare(model, profile, TOKENS, TARGETS, seeds=s, chips=[1, 2], calibration=TOKENS)
+        alone = compare(model, profile, TOKENS, TARGETS, seeds=s, chips=[1, 2], calibration=TOKENS, placement=FAST)
         # the same draws, programs and calibration: the same statuses, iterations and predictions; continuous
         # values to the rounding of a larger batch's digital products, which can move a reading across an
         # ADC code (seen: 2 of 288 residuals, by 1.6e-7 relative)
@@ -106,7 +107,7 @@ def test_a_population_refuses_points_of_other_placements_and_seed_counts() -> No
                            calibration=TOKENS)
     # a population's fits are keyed by its chip: points of two chips are fitted chip by chip, not together
     chips = [resolve_profile(base, 0), resolve_profile(base, 1)]
-    placement = resolve(model, chips[0]).placement
+    placement = resolve(model, chips[0], FAST).placement
     with pytest.raises(InputError, match=r"variation.chip_seed = \[0, 1\]; expected the design points of one chip"):
         fit_programs_population(model, chips, calibration_inputs(model, TOKENS), placement)
 
@@ -187,10 +188,11 @@ def test_a_tiled_deqs_population_fits_together_and_runs_as_each_point_alone(tmp_
     base = load_device("aoc16")
     points = [base.with_overrides({"slm.bits": b, "readout.adc_bits": a}) for b, a in ((6, 8), (8, 10), (4, 6))]
     together = compare_population(model, points, w.inputs, w.targets, seeds=[[1], [2], [3]], chips=[0],
-                                  calibration=w.calibration)
+                                  calibration=w.calibration, placement=FAST)
     assert together[0].attrs["kind"] == "tiled DEQ"
     with disk_memo.use(str(tmp_path / "alone")):
         map_fit.FITS.clear()
         for point, seed, ds in zip(points, (1, 2, 3), together):
-            alone = compare(model, point, w.inputs, w.targets, seeds=[seed], chips=[0], calibration=w.calibration)
+            alone = compare(model, point, w.inputs, w.targets, seeds=[seed], chips=[0], calibration=w.calibration,
+                            placement=FAST)
             xr.testing.assert_identical(alone.drop_attrs(), ds.drop_attrs())

@@ -97,10 +97,10 @@ def test_busy_cores_are_measured_now_from_the_cpu_counters(monkeypatch: pytest.M
     assert real is None or (0 <= real[0] <= real[1])
 
 
-def test_a_small_loop_state_iterates_on_one_thread_with_the_same_bits() -> None:
+def test_a_small_loop_state_iterates_on_one_thread_with_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """An eager loop whose state holds fewer than ONE_THREAD_BELOW values iterates (`iterate`, `solve`) on
-    one thread, a larger one on torch's count; the count is restored, also after an error; one thread
-    throughout gives the same bits."""
+    one thread, a larger one on torch's count; the count is restored, also after an error; and one thread
+    gives the bits of two, at a batch whose transcendental calls two threads split (64 x 48 values)."""
     import torch
 
     from aocsim.hardware.engine.loop import OpticalLoop
@@ -113,7 +113,7 @@ def test_a_small_loop_state_iterates_on_one_thread_with_the_same_bits() -> None:
 
     weight = torch.randn(48, 48, generator=torch.Generator().manual_seed(0))
     loop = OpticalLoop("aoc48", weight, alpha=alpha, beta=18.6, generator=1)
-    small, large = 4, threads.ONE_THREAD_BELOW // 48
+    small, large = 64, threads.ONE_THREAD_BELOW // 48
     x = torch.rand(large, 48, generator=torch.Generator().manual_seed(1))
     torch.set_num_threads(2)
     try:
@@ -128,8 +128,10 @@ def test_a_small_loop_state_iterates_on_one_thread_with_the_same_bits() -> None:
         assert torch.get_num_threads() == 2
         with threads.one_thread_below(small * 48, fused=True):  # a compiled loop's fused kernels: torch's count
             assert torch.get_num_threads() == 2
-        torch.set_num_threads(1)
+        monkeypatch.setattr(threads, "ONE_THREAD_BELOW", 0)  # no state is small: two threads throughout
+        seen.clear()
         assert torch.equal(loop.iterate(torch.zeros(small, 48), x[:small], 3, generator=2), z)
         assert torch.equal(loop.solve(x[:small], generator=3, max_iter=16).z, solved.z)
+        assert set(seen) == {2}
     finally:
         torch.set_num_threads(before)

@@ -245,13 +245,13 @@ class OpticalLoop:
     def iterate(self, z0: torch.Tensor, x: torch.Tensor, iterations: int, *, generator: keys.Seed = None,
                 trajectory: bool = False, samples: Any = None) -> torch.Tensor:
         """Run `iterations` steps from z0 (momentum starts with z_prev = 0): the final state [B, N], or the
-        trajectory [iterations, B, N]. A small state runs eagerly on one thread
+        trajectory [iterations, B, N]. An eager run of a small state is on one thread
         (`aocsim.threads.one_thread_below`)."""
         from aocsim.solve.core import solve
 
         iterations = check_iterations("iterations", iterations, allow_zero=not trajectory)
         m, z = self._map(z0, x, generator, samples, record=trajectory)
-        with one_thread_below(z.numel(), fused=self.compile):
+        with one_thread_below(z.numel(), fused=m.fast):
             out = self._finite(solve(m, z, solver="picard", max_iter=iterations, atol=None, rtol=None).z, iterations)
         return torch.stack(m.states) if trajectory else out
 
@@ -287,7 +287,7 @@ class OpticalLoop:
         options = dict(atol=atol, rtol=rtol, trace=trace, floor_spreads=spreads)  # readout: the solver's patience
         if patience is not None or stop == "tolerance":  # the early stop: PATIENCE samples
             options["patience"] = PATIENCE if patience is None else patience
-        with one_thread_below(z.numel(), fused=self.compile):
+        with one_thread_below(z.numel(), fused=m.fast):
             if stop == "readout":
                 result = solve(m, z, solver="picard", max_iter=m.total, return_best=False, early_stop=False, **options)
                 its, z_out = result.iterations, m.reading()
