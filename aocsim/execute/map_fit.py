@@ -83,10 +83,7 @@ def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, input
     """`fit_map` on each of a population's design points (profiles of one shape on one chip,
     `tile_product.PER_LOAD`), their probe products run together (`tile_program.fit_tile_programs`)."""
     tile = on_tiles(tile)
-    if tile.fit_probes <= weight.shape[1]:
-        raise InputError(f"fit_probes = {tile.fit_probes}; expected more than the inputs of the map W "
-                         f"{list(weight.shape)} ({weight.shape[1]}): least squares over the probes measures its "
-                         "matrix and offset")
+    check_probes(tile, weight)
     r = default_input_range(devices[0], input_range)  # (the drive's range and the ADC's are the shape's)
     size = resolve_tile_size(devices[0], tile.tile_size)
     low, high = (float(v) for v in devices[0].parts.readout.range_v)
@@ -105,6 +102,14 @@ def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, input
         out.append(MapProgram(kappa * program.weight, program.columns, sigma, program.error, program.dead, size, r,
                               mount or Mount()))
     return out
+
+
+def check_probes(tile: TileOptions, weight: torch.Tensor) -> None:
+    """A one-line InputError unless the fit's probes (`tile.fit_probes`, resolved) can measure W [M, K]."""
+    if tile.fit_probes <= weight.shape[1]:
+        raise InputError(f"fit_probes = {tile.fit_probes}; expected more than the inputs of the map W "
+                         f"{list(weight.shape)} ({weight.shape[1]}): least squares over the probes measures its "
+                         "matrix and offset")
 
 
 def on_tiles(tile: TileOptions) -> TileOptions:
@@ -141,6 +146,8 @@ def fit_maps_population(devices: list[DeviceProfile], maps: list[tuple[torch.Ten
         raise InputError(f"devices have variation.chip_seed = {chips}; expected the design points of one chip (a "
                          "fit's probes are keyed by its chip: fit each chip's population on its own)")
     tile = on_tiles(tile).fitted()
+    for weight, _, _ in maps:  # every map before any fit
+        check_probes(tile, weight)
     constants = (tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "DAMPING", "SIGNIFICANT")),
                  tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     inputs = [(device, [(w, x, k) for w, x, k in maps], tile, *constants) for device in devices]

@@ -10,6 +10,7 @@ import torch
 
 from aocsim import compare
 from aocsim.errors import InputError
+from aocsim.execute import map_fit
 from aocsim.execute.map_fit import fit_key, fit_map, on_tiles
 from aocsim.execute.option_groups import FIT_PROBES, FIT_ROUNDS, TileOptions
 from aocsim.execute.placement import Placement
@@ -56,9 +57,14 @@ def test_fewer_probes_measure_the_matrix_as_one_over_the_root_of_their_count() -
     assert 2.5 < float(coarse / fine) < 6.5, float(coarse / fine)
 
 
-def test_a_fit_that_cannot_measure_its_matrix_is_refused() -> None:
+def test_a_fit_that_cannot_measure_its_matrix_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError, match=r"fit_probes = 30; expected more than the inputs of the map W \[40, 30\]"):
         fit(fit_probes=30)
+    wide = torch.randn(40, 100, dtype=torch.float64)  # a model's second map, too wide for 64 probes
+    maps = [(W, X, fit_key(DEVICE)), (wide, torch.rand(8, 100, dtype=torch.float64), fit_key(DEVICE, 1))]
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a: pytest.fail("fitted before the check"))
+    with pytest.raises(InputError, match=r"fit_probes = 64; expected more than the inputs of the map W \[40, 100\]"):
+        map_fit.fit_maps(DEVICE, maps, TileOptions(fit_probes=64))  # every map checked before any is fitted
     with pytest.raises(InputError, match="fit_probes"):
         Placement(fit_probes=0)
     with pytest.raises(InputError, match="fit_rounds"):
