@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from aocsim.cli.common import PROFILE_HELP, compute, friendly, profile_option
+from aocsim.cli.common import PROFILE_HELP, compute, friendly, parse_overrides, profile_option
 from aocsim.errors import AocsimError
 
 # Points of `aocsim bench sweep`. A spawned worker starts in about 5 s of CPU (torch, then torch._dynamo,
@@ -109,15 +109,22 @@ def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled:
 @click.option("--trials", default=16, show_default=True, type=click.IntRange(min=2), help="Trials of each search.")
 @click.option("--batch", default=8, show_default=True, type=click.IntRange(min=2),
               help="Trials per NSGA-II generation (a population).")
+@click.option("--placement", "placement", multiple=True, metavar="OPTION=VALUE",
+              help="A placement option for every case's trials, over the case's own (repeatable), e.g. "
+                   "--placement fit_probes=512 --placement fit_rounds=6: a cheaper calibration "
+                   "(`aocsim compare --help` lists the options).")
 @friendly
-def bench_search_cmd(models: tuple[str, ...], trials: int, batch: int) -> None:
+def bench_search_cmd(models: tuple[str, ...], trials: int, batch: int, placement: tuple[str, ...]) -> None:
     """Trials per minute of a co-design search on aoc48 (SLM bits, ADC bits, light) run as populations (a
     generation one call) against point by point, and each trial's cost in exact-path times, timed in this run
     on one torch thread and one worker (docs/SWEEPS.md section 7)."""
-    from aocsim.experiments.bench_search import SEARCH_CASES, bench_search, format_search_bench
+    from aocsim.execute.placement import as_placement
+    from aocsim.experiments.bench_search import bench_search, case_placement, format_search_bench
 
-    rows = bench_search(tuple(models), trials=trials, batch=batch)
+    given = parse_overrides(placement, hint="--placement")
+    as_placement(given)  # each option and value checked before any search
+    rows = bench_search(tuple(models), trials=trials, batch=batch, placement=given)
     click.echo(f"aoc48, NSGA-II, {trials} trials in generations of {batch}, 1 seed, 1 worker, 1 torch thread; "
-               f"placements: " + "; ".join(f"{m} {SEARCH_CASES[m]['placement'] or 'default'}" for m in models))
+               f"placements: " + "; ".join(f"{m} {case_placement(m, given) or 'default'}" for m in models))
     click.echo(format_search_bench(rows))
 

@@ -133,8 +133,9 @@ def free_path(path: Path) -> Path:
     return candidate
 
 
-def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
-    """KEY=VALUE pairs, each VALUE read the way profile files are (so 5e7 is a number)."""
+def parse_overrides(items: tuple[str, ...], hint: str = "--set") -> dict[str, Any]:
+    """KEY=VALUE pairs, each VALUE read the way profile files are (so 5e7 is a number); `hint`: the option
+    they came from, for the error."""
     import yaml
 
     from aocsim.hardware.profiles.profile import read_value
@@ -143,10 +144,10 @@ def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise click.BadParameter(f"{item!r}; expected KEY=VALUE", param_hint="--set")
+            raise click.BadParameter(f"{item!r}; expected KEY=VALUE", param_hint=hint)
         try:
             out[key.strip()] = read_value(raw)
         except yaml.YAMLError:
-            raise click.BadParameter(f"{item!r}; the value is not valid YAML", param_hint="--set") from None
+            raise click.BadParameter(f"{item!r}; the value is not valid YAML", param_hint=hint) from None
     return out
 

@@ -58,6 +58,11 @@ class SearchBenchRow:
         return self.point_by_point_s / self.batched_s
 
 
+def case_placement(model: str, placement: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A case's placement with the options `placement` sets over its own (`aocsim bench search --placement`)."""
+    return {**SEARCH_CASES[model]["placement"], **(placement or {})}
+
+
 def search_spec(model: str, *, trials: int, batch: int, case: dict[str, Any]) -> dict[str, Any]:
     """The YAML spec of one case's search."""
     space: dict[str, Any] = dict(SPACE)
@@ -87,8 +92,9 @@ def _exact_seconds(model_name: str, case: dict[str, Any]) -> float:
 
 
 def bench_search(models: tuple[str, ...] = ("parity-implicit", "a5-implicit"), *, trials: int = 16,
-                 batch: int = 8) -> list[SearchBenchRow]:
-    """Each model's case (`SEARCH_CASES`) searched batched and point by point (module docstring)."""
+                 batch: int = 8, placement: dict[str, Any] | None = None) -> list[SearchBenchRow]:
+    """Each model's case (`SEARCH_CASES`) searched batched and point by point (module docstring), with the
+    options `placement` sets over the case's own (`case_placement`: a cheaper calibration, say)."""
     import torch
 
     from aocsim.errors import InputError
@@ -104,7 +110,7 @@ def bench_search(models: tuple[str, ...] = ("parity-implicit", "a5-implicit"), *
     try:
         with tempfile.TemporaryDirectory(prefix="aocsim-bench-search-") as tmp:
             for model in models:
-                case = SEARCH_CASES[model]
+                case = {**SEARCH_CASES[model], "placement": case_placement(model, placement)}
                 spec = Path(tmp) / f"{model}.yaml"
                 spec.write_text(yaml.safe_dump(search_spec(model, trials=trials, batch=batch, case=case)))
                 warm = Path(tmp) / f"{model}-warm.yaml"

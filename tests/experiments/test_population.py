@@ -196,3 +196,39 @@ def test_a_tiled_deqs_population_fits_together_and_runs_as_each_point_alone(tmp_
             alone = compare(model, point, w.inputs, w.targets, seeds=[seed], chips=[0], calibration=w.calibration,
                             placement=FAST)
             xr.testing.assert_identical(alone.drop_attrs(), ds.drop_attrs())
+
+
+def test_the_search_bench_takes_placement_options_for_every_case(monkeypatch) -> None:
+    """`aocsim bench search --placement OPTION=VALUE`: each option over every case's own placement, in the
+    searches' space and in the exact path's placement, and named in the header; a wrong option is a one-line
+    error before any search."""
+    import numpy as np
+    import yaml
+    from click.testing import CliRunner
+
+    from aocsim.cli import main
+    from aocsim.experiments import bench_search
+    from aocsim.experiments.sweep import run
+
+    spaces, exact = [], []
+
+    def stand_in(spec, out, batched):
+        spaces.append(yaml.safe_load(spec.read_text())["space"])
+        out.mkdir()
+        return xr.Dataset({"accuracy": ("trial", np.ones(2))})
+
+    monkeypatch.setattr(run, "sweep", stand_in)
+    monkeypatch.setattr(bench_search, "_exact_seconds", lambda model, case: exact.append(case["placement"]) or 1.0)
+    out = CliRunner().invoke(main, ["--threads", "1", "bench", "search", "--model", "a5-implicit", "--trials", "2",
+                                    "--batch", "2", "--placement", "fit_probes=512", "--placement", "averaging=4"])
+    assert out.exit_code == 0, out.output
+    assert all(s["placement.fit_probes"] == {"choice": [512]} and s["placement.averaging"] == {"choice": [4]}
+               and s["placement.predistort"] == {"choice": [True]} for s in spaces) and len(spaces) == 3
+    assert exact == [{"on_tiles": "in_proj,out_proj", "averaging": 4, "predistort": True, "fit_probes": 512}]
+    assert "'fit_probes': 512" in out.output
+    for bad, words in ((["--placement", "fit_probes"], "expected KEY=VALUE"),
+                       (["--placement", "nonsense=1"], "placement.nonsense is not a placement option"),
+                       (["--placement", "fit_probes=0"], "fit_probes = 0; expected an integer >= 1")):
+        out = CliRunner().invoke(main, ["bench", "search", "--trials", "2", "--batch", "2", *bad])
+        assert out.exit_code != 0 and words in out.output and "Traceback" not in out.output, out.output
+    assert len(spaces) == 3  # (no search started)
