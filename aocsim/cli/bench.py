@@ -41,8 +41,12 @@ def bench_loop_cmd(profile: str, iterations: int, repeats: int, batches: tuple[i
         if compiled and "compile=True" in str(exc):
             raise AocsimError(f"{exc} (--no-compiled times the eager loop only)") from None
         raise
+    from aocsim.threads import ONE_THREAD_BELOW
+
+    small = "" if threads == 1 else (f" (an eager loop with fewer than {ONE_THREAD_BELOW:,} state values "
+                                     "on one: aocsim.threads.one_thread_below)")
     click.echo(f"device {profile}, {iterations} iterations per timing, best of {repeats}, "
-               f"{threads} torch thread(s)")
+               f"{threads} torch thread(s){small}")
     click.echo(format_loop_bench(rows))
 
 

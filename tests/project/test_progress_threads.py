@@ -76,8 +76,11 @@ def test_threads_option_reaches_torch_and_is_restored(monkeypatch: pytest.Monkey
                         lambda *a, **k: seen.append(torch.get_num_threads()) or [])
     out = CliRunner().invoke(main, ["--threads", "1", "bench", "loop", "--no-compiled"])
     assert out.exit_code == 0, out.output
-    assert seen == [1] and "1 torch thread(s)" in out.output
+    assert seen == [1] and "1 torch thread(s)" in out.output and "one_thread_below" not in out.output
     assert torch.get_num_threads() == before
+    out = CliRunner().invoke(main, ["--threads", "2", "bench", "loop", "--no-compiled"])  # the rule said
+    assert out.exit_code == 0, out.output
+    assert "2 torch thread(s) (an eager loop with fewer than 12,288 state values on one" in out.output
 
 
 def test_busy_cores_are_measured_now_from_the_cpu_counters(monkeypatch: pytest.MonkeyPatch) -> None:
