@@ -19,6 +19,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
+from aocsim.threads import torch_threads
+
 T = TypeVar("T")
 
 
@@ -75,12 +77,8 @@ class Workers:
         beside a starting worker, 0.15 s on one). Restored afterwards."""
         import torch
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(max(1, before - (self.workers - 1)))
-        try:
+        with torch_threads(max(1, torch.get_num_threads() - (self.workers - 1))):
             yield
-        finally:
-            torch.set_num_threads(before)
 
     def close(self, wait: bool = True) -> None:
         if self.pool is not None:
@@ -107,18 +105,12 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]],
     `workers` (torch splits a large reduction by its thread count, and the rounding follows the
     split). `fn` must be importable (a module-level function) and its arguments picklable.
     """
-    import torch
-
     given = workers if isinstance(workers, Workers) else None
     count = given.workers if given is not None else workers
     if count <= 1 or len(parts) <= 1:
-        threads = torch.get_num_threads()
         for i, part in enumerate(parts):
-            torch.set_num_threads(1)  # as on a worker: a reduction's rounding depends on the thread count
-            try:
+            with torch_threads(1):  # as on a worker: a reduction's rounding depends on the thread count
                 result = fn(*part)
-            finally:
-                torch.set_num_threads(threads)
             yield i, result
         return
     if given is not None and given.pool is None:
@@ -133,8 +125,6 @@ def run_parts(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]],
 
 def _shared(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], pool: Workers) -> Iterator[tuple[int, T]]:
     """`run_parts` on this process and the spawned processes of `pool`."""
-    import torch
-
     executor = pool.pool
     assert executor is not None  # an open pool of spawned workers (run_parts)
     todo = deque(range(len(parts)))
@@ -170,26 +160,24 @@ def _shared(fn: Callable[..., T], parts: Sequence[tuple[Any, ...]], pool: Worker
             yield i, result
             block = False
 
-    threads = torch.get_num_threads()
     outstanding = len(parts)
     feeders = [threading.Thread(target=feed, args=(ready,), daemon=True) for ready in pool.ready[:len(parts) - 1]]
     for feeder in feeders:
         feeder.start()
-    torch.set_num_threads(1)  # this process is one worker among `workers`
     try:
-        while (i := take()) is not None:
-            result = fn(*parts[i])
-            outstanding -= 1
-            yield i, result
-            for done in drain(block=False):
+        with torch_threads(1):  # this process is one worker among `workers`
+            while (i := take()) is not None:
+                result = fn(*parts[i])
                 outstanding -= 1
-                yield done
-        while outstanding:
-            for done in drain(block=True):
-                outstanding -= 1
-                yield done
+                yield i, result
+                for done in drain(block=False):
+                    outstanding -= 1
+                    yield done
+            while outstanding:
+                for done in drain(block=True):
+                    outstanding -= 1
+                    yield done
     finally:
-        torch.set_num_threads(threads)
         with lock:
             todo.clear()
         for feeder in feeders:

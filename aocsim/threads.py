@@ -103,19 +103,28 @@ ONE_THREAD_BELOW = 12_288
 
 
 @contextmanager
+def torch_threads(count: int) -> Iterator[int]:
+    """torch on `count` threads inside; torch's count as it was afterwards, also after an error."""
+    import torch  # (here: the command line reads this module without starting torch)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield count
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
 def one_thread_below(values: int, *, fused: bool = False) -> Iterator[None]:
     """At most one torch thread inside where an eager loop's state holds fewer than `ONE_THREAD_BELOW`
     values; torch's thread count as it was outside, and inside otherwise. `fused`: a compiled loop, whose
     kernels fuse the passes and split no transcendental call (one thread was 4 % slower at batch 64), keeps
     torch's count. A run's bits depend on its batch only (the choice is the batch's)."""
-    import torch  # (here: the command line reads this module without starting torch)
+    import torch
 
-    before = torch.get_num_threads()
-    if fused or values >= ONE_THREAD_BELOW or before == 1:
+    if fused or values >= ONE_THREAD_BELOW or torch.get_num_threads() == 1:
         yield
         return
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(before)

@@ -89,17 +89,12 @@ def bench_compare_cmd(sequences: int, length_factor: int, device: str, compiled:
     """Tokens per second of parity-implicit and a5-implicit (plain, and at the placement docs/DEVICE_RUNS.md
     recommends) on their exact paths and in `aocsim compare` (`--chips` x `--seeds` runs, sequential mode),
     timed in this run on one torch thread."""
-    import torch
-
     from aocsim.experiments.bench import COMPARE_CASES, bench_compare, format_compare_bench
+    from aocsim.threads import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         rows = bench_compare(tuple(c for c in COMPARE_CASES if c[1] in models), device=device, sequences=sequences,
                              length_factor=length_factor, compiled=compiled, seeds=seeds, chips=chips)
-    finally:
-        torch.set_num_threads(before)
     click.echo(f"{sequences} sequences of {length_factor}x the training length on {device}, "
                f"{'one chip' if chips == 1 else f'{chips} chips'} x {'one seed' if seeds == 1 else f'{seeds} seeds'}, "
                "sequential mode, 1 torch thread; the exact path "

@@ -108,20 +108,15 @@ def compute() -> Iterator[int]:
     import torch
 
     from aocsim.progress import lines_off_terminal
-    from aocsim.threads import choose_threads
+    from aocsim.threads import choose_threads, torch_threads
 
     ctx = click.get_current_context(silent=True)
     requested = ctx.find_root().params.get("threads") if ctx is not None else None
-    before = torch.get_num_threads()
-    threads, note = choose_threads(requested, before)
+    threads, note = choose_threads(requested, torch.get_num_threads())
     if note:
         click.echo(note, err=True)
-    torch.set_num_threads(threads)
-    try:
-        with lines_off_terminal():
-            yield threads
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(threads), lines_off_terminal():
+        yield threads
 
 
 def free_path(path: Path) -> Path:

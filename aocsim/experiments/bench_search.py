@@ -95,41 +95,35 @@ def bench_search(models: tuple[str, ...] = ("parity-implicit", "a5-implicit"), *
                  batch: int = 8, placement: dict[str, Any] | None = None) -> list[SearchBenchRow]:
     """Each model's case (`SEARCH_CASES`) searched batched and point by point (module docstring), with the
     options `placement` sets over the case's own (`case_placement`: a cheaper calibration, say)."""
-    import torch
-
     from aocsim.errors import InputError
     from aocsim.experiments.sweep.run import sweep
     from aocsim.hardware.engine.memo import forget_all
+    from aocsim.threads import torch_threads
 
     unknown = [m for m in models if m not in SEARCH_CASES]
     if unknown:
         raise InputError(f"models = {unknown}; expected some of {list(SEARCH_CASES)}")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
     rows = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="aocsim-bench-search-") as tmp:
-            for model in models:
-                case = {**SEARCH_CASES[model], "placement": case_placement(model, placement)}
-                spec = Path(tmp) / f"{model}.yaml"
-                spec.write_text(yaml.safe_dump(search_spec(model, trials=trials, batch=batch, case=case)))
-                warm = Path(tmp) / f"{model}-warm.yaml"
-                warm.write_text(yaml.safe_dump(search_spec(model, trials=2, batch=2, case=case)))
-                sweep(warm, Path(tmp) / f"{model}-warm", batched=True)  # imports, first calls, Optuna
-                seconds, accuracy = {}, {}
-                for batched in (False, True) if len(rows) % 2 == 0 else (True, False):
-                    out = Path(tmp) / f"{model}-{batched}"
-                    forget_all()  # each search fits its points anew, as a fresh process would
-                    start = time.perf_counter()
-                    ds = sweep(spec, out, batched=batched)
-                    seconds[batched] = time.perf_counter() - start
-                    accuracy[batched] = ds["accuracy"].values.ravel()
-                    shutil.rmtree(out)
-                rows.append(SearchBenchRow(model, trials, batch, case["data"]["sequences"], case["chips"], seconds[True],
-                                           seconds[False], _exact_seconds(model, case),
-                                           bool((abs(accuracy[True] - accuracy[False]) <= 0.02).all())))
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(1), tempfile.TemporaryDirectory(prefix="aocsim-bench-search-") as tmp:
+        for model in models:
+            case = {**SEARCH_CASES[model], "placement": case_placement(model, placement)}
+            spec = Path(tmp) / f"{model}.yaml"
+            spec.write_text(yaml.safe_dump(search_spec(model, trials=trials, batch=batch, case=case)))
+            warm = Path(tmp) / f"{model}-warm.yaml"
+            warm.write_text(yaml.safe_dump(search_spec(model, trials=2, batch=2, case=case)))
+            sweep(warm, Path(tmp) / f"{model}-warm", batched=True)  # imports, first calls, Optuna
+            seconds, accuracy = {}, {}
+            for batched in (False, True) if len(rows) % 2 == 0 else (True, False):
+                out = Path(tmp) / f"{model}-{batched}"
+                forget_all()  # each search fits its points anew, as a fresh process would
+                start = time.perf_counter()
+                ds = sweep(spec, out, batched=batched)
+                seconds[batched] = time.perf_counter() - start
+                accuracy[batched] = ds["accuracy"].values.ravel()
+                shutil.rmtree(out)
+            rows.append(SearchBenchRow(model, trials, batch, case["data"]["sequences"], case["chips"], seconds[True],
+                                       seconds[False], _exact_seconds(model, case),
+                                       bool((abs(accuracy[True] - accuracy[False]) <= 0.02).all())))
     return rows
 
 

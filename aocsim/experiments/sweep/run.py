@@ -100,15 +100,12 @@ def run_population(spec: SweepSpec, base: Any, points: list[Point], fits: str | 
                    ) -> list[tuple[str, xr.Dataset]]:
     """Points of one population (`population_key`) as one run (`compare_population`: the exact path once,
     the fits together, every point's seeds one batch), each reduced to its metrics as `run_point` gives them."""
-    import torch
-
     from aocsim import disk_memo
     from aocsim.experiments.compare import compare
     from aocsim.experiments.population import compare_population
+    from aocsim.threads import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         model = _model(points[0].model)
         w = prefix(point_workload(model, spec.data), points[0].fraction)  # a screened trial: the first samples
         profiles, seeds = [], []
@@ -131,8 +128,6 @@ def run_population(spec: SweepSpec, base: Any, points: list[Point], fits: str | 
                 one = with_fidelity(one, point.fraction, ds.sizes["sample"])
             out.append((point.key, one))
         return out
-    finally:
-        torch.set_num_threads(before)
 
 
 def point_metrics(ds: xr.Dataset, metrics: tuple[str, ...]) -> xr.Dataset:
