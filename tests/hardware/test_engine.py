@@ -379,6 +379,23 @@ def test_alpha_and_beta_train_through_the_device(gen: torch.Generator) -> None:
         OpticalLoop(dev, w, beta=torch.ones(3), generator=1)
 
 
+def test_gradients_pass_every_stage_of_a_noisy_iteration(gen: torch.Generator) -> None:
+    """The step's passes run in place on their own temporaries (`step.led_signals`): autograd must still get
+    the gradient of the same function, through the sigmoid, both LED cubics, RIN, the detectors and their
+    noise, momentum and the response (finite differences in float64, the noise keyed so it is fixed)."""
+    w, x, _ = _noisy_setup(gen, 3)
+    loop = _loop(w)
+    assert loop.layout() == step.Layout(tanh=False, rin=True, detector_noise=True, momentum=True, saturate=True,
+                                        respond=True)
+    z = (0.2 * torch.randn(3, 48, generator=gen, dtype=torch.float64)).requires_grad_()
+    z_prev = (0.2 * torch.randn(3, 48, generator=gen, dtype=torch.float64)).requires_grad_()
+
+    def one_step(z: torch.Tensor, z_prev: torch.Tensor) -> torch.Tensor:
+        return loop.step(z, x, z_prev=z_prev, generator=7, iteration=2)
+
+    assert torch.autograd.gradcheck(one_step, (z, z_prev), eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
 # -- nothing silently wrong (the reliability issue's loop cases) -----------------------------------
 
 @pytest.mark.parametrize("alpha", [-3.0, 1e6])

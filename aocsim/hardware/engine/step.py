@@ -118,10 +118,15 @@ def nonlinearity(z: torch.Tensor, sigmoid: tuple[torch.Tensor, ...], tanh: bool)
         return torch.tanh(z)
     da, db, c, shift, inv_c, f, g = sigmoid
     one, = scalars((1.0,), z.dtype, z.device)
-    v = z * da + db
-    power = torch.log2(v.abs()) * c + shift  # c log2|u|
-    scale = torch.exp2(torch.log2(torch.exp2(power) + one) * inv_c)  # (1 + |u|^c)^(-1/c)
-    return torch.addcmul(z * g + f, v, scale)
+    v = z * da
+    v += db
+    scale = v.abs()  # in place where autograd allows (an exp2's result it keeps): `led_signals` says why
+    scale.log2_().mul_(c).add_(shift)  # c log2|u|
+    scale = torch.exp2(scale) + one
+    scale = torch.exp2(scale.log2_().mul_(inv_c))  # (1 + |u|^c)^(-1/c)
+    out = z * g
+    out += f
+    return out.addcmul_(v, scale)
 
 
 def affine(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -147,13 +152,23 @@ def led_signals(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) 
     flattened are [P+ | P-], the detectors' input.
 
     led: the cubics' coefficients (c3, c2, c1, c0), highest power first, each [..., 2, N] (its P+ row and
-    P- row over emitters: `Constants.led_coefficients`, one contiguous block each)."""
+    P- row over emitters: `Constants.led_coefficients`, one contiguous block each).
+
+    Horner's steps run in place on one new tensor: the same operations, so the same bits (a + b and a b
+    are exact to swap), and the pass's temporaries stay in the core's cache instead of a new block of
+    memory per step (at a stack of tiles' 4 x 682 rows, half the time). Autograd keeps what it needs."""
     c3, c2, c1, c0 = led
     t = t.unsqueeze(-2)
     if t.numel() >= CONTIGUOUS_ROWS:  # many rows: a contiguous [.., B, 2, N] runs each pass as one long loop
         t = t.expand(*t.shape[:-2], 2, t.shape[-1]).contiguous()
-    light = t * (c1 + t * (c2 + t * c3))
-    return light + c0 if constant else light
+    light = t * c3
+    light += c2
+    light *= t
+    light += c1
+    light *= t
+    if constant:
+        light += c0
+    return light
 
 
 def led_light(t: torch.Tensor, led: tuple[torch.Tensor, ...], constant: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,7 +189,8 @@ def difference_std(d_pos: torch.Tensor, d_neg: torch.Tensor, noise: Levels) -> t
     """std of D_P - D_Q from every detector source: sqrt(a (D_P + D_Q) + 2 b), D signed around the bias light
     in b (docs/PHYSICS.md section 3); 0 where that light would be negative. noise: (RIN std, a, 2 b)."""
     zero, = scalars((0.0,), d_pos.dtype, d_pos.device)
-    return torch.sqrt(((d_pos + d_neg) * noise[1] + noise[2]).clamp_min(zero))
+    var = d_pos + d_neg  # in place from here (`led_signals`)
+    return var.mul_(noise[1]).add_(noise[2]).clamp_min_(zero).sqrt_()
 
 
 def node_noise_variance(t: torch.Tensor, c: Constants, gain: torch.Tensor | float, a: float, b2: float,
@@ -201,8 +217,9 @@ def flickered(light: torch.Tensor, noise: Levels, led_draw: torch.Tensor, layout
     if not layout.rin:
         return light
     one, = scalars((1.0,), light.dtype, light.device)
-    flicker = noise[0] * led_draw + one
-    return light * flicker.unsqueeze(-2)
+    flicker = led_draw * noise[0]
+    flicker += one
+    return light * flicker.unsqueeze(-2)  # (not in place: draws per pass can be wider than the light)
 
 
 def detector_node(d_pos: torch.Tensor, d_neg: torch.Tensor, det_draw: torch.Tensor, noise: Levels,
@@ -290,10 +307,10 @@ def iteration(z: torch.Tensor, z_prev: torch.Tensor, drive: tuple[torch.Tensor, 
             [B, N] (`keys.sample_counters`); None when the layout draws nothing.
         layout: the stages present.
     """
-    y = optical(nonlinearity(z, c.sigmoid, layout.tanh), c, drive, layout, key, counters)
-    y = torch.addcmul(y, z, node[1])
+    y = optical(nonlinearity(z, c.sigmoid, layout.tanh), c, drive, layout, key, counters)  # a new tensor
+    y.addcmul_(z, node[1])
     if layout.momentum:
-        y = torch.addcmul(y, z_prev, -node[2])
+        y.addcmul_(z_prev, -node[2])
     if layout.saturate:  # (maximum / minimum: clamp with tensor bounds is 4x slower on CPUs)
         y = torch.minimum(torch.maximum(y, node[3]), node[4])
     if layout.respond:

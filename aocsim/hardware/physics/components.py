@@ -168,8 +168,9 @@ def dac(u: torch.Tensor, low: Any, high: Any, step: Any | None) -> torch.Tensor:
 def quantize_step(v: torch.Tensor, low: Any, high: Any, step: Any) -> torch.Tensor:
     """`quantize_range` with its code step given: low, high and step numbers or 0-dim tensors (a compiled
     graph's inputs, `aocsim.hardware.engine.tile_pass`), the same bits either way."""
-    q = torch.round((v.clamp(low, high) - low) / step) * step + low
-    return v + (q - v).detach()
+    fixed = v.detach()  # the codes carry no gradient: computed in place on one new tensor
+    q = fixed.clamp(low, high).sub_(low).div_(step).round_().mul_(step).add_(low)
+    return v + q.sub_(fixed)  # straight through: the value q, the gradient v's
 
 
 def distort(w_sign: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
