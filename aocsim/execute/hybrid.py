@@ -38,7 +38,7 @@ from aocsim.execute.run import Run, seed_key
 from aocsim.execute.snr_mapping import device_snr_db
 from aocsim.execute.seed_stack import stack_seeds, stackable
 from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, fit_programs_population, on_tiles,
-                                       place_ssm, sized)
+                                       place_ssm, sized, tiled_shapes)
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -143,6 +143,8 @@ class HybridSSM(PlacedModel):
         return ("the injection's tile products once per token, the projections' every iteration (an explicit "
                 "model's once); each map "
                 + machine_words(profile, placement.modules))
+
+    fitted_maps = staticmethod(tiled_shapes)
 
     @staticmethod
     def describe(model: ImplicitSSM, placement: Placement) -> str:

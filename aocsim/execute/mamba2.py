@@ -30,7 +30,7 @@ from aocsim.execute.placed import PlacedModel
 from aocsim.execute.placement import Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, fit_programs_population, on_tiles,
-                                        place_ssm, sequence_ids, sized)
+                                        place_ssm, sequence_ids, sized, tiled_shapes)
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -96,6 +96,8 @@ class HybridMamba2(PlacedModel):
     def timing(profile: DeviceProfile, placement: Placement) -> str:
         return "every map's tile products once per token (one pass); each map " + machine_words(profile,
                                                                                                placement.modules)
+
+    fitted_maps = staticmethod(tiled_shapes)
 
     @staticmethod
     def describe(model: Mamba2LM, placement: Placement) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -83,7 +83,7 @@ def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, input
     """`fit_map` on each of a population's design points (profiles of one shape on one chip,
     `tile_product.PER_LOAD`), their probe products run together (`tile_program.fit_tile_programs`)."""
     tile = on_tiles(tile)
-    check_probes(tile, weight)
+    check_probes(tile, weight.shape)
     r = default_input_range(devices[0], input_range)  # (the drive's range and the ADC's are the shape's)
     size = resolve_tile_size(devices[0], tile.tile_size)
     low, high = (float(v) for v in devices[0].parts.readout.range_v)
@@ -104,11 +104,13 @@ def fit_map_population(devices: list[DeviceProfile], weight: torch.Tensor, input
     return out
 
 
-def check_probes(tile: TileOptions, weight: torch.Tensor) -> None:
-    """A one-line InputError unless the fit's probes (`tile.fit_probes`, resolved) can measure W [M, K]."""
-    if tile.fit_probes <= weight.shape[1]:
+def check_probes(tile: TileOptions, shape: Sequence[int]) -> None:
+    """A one-line InputError unless the fit's probes (`tile.fit_probes`, resolved) can measure a map W of
+    `shape` [M, K]. `registry.resolve` asks it of every map a kind fits (`PlacedModel.fitted_maps`) before any
+    work; the fits ask it again for callers that fit maps directly."""
+    if tile.fit_probes <= shape[1]:
         raise InputError(f"fit_probes = {tile.fit_probes}; expected more than the inputs of the map W "
-                         f"{list(weight.shape)} ({weight.shape[1]}): least squares over the probes measures its "
+                         f"{list(shape)} ({shape[1]}): least squares over the probes measures its "
                          "matrix and offset")
 
 
@@ -147,7 +149,7 @@ def fit_maps_population(devices: list[DeviceProfile], maps: list[tuple[torch.Ten
                          "fit's probes are keyed by its chip: fit each chip's population on its own)")
     tile = on_tiles(tile).fitted()
     for weight, _, _ in maps:  # every map before any fit
-        check_probes(tile, weight)
+        check_probes(tile, weight.shape)
     constants = (tuple(getattr(tile_program, c) for c in ("DEAD_GAIN", "DAMPING", "SIGNIFICANT")),
                  tuple(getattr(emitter_calibration, c) for c in ("LEVELS", "REPEATS", "DEAD")), HEADROOM)
     inputs = [(device, [(w, x, k) for w, x, k in maps], tile, *constants) for device in devices]

@@ -4,7 +4,7 @@ A placed model is a model on one chip of a device (aocsim/execute/registry.py `p
 subclass: it declares its name and its Dataset's shape (`kind`, `residual`, `residual_units`, `dims`)
 and implements what only it can say (`fits`, `check_inputs`, `prepare`, `exact`, `describe`, `timing`,
 `run`); everything else has a default here that a kind overrides where it has more to say (a chip's
-seeds as one batch, tile programs and their error, Dataset attributes, the convergence rule its
+seeds as one batch, the maps it fits, tile programs and their error, Dataset attributes, the convergence rule its
 summary states, the likely cause of an untrusted result, the noise sites noise injection may use). A
 subclass missing a required member is refused when it is defined, not when a run first needs it; defining
 one registers it (`KINDS`), in the order the classes are defined, which is the order `placement_class`
@@ -106,6 +106,12 @@ class PlacedModel:
         raise NotImplementedError
 
     # -- defaults a kind may override -------------------------------------------------------------------
+
+    @staticmethod
+    def fitted_maps(model: Any, placement: Placement) -> dict[str, tuple[int, int]]:
+        """The shape [M, K] of each map whose tile program this kind fits under `placement`, by name (none by
+        default): `registry.resolve` checks the fit's options against them before any work."""
+        return {}
 
     @staticmethod
     def stacks(placement: Placement) -> bool:

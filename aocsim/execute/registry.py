@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aocsim.errors import InputError
-from aocsim.execute import hybrid, mamba2, native, tiled, twin  # noqa: F401 - defining the kinds registers them
+from aocsim.execute import hybrid, map_fit, mamba2, native, tiled, twin  # noqa: F401 - defining the kinds registers them
 from aocsim.execute.noise_injection import NoiseInjected
 from aocsim.execute.placed import KINDS, PlacedModel
 from aocsim.execute.placement import Placement, as_placement
@@ -90,6 +90,8 @@ def resolve(model: Any, profile: DeviceProfile, placement: Any = None) -> Placed
     name = (getattr(model, "card", None) or {}).get("name", f"this {type(model).__name__}")
     resolved = placement.resolved(cls.kind, f"{name} on {profile.name}")
     NoiseInjected.check(cls, model, resolved)  # what the kind cannot take of it, before any work
+    for shape in cls.fitted_maps(model, resolved).values():  # and what its fits cannot (a sweep's start asks too)
+        map_fit.check_probes(map_fit.on_tiles(resolved.tile), shape)
     return Placed(cls, resolved)
 
 

@@ -260,6 +260,12 @@ def on_tiles(model: ImplicitSSM | Mamba2LM, placement: Placement) -> list[str]:
     return [n for n in linear_maps(model) if n.split(".")[-1] in placement.on_tiles and n not in idle]
 
 
+def tiled_shapes(model: ImplicitSSM | Mamba2LM, placement: Placement) -> dict[str, tuple[int, int]]:
+    """[M, K] of each map on tiles (`on_tiles`): the SSM kinds' `fitted_maps`."""
+    maps = linear_maps(model)
+    return {n: (maps[n].out_features, maps[n].in_features) for n in on_tiles(model, placement)}
+
+
 def fit_programs(model: ImplicitSSM | Mamba2LM, device: DeviceProfile, calibration: dict[str, torch.Tensor],
                  placement: Placement) -> dict[str, MapProgram]:
     """What the chip `device` describes holds for each map on tiles (`fit_maps`, keyed by the chip and

@@ -104,6 +104,12 @@ class TiledDEQ(PlacedModel):
         return "beta W's tile products every iteration, " + machine_words(profile, placement.modules)
 
     @staticmethod
+    def fitted_maps(model: DEQ, placement: Placement) -> dict[str, tuple[int, int]]:
+        """beta W's: the one map on tiles."""
+        n = model.config.state_size
+        return {"beta W": (n, n)}
+
+    @staticmethod
     def describe(model: DEQ, placement: Placement) -> str:
         how = placement.tile.words()
         return (f"tiled hybrid (beta W on optical tiles{', ' + how if how else ''}; tanh, leak, U x + b, V z + c "

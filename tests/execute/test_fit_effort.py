@@ -1,19 +1,21 @@
 """How much a chip's calibration does (the `fit_probes` and `fit_rounds` placement options,
 aocsim/execute/tile_program.py): the declared defaults when unset, more rounds never keep a worse program,
 fewer probes measure the matrix less exactly (as 1 / sqrt(probes)), a fit that cannot measure its matrix is
-refused, and the Dataset says what a run's calibration did."""
+refused (by every kind that fits maps, and by a sweep before its first point), and the Dataset says what a
+run's calibration did."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from aocsim import compare
+from aocsim import DEQ, DEQConfig, compare, load_model
 from aocsim.errors import InputError
 from aocsim.execute import map_fit
 from aocsim.execute.map_fit import fit_key, fit_map, on_tiles
 from aocsim.execute.option_groups import FIT_PROBES, FIT_ROUNDS, TileOptions
 from aocsim.execute.placement import Placement
+from aocsim.execute.registry import resolve
 from aocsim.execute.tile_program import measure
 from aocsim.hardware.engine import keys
 from aocsim.hardware.profiles.profile import load_device
@@ -77,3 +79,47 @@ def test_the_dataset_says_what_the_calibration_did() -> None:
                  placement={"fit_probes": 128, "fit_rounds": 2})
     assert ds.attrs["placement.fit_probes"] == 128 and ds.attrs["placement.fit_rounds"] == 2
     assert "tile programs calibrated on 128 probes x 2 rounds" in ds.attrs["placement"]
+
+
+def test_every_kind_that_fits_maps_is_refused_too_few_probes_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`registry.resolve` checks fit_probes against the maps a kind fits (`PlacedModel.fitted_maps`): the
+    hybrid SSM's and the hybrid Mamba2's maps on tiles (a5-implicit's widest, out_proj, takes 128 inputs) and a
+    tiled DEQ's beta W."""
+    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a: pytest.fail("fitted before the check"))
+    device = load_device("aoc48")
+    a5 = load_model("a5-implicit")
+    with pytest.raises(InputError, match=r"fit_probes = 128; expected more than the inputs of the map W \[64, 128\]"):
+        resolve(a5, device, {"fit_probes": 128, "on_tiles": "in_proj,out_proj"})
+    assert resolve(a5, device, {"fit_probes": 129, "on_tiles": "in_proj,out_proj"}).cls.kind == "hybrid SSM"
+    assert resolve(a5, device, {"fit_probes": 129, "on_tiles": "in_proj"}).cls.kind == "hybrid SSM"  # 64 wide
+    with pytest.raises(InputError, match=r"fit_probes = 64; expected more than the inputs of the map W \[296, 64\]"):
+        resolve(load_model("s5-mamba2"), device, {"fit_probes": 64})  # a hybrid Mamba2's first map
+    big = DEQ(DEQConfig(96, 64, 10, split=48), generator=torch.Generator().manual_seed(5))
+    with pytest.raises(InputError, match=r"fit_probes = 96; expected more than the inputs of the map W \[96, 96\]"):
+        resolve(big, device, {"fit_probes": 96})
+    assert resolve(big, device, {"fit_probes": 97}).cls.kind == "tiled DEQ"
+
+
+@pytest.mark.parametrize("shape", ["grid", "search"])
+def test_a_sweep_refuses_too_few_probes_before_any_point_runs(shape: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """A grid's point with too few probes, or a search whose fit_probes range reaches below a map's inputs, is
+    refused when the sweep starts (naming the placement), not when its point comes up: nothing has run and
+    the sweep's folder is not made."""
+    from aocsim.experiments.sweep import parse_spec, sweep
+    from aocsim.experiments.sweep import run as sweep_run
+
+    spec = {"model": "parity-implicit", "device": "aoc48", "data": {"sequences": 2, "length_factor": 1},
+            "seeds": 1, "chips": 1, "metrics": ["accuracy", "energy_per_inference_j"]}
+    if shape == "grid":
+        spec["axes"] = {"slm.bits": [6, 8], "placement.fit_probes": [2048, 30]}
+    else:
+        spec["space"] = {"slm.bits": {"int": [4, 9]}, "placement.fit_probes": {"int": [16, 4096]}}
+        spec["search"] = {"objectives": {"accuracy": "max", "energy_j": "min"}, "budget": 4, "batch": 2, "seed": 0}
+    monkeypatch.setattr(sweep_run, "run_population", lambda *a, **k: pytest.fail("a point ran before the check"))
+    low = 30 if shape == "grid" else 16
+    with pytest.raises(InputError, match=rf"^at placement.fit_probes = {low}: fit_probes = {low}; expected more than the "
+                                         r"inputs of the map W \[148, 32\]") as err:
+        sweep(parse_spec(spec), tmp_path / "out")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()

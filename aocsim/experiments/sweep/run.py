@@ -11,6 +11,8 @@ point is written atomically as it finishes (`store.SweepStore`); a sweep run aga
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,6 +23,7 @@ import xarray as xr
 from aocsim.errors import InputError
 from aocsim.experiments.metrics import point_metrics as metrics_of
 from aocsim.experiments.sweep.fidelity import check_screen, prefix, with_fidelity
+from aocsim.experiments.sweep.axes import Axis
 from aocsim.experiments.sweep.spec import PLACEMENT, Point, SweepSpec, load_spec, noise_seed
 from aocsim.experiments.sweep.search import results, run_search
 from aocsim.experiments.sweep.store import SweepStore, write_results
@@ -263,7 +266,7 @@ def check_models(spec: SweepSpec, base: Any) -> None:
     """Every model loads, has inputs for the spec's data, and takes the swept placement settings on
     `base`: each swept option must apply to the model's kind (aocsim/execute/placement.py)."""
     from aocsim.execute.placement import DECLARATIONS, kinds_words
-    from aocsim.execute.registry import placement_class
+    from aocsim.execute.registry import placement_class, resolve
 
     for name in spec.models:
         model = _model(name)
@@ -276,6 +279,23 @@ def check_models(spec: SweepSpec, base: Any) -> None:
             if kind not in kinds:
                 raise InputError(f"{path} is swept but model {name!r} runs as a {kind} on {base.name}; expected it "
                                  f"only for {kinds_words(kinds)}")
+        for placement in swept_placements(spec):  # every check placing makes, before any point runs
+            try:
+                resolve(model, base, {k.split(".", 1)[1]: v for k, v in placement.items()})
+            except InputError as exc:
+                raise InputError(f"at {', '.join(f'{k} = {v!r}' for k, v in placement.items())}: {exc}") from None
+
+
+def swept_placements(spec: SweepSpec) -> list[dict[str, Any]]:
+    """The placement settings the spec's points take: each distinct one of a grid's, or every corner of a
+    search's placement space (its ranges' ends, its choices), as `check_points` reads a search's profiles."""
+    axes = [a for a in spec.axes if any(p in PLACEMENT for p in a.values)]
+    if spec.search is not None:
+        axes = [Axis(p.path, {p.path: p.bounds}) for p in spec.search.space if p.path in PLACEMENT]
+    combos = itertools.product(*(range(len(a)) for a in axes))
+    settings = [{p: v[i] for a, i in zip(axes, index) for p, v in a.values.items() if p in PLACEMENT}
+                for index in combos]
+    return list({json.dumps(s, sort_keys=True, default=str): s for s in settings}.values())
 
 
 def fingerprint(info: dict[str, str]) -> str:
