@@ -1,5 +1,5 @@
 """Checks of what a placed model is run on: a DEQ's inputs [B, input_size], a sequence model's token
-ids [B, L], and their targets; one-line InputErrors naming the argument."""
+ids [B, L] and its sequences' ids, and their targets; one-line InputErrors naming the argument."""
 
 from __future__ import annotations
 
@@ -60,3 +60,13 @@ def check_token_inputs(model: Any, tokens: Any, targets: Any = None) -> tuple[to
     """A sequence model's token ids [B, L] (the model's own check) and its targets [B, L]."""
     x = model.check_tokens(tokens)
     return x, check_targets(targets, tuple(x.shape), model.config.vocab_size)
+
+
+def sequence_ids(sequences: torch.Tensor | None, batch: int) -> torch.Tensor:
+    """The ids [B] of a run's sequences (None: 0 ... B - 1), checked."""
+    if sequences is None:
+        return torch.arange(batch)
+    if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
+            or tuple(sequences.shape) != (batch,) or bool((sequences < 0).any())):
+        raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{batch}] of ids >= 0")
+    return sequences

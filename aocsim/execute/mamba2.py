@@ -24,13 +24,13 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.inputs import check_token_inputs
+from aocsim.execute.inputs import check_token_inputs, sequence_ids
 from aocsim.execute.option_groups import MAMBA2
 from aocsim.execute.placed import PlacedModel
 from aocsim.execute.placement import Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, fit_programs_population, on_tiles,
-                                        place_ssm, sequence_ids, sized, tiled_shapes)
+                                        place_ssm, sized, tiled_shapes)
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile

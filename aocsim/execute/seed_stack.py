@@ -28,7 +28,8 @@ from torch import nn
 from aocsim.errors import InputError
 from aocsim.execute.device_linear import DeviceLinear
 from aocsim.execute.placement import Placement
-from aocsim.execute.ssm_device import PlacedSSM, install, linear_maps, plain_copy, sequence_ids
+from aocsim.execute.inputs import sequence_ids
+from aocsim.execute.ssm_device import PlacedSSM, install, linear_maps, plain_copy
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.tile_product import LoadStack

@@ -32,6 +32,7 @@ from aocsim.errors import InputError
 from aocsim.execute.elementwise import AnalogElementwise, recorders, restore, scales_of, site_channels
 from aocsim.execute.compiled_mix import install_compiled_mix
 from aocsim.execute.device_linear import DeviceLinear
+from aocsim.execute.inputs import sequence_ids
 from aocsim.execute.map_fit import MapProgram, fit_key, fit_maps_population
 from aocsim.execute.token_keys import TokenKeys
 from aocsim.execute.token_loop import KeyedRun, TokenLoop
@@ -189,16 +190,6 @@ class PlacedSSM:
         for part in extras:
             out = part.output(out, self.model)
         return out
-
-
-def sequence_ids(sequences: torch.Tensor | None, batch: int) -> torch.Tensor:
-    """The ids [B] of a run's sequences (None: 0 ... B - 1), checked."""
-    if sequences is None:
-        return torch.arange(batch)
-    if (not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32)
-            or tuple(sequences.shape) != (batch,) or bool((sequences < 0).any())):
-        raise InputError(f"sequences = {sequences!r}; expected None or an integer tensor [{batch}] of ids >= 0")
-    return sequences
 
 
 def install(model: ImplicitSSM | Mamba2LM, name: str, layer: nn.Module) -> None:
