@@ -283,7 +283,8 @@ def check_models(spec: SweepSpec, base: Any) -> None:
             try:
                 resolve(model, base, {k.split(".", 1)[1]: v for k, v in placement.items()})
             except InputError as exc:
-                raise InputError(f"at {', '.join(f'{k} = {v!r}' for k, v in placement.items())}: {exc}") from None
+                where = ", ".join(f"{k} = {v!r}" for k, v in placement.items())
+                raise InputError(f"at {where}: {exc}" if where else str(exc)) from None
 
 
 def swept_placements(spec: SweepSpec) -> list[dict[str, Any]]:
