@@ -135,3 +135,21 @@ def test_a_trace_keeps_none_of_the_streams_constants(monkeypatch: pytest.MonkeyP
     assert all(torch.equal(x, y) for x, y in zip((a, b), traced.module()(torch.tensor(12345), torch.arange(3))))
     reference = normal_pair(torch.tensor(12345), torch.arange(3), torch.float64)
     torch.testing.assert_close((a.double(), b.double()), reference, rtol=1e-6, atol=1e-7)
+
+
+def test_kept_scalars_are_bounded_and_a_nan_is_never_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scalars` keeps the last SCALARS_KEPT groups (a sweep's tile products bring new numbers at every
+    point) and serves a kept group's own tensors; a NaN group is made each call and not kept."""
+    from aocsim.hardware.engine import scalars
+
+    monkeypatch.setattr(scalars, "_KEPT", {})
+    monkeypatch.setattr(scalars, "SCALARS_KEPT", 8)
+    first = scalars.scalars((0.25, 3.0), torch.float32, torch.device("cpu"))
+    assert scalars.scalars((0.25, 3.0), torch.float32, torch.device("cpu"))[0] is first[0]
+    for i in range(20):
+        (value,) = scalars.scalars((float(i),), torch.float64, torch.device("cpu"))
+        assert float(value) == i and value.dtype == torch.float64
+    assert len(scalars._KEPT) == 8 and ((0.25, 3.0), torch.float32, torch.device("cpu")) not in scalars._KEPT
+    (nan,) = scalars.scalars((float("nan"),), torch.float32, torch.device("cpu"))
+    assert bool(torch.isnan(nan)) and len(scalars._KEPT) == 8
+    assert all(v == v for key in scalars._KEPT for v in key[0])
