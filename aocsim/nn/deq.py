@@ -52,9 +52,7 @@ class DEQConfig:
     split: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("state_size", "input_size", "output_size"):
-            object.__setattr__(self, name, integer(getattr(self, name), f"DEQConfig.{name}", minimum=1))
-        real(self.alpha, "DEQConfig.alpha", low=0.0, high=1.0, high_open=True)
+        check_loop_config(self, "variables")
         if self.structure not in STRUCTURES:
             raise InputError(f"DEQConfig.structure = {self.structure!r}; expected one of {STRUCTURES}")
         blocks = (tuple(self.blocks) or (self.state_size,)) if isinstance(self.blocks, (tuple, list)) else (0,)
@@ -64,15 +62,24 @@ class DEQConfig:
             raise InputError(f"DEQConfig.blocks = {shown}; expected positive integer sizes summing "
                              f"to state_size = {self.state_size}")
         object.__setattr__(self, "blocks", blocks)
-        if isinstance(self.split, bool) or not isinstance(self.split, int) or not 0 <= self.split < self.state_size:
-            raise InputError(f"DEQConfig.split = {short(self.split)}; expected an integer in [0, "
-                             f"{self.state_size - 1}] (0: no split; k: input into variables [0, k), "
-                             "readout from [k, N))")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["blocks"] = list(self.blocks)
         return d
+
+
+def check_loop_config(config: Any, noun: str) -> None:
+    """The checks of a DEQConfig or TwinDEQConfig shared by both (sizes stored as int, alpha, split), each error
+    naming the config's class; `noun`: what the split divides ("variables", "channels")."""
+    cls = type(config).__name__
+    for name in ("state_size", "input_size", "output_size"):
+        object.__setattr__(config, name, integer(getattr(config, name), f"{cls}.{name}", minimum=1))
+    real(config.alpha, f"{cls}.alpha", low=0.0, high=1.0, high_open=True)
+    split = config.split
+    if isinstance(split, bool) or not isinstance(split, int) or not 0 <= split < config.state_size:
+        raise InputError(f"{cls}.split = {short(split)}; expected an integer in [0, {config.state_size - 1}] "
+                         f"(0: no split; k: input into {noun} [0, k), readout from [k, N))")
 
 
 def block_mask(blocks: tuple[int, ...], structure: str) -> torch.Tensor:
@@ -95,23 +102,6 @@ def split_masks(n: int, split: int, dtype: torch.dtype) -> tuple[torch.Tensor, t
     return inject.to(dtype)[:, None], readout.to(dtype)[None, :]
 
 
-def add_digital_maps(module: nn.Module, n: int, k: int, c: int, split: int, dtype: torch.dtype,
-                     uniform: Callable[..., torch.Tensor]) -> None:
-    """The digital maps around a loop of N variables: U [N, K] and b (the injection), V [C, N] and c
-    (the readout), drawn by `uniform(*shape, bound=)` in that order, with `split`'s masks applied
-    (stored weights show the split as exact zeros)."""
-    module.inject_weight = nn.Parameter(uniform(n, k, bound=k ** -0.5))
-    module.inject_bias = nn.Parameter(torch.zeros(n, dtype=dtype))
-    module.readout_weight = nn.Parameter(uniform(c, n, bound=n ** -0.5))
-    module.readout_bias = nn.Parameter(torch.zeros(c, dtype=dtype))
-    inject_rows, readout_cols = split_masks(n, split, dtype)
-    module.register_buffer("inject_mask", inject_rows, persistent=False)
-    module.register_buffer("readout_mask", readout_cols, persistent=False)
-    with torch.no_grad():
-        module.inject_weight.mul_(module.inject_mask)
-        module.readout_weight.mul_(module.readout_mask)
-
-
 @dataclass(frozen=True)
 class DEQOutput:
     """Logits [B, output_size], fixed point z* [B, N], forward solve result."""
@@ -121,7 +111,41 @@ class DEQOutput:
     solve: SolveResult
 
 
-class DEQ(nn.Module):
+class DigitalMaps(nn.Module):
+    """What DEQ and TwinDEQ share: the digital maps around their loop, and `predict`. A subclass has `config`
+    (state_size, input_size, output_size, split), `weight` (x takes its dtype and device) and `forward`."""
+
+    def add_digital_maps(self, dtype: torch.dtype, uniform: Callable[..., torch.Tensor]) -> None:
+        """U [N, K] and b (the injection), V [C, N] and c (the readout), drawn by `uniform(*shape, bound=)` in
+        that order, with the split's masks applied (stored weights show the split as exact zeros)."""
+        n, k, c = self.config.state_size, self.config.input_size, self.config.output_size
+        self.inject_weight = nn.Parameter(uniform(n, k, bound=k ** -0.5))
+        self.inject_bias = nn.Parameter(torch.zeros(n, dtype=dtype))
+        self.readout_weight = nn.Parameter(uniform(c, n, bound=n ** -0.5))
+        self.readout_bias = nn.Parameter(torch.zeros(c, dtype=dtype))
+        inject_rows, readout_cols = split_masks(n, self.config.split, dtype)
+        self.register_buffer("inject_mask", inject_rows, persistent=False)
+        self.register_buffer("readout_mask", readout_cols, persistent=False)
+        with torch.no_grad():
+            self.inject_weight.mul_(self.inject_mask)
+            self.readout_weight.mul_(self.readout_mask)
+
+    def injection(self, x: torch.Tensor) -> torch.Tensor:
+        """u = U x + b, [B, N] (volts in TwinDEQ; U restricted to the input variables when split)."""
+        x = check_input(x, self.config.input_size, self.weight)
+        return x @ (self.inject_weight * self.inject_mask).T + self.inject_bias
+
+    def readout(self, z: torch.Tensor) -> torch.Tensor:
+        """V z + c, [B, output_size] (V restricted to the readout variables when split)."""
+        return z @ (self.readout_weight * self.readout_mask).T + self.readout_bias
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor, **solve_options: Any) -> torch.Tensor:
+        """Class ids [B] on the exact path."""
+        return self.forward(x, **solve_options).logits.argmax(dim=1)
+
+
+class DEQ(DigitalMaps):
     """DEQ cell with linear injection and readout (see the module docstring).
 
     Args:
@@ -135,15 +159,14 @@ class DEQ(nn.Module):
                  generator: torch.Generator | None = None) -> None:
         super().__init__()
         self.config = config
-        n, k, c = config.state_size, config.input_size, config.output_size
-        g = generator
+        n = config.state_size
 
         def uniform(*shape: int, bound: float) -> torch.Tensor:
-            return (torch.rand(*shape, generator=g, dtype=dtype) * 2 - 1) * bound
+            return (torch.rand(*shape, generator=generator, dtype=dtype) * 2 - 1) * bound
 
         self.weight = nn.Parameter(uniform(n, n, bound=1.0 / n))
         self.beta = nn.Parameter(torch.tensor(float(beta), dtype=dtype))
-        add_digital_maps(self, n, k, c, config.split, dtype, uniform)
+        self.add_digital_maps(dtype, uniform)
         # Derived from the config, so not stored with the weights.
         self.register_buffer("mask", block_mask(config.blocks, config.structure).to(dtype),
                              persistent=False)
@@ -159,20 +182,11 @@ class DEQ(nn.Module):
         """beta W: the matrix the loop multiplies f(z) by."""
         return self.beta * self.effective_weight()
 
-    def injection(self, x: torch.Tensor) -> torch.Tensor:
-        """U x + b, [B, N] (U restricted to the input variables when split)."""
-        x = self._check_input(x)
-        return x @ (self.inject_weight * self.inject_mask).T + self.inject_bias
-
     def step(self, z: torch.Tensor, injection: torch.Tensor, operator: torch.Tensor | None = None) -> torch.Tensor:
         """One exact loop iteration: alpha z + beta W tanh(z) + injection (`operator`: beta W as given,
         e.g. quantised in hardware-aware training; default `self.operator()`)."""
         op = self.operator() if operator is None else operator
         return self.config.alpha * z + torch.tanh(z) @ op.T + injection
-
-    def readout(self, z: torch.Tensor) -> torch.Tensor:
-        """V z + c, [B, output_size] (V restricted to the readout variables when split)."""
-        return z @ (self.readout_weight * self.readout_mask).T + self.readout_bias
 
     def forward(self, x: torch.Tensor, *, backward: Backward = Implicit(), z0: torch.Tensor | None = None,
                 **solve_options: Any) -> DEQOutput:
@@ -190,18 +204,10 @@ class DEQ(nn.Module):
         z, result = equilibrium(lambda z: self.step(z, u), z0, backward=backward, **solve_options)
         return DEQOutput(self.readout(z), z, result)
 
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor, **solve_options: Any) -> torch.Tensor:
-        """Class ids [B] on the exact path."""
-        return self.forward(x, **solve_options).logits.argmax(dim=1)
-
     def contraction_bound(self) -> float:
         """|alpha| + ||beta W||_2: a Lipschitz bound of the map (< 1 means contractive)."""
         with torch.no_grad():
             return abs(self.config.alpha) + float(torch.linalg.matrix_norm(self.operator(), ord=2))
-
-    def _check_input(self, x: torch.Tensor) -> torch.Tensor:
-        return check_input(x, self.config.input_size, self.weight)
 
 
 def check_input(x: torch.Tensor, k: int, like: torch.Tensor) -> torch.Tensor:

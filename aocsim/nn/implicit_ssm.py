@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from aocsim.errors import InputError
-from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear, uninitialised
+from aocsim.nn.ssm_blocks import (Mamba2Block, RMSNorm, SSMConfig, TokenCache, _linear, residual_stack,
+                                  uninitialised)
 from aocsim.nn.ssm_token import OnPass, TokenMap, announce, relative_change
 from aocsim.solve.core import solve
 from aocsim.solve.solvers import Picard
@@ -104,21 +105,13 @@ class ImplicitSSM(nn.Module):
     def f_segment(self, z: torch.Tensor, u: torch.Tensor, caches: list[TokenCache] | None = None, *,
                   chunk: int = 64) -> tuple[torch.Tensor, list[TokenCache]]:
         """The stack on a run of tokens after those that `caches` (one per block) summarise."""
-        new = []
-        for i, block in enumerate(self.blocks):
-            o, cache = block.segment(z, u, None if caches is None else caches[i], chunk=chunk)
-            z = z + o
-            new.append(cache)
+        z, new = residual_stack(self.blocks, z, u, caches, chunk=chunk)
         return self.final_norm(z), new
 
     def f_token(self, z: torch.Tensor, u: torch.Tensor, caches: list[TokenCache]
                 ) -> tuple[torch.Tensor, list[TokenCache]]:
         """The stack on one token with the previous tokens' states fixed."""
-        new = []
-        for block, cache in zip(self.blocks, caches):
-            o, c = block.step(z, u, cache)
-            z = z + o
-            new.append(c)
+        z, new = residual_stack(self.blocks, z, u, caches)
         return self.final_norm(z), new
 
     # -- execution ------------------------------------------------------------------------------

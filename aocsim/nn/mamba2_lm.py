@@ -11,7 +11,7 @@ dt = softplus(dt + dt_bias), A = -exp(A_log);  SSD scan with the D skip;  out_pr
 The mixer is the implicit model's block without its injection (aocsim.nn.ssm_blocks.Mamba2Block with
 u = None, plain linear maps without bias): one definition of the block, the scan (aocsim.nn.ssm_scan) and
 RMSNorm. One B/C group (n_groups = 1), as that scan has. The math is HuggingFace's Mamba2ForCausalLM
-(tests/nn/test_mamba2.py copies its weights in with `from_hf_state_dict` and compares the logits).
+(tests/nn/test_mamba2.py copies its weights in and compares the logits).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aocsim.errors import InputError
-from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, uninitialised
+from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, SSMConfig, TokenCache, residual_stack, uninitialised
 
 
 @dataclass(frozen=True)
@@ -112,11 +112,7 @@ class Mamba2LM(nn.Module):
 
     def hidden(self, tokens: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
         """The last block's hidden states z_n [B, L, d_model] of tokens int [B, L] (the head reads them)."""
-        tokens = self.check_tokens(tokens)
-        z = self.embedding(tokens)
-        for block in self.blocks:
-            z = z + block(z, chunk=chunk)
-        return z
+        return residual_stack(self.blocks, self.embedding(self.check_tokens(tokens)), None, None, chunk=chunk)[0]
 
     def init_caches(self, batch: int) -> list[TokenCache]:
         """The empty recurrent state of every block (conv window and SSM state) for `batch` sequences."""
@@ -125,58 +121,6 @@ class Mamba2LM(nn.Module):
     def step(self, token: torch.Tensor, caches: list[TokenCache]) -> tuple[torch.Tensor, list[TokenCache]]:
         """Recurrent form, one token: token int [B] -> (logits [B, vocab], the caches after it)."""
         z = self.embedding(token.long().to(self.embedding.weight.device))
-        new = []
-        for block, cache in zip(self.blocks, caches):
-            o, cache = block.step(z, None, cache)
-            z = z + o
-            new.append(cache)
+        z, new = residual_stack(self.blocks, z, None, caches)
         return self.head(z), new
 
-
-def config_from_hf(hf: Any) -> Mamba2Config:
-    """The Mamba2Config of a HuggingFace `Mamba2Config` (read by attribute; transformers is not imported).
-
-    Refuses what this model does not compute: untied head, biases on the projections, no conv bias,
-    an activation other than SiLU, a clamp on dt, n_groups other than 1.
-    """
-    unsupported = {"tie_word_embeddings": (getattr(hf, "tie_word_embeddings", True), True),
-                   "use_bias": (hf.use_bias, False), "use_conv_bias": (hf.use_conv_bias, True),
-                   "hidden_act": (hf.hidden_act, "silu"),
-                   "time_step_limit": (tuple(hf.time_step_limit), (0.0, float("inf")))}
-    bad = {k: v for k, (v, want) in unsupported.items() if v != want}
-    if bad:
-        raise InputError(f"HuggingFace Mamba2 config with {bad}; expected "
-                         f"{ {k: want for k, (_, want) in unsupported.items() if k in bad} }")
-    return Mamba2Config(vocab_size=hf.vocab_size, d_model=hf.hidden_size, n_layers=hf.num_hidden_layers,
-                        d_state=hf.state_size, expand=hf.expand, head_dim=hf.head_dim, n_groups=hf.n_groups,
-                        conv_kernel=hf.conv_kernel, eps=hf.layer_norm_epsilon)
-
-
-# HuggingFace Mamba2ForCausalLM name (per layer: after "backbone.layers.{i}.") -> ours (after "blocks.{i}.")
-_HF_LAYER = {"norm.weight": "norm.weight", "mixer.in_proj.weight": "in_proj.weight",
-             "mixer.conv1d.weight": "conv_weight", "mixer.conv1d.bias": "conv_bias", "mixer.dt_bias": "dt_bias",
-             "mixer.A_log": "A_log", "mixer.D": "D", "mixer.norm.weight": "out_norm.weight",
-             "mixer.out_proj.weight": "out_proj.weight"}
-
-
-def from_hf_state_dict(state: dict[str, torch.Tensor], config: Mamba2Config) -> Mamba2LM:
-    """A Mamba2LM with the weights of a HuggingFace Mamba2ForCausalLM's `state_dict()`, in their dtype.
-
-    The tied head (lm_head.weight) must equal the embedding; any tensor left unmapped is an error.
-    """
-    rest = dict(state)
-    ours = {"embedding.weight": rest.pop("backbone.embeddings.weight"),
-            "final_norm.weight": rest.pop("backbone.norm_f.weight")}
-    for i in range(config.n_layers):
-        for theirs, mine in _HF_LAYER.items():
-            ours[f"blocks.{i}.{mine}"] = rest.pop(f"backbone.layers.{i}.{theirs}")
-        conv = ours[f"blocks.{i}.conv_weight"]
-        ours[f"blocks.{i}.conv_weight"] = conv.reshape(conv.shape[0], conv.shape[-1])  # [C, 1, K] -> [C, K]
-    head = rest.pop("lm_head.weight", None)
-    if head is not None and not torch.equal(head, ours["embedding.weight"]):
-        raise InputError("lm_head.weight differs from the embedding; expected a head tied to the embedding")
-    if rest:
-        raise InputError(f"HuggingFace tensors this model has no place for: {sorted(rest)}")
-    model = Mamba2LM(config).to(ours["embedding.weight"].dtype)
-    model.load_state_dict(ours)
-    return model

@@ -204,3 +204,17 @@ class Mamba2Block(nn.Module):
         x, dt, A, bm, cm = self._ssm_inputs(self.elementwise.silu(conv, "conv"), delta)
         y, state = scan_step(x, dt, A, bm, cm, self.D, cache.ssm)
         return self._gated(y, g), TokenCache(window[:, 1:], state)
+
+
+def residual_stack(blocks: nn.ModuleList, z: torch.Tensor, u: torch.Tensor | None,
+                   caches: list[TokenCache] | None, *, chunk: int | None = None
+                   ) -> tuple[torch.Tensor, list[TokenCache]]:
+    """z through the residual blocks, z <- z + o_l(z, u), each block after its cache (`caches`, one per block;
+    None: the sequence starts here): a run of tokens z [B, T, d_model] (`segment`) when `chunk` is given, else
+    one token z [B, d_model] (`step`). Returns (the last block's z, the caches after)."""
+    new = []
+    for block, cache in zip(blocks, [None] * len(blocks) if caches is None else caches):
+        o, cache = block.step(z, u, cache) if chunk is None else block.segment(z, u, cache, chunk=chunk)
+        z = z + o
+        new.append(cache)
+    return z, new

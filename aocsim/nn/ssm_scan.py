@@ -1,4 +1,4 @@
-"""The selective diagonal SSM scan of Mamba2, three ways with identical semantics.
+"""The selective diagonal SSM scan of Mamba2, two ways with identical semantics.
 
 Per head h (P channels each) and state size N, with a_t = exp(dt_t A_h):
 
@@ -8,7 +8,6 @@ Per head h (P channels each) and state size N, with a_t = exp(dt_t A_h):
 Shapes: x [B, L, H, P], dt [B, L, H] (after softplus), A [H] (negative),
 Bm, Cm [B, L, N] (one group), D [H], state [B, H, P, N].
 
-- `naive_scan`: the recurrence, token by token (the reference).
 - `chunked_scan`: the chunked parallel form (quadratic inside a chunk of Q
   tokens, recurrent across chunks), memory bounded in Q, not in L.
 - `scan_step`: one token, for sequential (RNN) execution.
@@ -26,19 +25,6 @@ def scan_step(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tens
     state = a[..., None, None] * state + (dt[..., None] * x)[..., None] * Bm[:, None, None, :]
     y = torch.einsum("bhpn,bn->bhp", state, Cm) + D[:, None] * x
     return y, state
-
-
-def naive_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,
-               D: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The recurrence token by token. Returns (y [B, L, H, P], final state)."""
-    b, L, h, p = x.shape
-    if state is None:
-        state = x.new_zeros(b, h, p, Bm.shape[-1])
-    ys = []
-    for t in range(L):
-        y, state = scan_step(x[:, t], dt[:, t], A, Bm[:, t], Cm[:, t], D, state)
-        ys.append(y)
-    return torch.stack(ys, dim=1), state
 
 
 def chunked_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,

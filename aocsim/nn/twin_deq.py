@@ -24,13 +24,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from aocsim._checks import integer, real, short
+from aocsim._checks import short
 from aocsim.errors import InputError
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.step import led_light, nonlinearity
 from aocsim.hardware.physics.sources import without_noise
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.nn.deq import DEQOutput, add_digital_maps, check_input
+from aocsim.nn.deq import DEQOutput, DigitalMaps, check_loop_config
 from aocsim.solve.backward import Backward, Implicit, equilibrium
 from aocsim.solve.result import SolveResult
 
@@ -67,13 +67,7 @@ class TwinDEQConfig:
     train_alpha: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("state_size", "input_size", "output_size"):
-            object.__setattr__(self, name, integer(getattr(self, name), f"TwinDEQConfig.{name}", minimum=1))
-        real(self.alpha, "TwinDEQConfig.alpha", low=0.0, high=1.0, high_open=True)
-        if isinstance(self.split, bool) or not isinstance(self.split, int) or not 0 <= self.split < self.state_size:
-            raise InputError(f"TwinDEQConfig.split = {short(self.split)}; expected an integer in [0, "
-                             f"{self.state_size - 1}] (0: no split; k: input into channels [0, k), readout "
-                             "from [k, N))")
+        check_loop_config(self, "channels")
         bits = self.slm_bits
         if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 24):
             raise InputError(f"TwinDEQConfig.slm_bits = {short(bits)}; expected an integer in [2, 24] or None")
@@ -106,7 +100,7 @@ def nominal_profile(config: TwinDEQConfig) -> DeviceProfile:
     return without_noise(device, static=True).with_overrides({"slm.bits": config.slm_bits})
 
 
-class TwinDEQ(nn.Module):
+class TwinDEQ(DigitalMaps):
     """A DEQ that is the calibrated AOC pipeline (module docstring), trainable end to end.
 
     Parameters (state_dict names): `weight` W [N, N] ([out, in]; what the SLM is asked to hold,
@@ -139,7 +133,7 @@ class TwinDEQ(nn.Module):
         super().__init__()
         self.config = config
         self.nominal = nominal_profile(config)
-        n, k, c = config.state_size, config.input_size, config.output_size
+        n = config.state_size
 
         def uniform(*shape: int, bound: float) -> torch.Tensor:
             return (torch.rand(*shape, generator=generator, dtype=dtype) * 2 - 1) * bound
@@ -147,7 +141,7 @@ class TwinDEQ(nn.Module):
         self.weight = nn.Parameter(uniform(n, n, bound=1.0))
         self.alpha = nn.Parameter(torch.tensor(float(config.alpha), dtype=dtype), requires_grad=config.train_alpha)
         self.beta = nn.Parameter(torch.tensor(float(beta), dtype=dtype))
-        add_digital_maps(self, n, k, c, config.split, dtype, uniform)
+        self.add_digital_maps(dtype, uniform)
 
     def loop(self, device: DeviceProfile | str | None = None, *, generator: Any = None,
              weight: torch.Tensor | None = None, beta: float | torch.Tensor | None = None,
@@ -163,15 +157,6 @@ class TwinDEQ(nn.Module):
         device = self.nominal if device is None else device
         return OpticalLoop(device, self.weight if weight is None else weight, alpha=self.alpha,
                            beta=self.beta if beta is None else beta, generator=generator, compile=compile)
-
-    def injection(self, x: torch.Tensor) -> torch.Tensor:
-        """u = U x + b, [B, N] volts (U restricted to the input channels when split)."""
-        x = check_input(x, self.config.input_size, self.weight)
-        return x @ (self.inject_weight * self.inject_mask).T + self.inject_bias
-
-    def readout(self, z: torch.Tensor) -> torch.Tensor:
-        """V z + c, [B, output_size] (V restricted to the readout channels when split)."""
-        return z @ (self.readout_weight * self.readout_mask).T + self.readout_bias
 
     def step(self, z: torch.Tensor, u: torch.Tensor, loop: OpticalLoop | None = None) -> torch.Tensor:
         """One iteration z[k] -> z[k+1] of the nominal pipeline (or `loop`), volts [B, N]."""
@@ -200,11 +185,6 @@ class TwinDEQ(nn.Module):
             loop.constants()  # fold the operators with their graph before the no-grad solve caches them
         z0 = torch.zeros_like(u) if z0 is None else z0
         return equilibrium(lambda z: loop.step(z, u), z0, backward=backward, **{**EXACT_SOLVE, **solve_options})
-
-    @torch.no_grad()
-    def predict(self, x: torch.Tensor, **solve_options: Any) -> torch.Tensor:
-        """Class ids [B] on the exact path."""
-        return self.forward(x, **solve_options).logits.argmax(dim=1)
 
     def contraction_bound(self) -> float:
         """A Lipschitz bound of the map (< 1: contractive, plain iteration converges from anywhere).

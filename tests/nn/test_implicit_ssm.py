@@ -16,9 +16,22 @@ from aocsim.errors import InputError, ModelFileError
 from aocsim.experiments.evaluate import state_tracking_recipe
 from aocsim.io.model_files import bundled_models
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
-from aocsim.nn.ssm_scan import chunked_scan, naive_scan
+from aocsim.nn.ssm_scan import chunked_scan, scan_step
 from aocsim.tasks.groups import group, word_problems
 from aocsim.train.state_tracking import StateTrackingRecipe, train, write_checkpoint
+
+
+def naive_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,
+               D: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence token by token (the reference). Returns (y [B, L, H, P], final state)."""
+    b, L, h, p = x.shape
+    if state is None:
+        state = x.new_zeros(b, h, p, Bm.shape[-1])
+    ys = []
+    for t in range(L):
+        y, state = scan_step(x[:, t], dt[:, t], A, Bm[:, t], Cm[:, t], D, state)
+        ys.append(y)
+    return torch.stack(ys, dim=1), state
 
 
 def _scan_inputs(gen: torch.Generator, b=2, L=37, h=3, p=4, n=5):

@@ -1,12 +1,13 @@
 """The plain Mamba2 language model (issue 42): the logits of HuggingFace's Mamba2ForCausalLM with its
-weights copied in, causality, the recurrent form, its model files and its configuration's checks."""
+weights copied in (by the converter below, which only these tests use), causality, the recurrent form, its
+model files and its configuration's checks."""
 
 from __future__ import annotations
 
 import contextlib
 import types
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from aocsim.errors import InputError
 from aocsim.io.model_files import load_model, save_model
-from aocsim.nn.mamba2_lm import Mamba2Config, Mamba2LM, config_from_hf, from_hf_state_dict
+from aocsim.nn.mamba2_lm import Mamba2Config, Mamba2LM
 
 CHUNK = 8  # HuggingFace's chunk size here: the sequences below are longer, so the scan crosses chunks
 
@@ -72,6 +73,55 @@ def _huggingface_in_float64() -> Iterator[None]:
 
 def _tokens(gen: torch.Generator, batch: int, length: int, vocab: int = 11) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, length), generator=gen)
+
+
+def config_from_hf(hf: Any) -> Mamba2Config:
+    """The Mamba2Config of a HuggingFace `Mamba2Config` (read by attribute; transformers is not imported).
+
+    Refuses what this model does not compute: untied head, biases on the projections, no conv bias,
+    an activation other than SiLU, a clamp on dt, n_groups other than 1.
+    """
+    unsupported = {"tie_word_embeddings": (getattr(hf, "tie_word_embeddings", True), True),
+                   "use_bias": (hf.use_bias, False), "use_conv_bias": (hf.use_conv_bias, True),
+                   "hidden_act": (hf.hidden_act, "silu"),
+                   "time_step_limit": (tuple(hf.time_step_limit), (0.0, float("inf")))}
+    bad = {k: v for k, (v, want) in unsupported.items() if v != want}
+    if bad:
+        raise InputError(f"HuggingFace Mamba2 config with {bad}; expected "
+                         f"{ {k: want for k, (_, want) in unsupported.items() if k in bad} }")
+    return Mamba2Config(vocab_size=hf.vocab_size, d_model=hf.hidden_size, n_layers=hf.num_hidden_layers,
+                        d_state=hf.state_size, expand=hf.expand, head_dim=hf.head_dim, n_groups=hf.n_groups,
+                        conv_kernel=hf.conv_kernel, eps=hf.layer_norm_epsilon)
+
+
+# HuggingFace Mamba2ForCausalLM name (per layer: after "backbone.layers.{i}.") -> ours (after "blocks.{i}.")
+_HF_LAYER = {"norm.weight": "norm.weight", "mixer.in_proj.weight": "in_proj.weight",
+             "mixer.conv1d.weight": "conv_weight", "mixer.conv1d.bias": "conv_bias", "mixer.dt_bias": "dt_bias",
+             "mixer.A_log": "A_log", "mixer.D": "D", "mixer.norm.weight": "out_norm.weight",
+             "mixer.out_proj.weight": "out_proj.weight"}
+
+
+def from_hf_state_dict(state: dict[str, torch.Tensor], config: Mamba2Config) -> Mamba2LM:
+    """A Mamba2LM with the weights of a HuggingFace Mamba2ForCausalLM's `state_dict()`, in their dtype.
+
+    The tied head (lm_head.weight) must equal the embedding; any tensor left unmapped is an error.
+    """
+    rest = dict(state)
+    ours = {"embedding.weight": rest.pop("backbone.embeddings.weight"),
+            "final_norm.weight": rest.pop("backbone.norm_f.weight")}
+    for i in range(config.n_layers):
+        for theirs, mine in _HF_LAYER.items():
+            ours[f"blocks.{i}.{mine}"] = rest.pop(f"backbone.layers.{i}.{theirs}")
+        conv = ours[f"blocks.{i}.conv_weight"]
+        ours[f"blocks.{i}.conv_weight"] = conv.reshape(conv.shape[0], conv.shape[-1])  # [C, 1, K] -> [C, K]
+    head = rest.pop("lm_head.weight", None)
+    if head is not None and not torch.equal(head, ours["embedding.weight"]):
+        raise InputError("lm_head.weight differs from the embedding; expected a head tied to the embedding")
+    if rest:
+        raise InputError(f"HuggingFace tensors this model has no place for: {sorted(rest)}")
+    model = Mamba2LM(config).to(ours["embedding.weight"].dtype)
+    model.load_state_dict(ours)
+    return model
 
 
 def _copy(hf_model) -> Mamba2LM:
