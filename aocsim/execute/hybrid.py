@@ -88,13 +88,61 @@ def _check_explicit(model: ImplicitSSM, placement: Placement) -> None:
                          "expected another map (inject, out_proj) or 'none'")
 
 
-class HybridSSM(PlacedModel):
+class SSMOnTiles(PlacedModel, register=False):
+    """What every kind placed by aocsim/execute/ssm_device.py shares (a base, not a kind): token inputs, the maps
+    on tiles fitted once per chip (`fit_programs`) or a population's together, and loaded per seed."""
+
+    residual = "rel_residual"
+    dims = ("sample", "position")
+    fitted_maps = staticmethod(tiled_shapes)
+
+    @staticmethod
+    def check_inputs(model: Any, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return check_token_inputs(model, inputs, targets)
+
+    @staticmethod
+    def calibration_tokens(model: Any, calibration: Any) -> torch.Tensor:
+        """The calibration sequences as token ids, or a one-line InputError (the tiles are fitted on them)."""
+        if calibration is None:
+            raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
+                             "calibration sequences, so expected token ids [B, L]")
+        return model.check_tokens(calibration)
+
+    @staticmethod
+    def tile_words(placement: Placement) -> str:
+        """The maps on tiles and how they are placed, in words (`describe`)."""
+        tiles, how = ", ".join(placement.on_tiles), placement.tile.words()
+        return tiles + (f" ({how})" if how else "")
+
+    def __init__(self, model: Any, profile: DeviceProfile, placement: Placement,
+                 prepared: dict[str, torch.Tensor]) -> None:
+        placement = sized(placement, profile)  # a tile size on a profile of any size
+        super().__init__(model, profile, placement, prepared)
+        self.calibration = prepared
+        self.programs = fit_programs(model, self.run_profile, prepared, placement)  # once per chip
+
+    @classmethod
+    def fit_population(cls, model: Any, profiles: list[DeviceProfile], prepared: dict[str, torch.Tensor],
+                       placement: Placement) -> None:
+        """Every point's tile programs fitted together (`fit_programs_population`), remembered for its placement."""
+        fit_programs_population(model, profiles, prepared, sized(placement, profiles[0]))
+
+    @property
+    def program_error(self) -> float:
+        """The largest matrix error of this chip's tile programs (their last closed-loop round)."""
+        return max((p.error for p in self.programs.values()), default=0.0)
+
+    def _load(self, seed: int) -> PlacedSSM:
+        """Every map loaded and calibrated with `seed` (its weight load)."""
+        return place_ssm(self.model, self.run_profile, self.calibration, self.placement,
+                         generator=seed_key(seed).fold(keys.Stream.LOAD), programs=self.programs)
+
+
+class HybridSSM(SSMOnTiles):
     """An implicit SSM on one chip of a device (module docstring)."""
 
     kind = HYBRID
-    residual = "rel_residual"
     residual_units = "relative, ||f(z) - z|| / ||f(z)|| per token"
-    dims = ("sample", "position")
     noise_sites = ("inputs", "states")  # the states: committed per token in sequential mode
 
     @classmethod
@@ -114,18 +162,11 @@ class HybridSSM(PlacedModel):
         return "" if model.config.implicit else "an explicit SSM"
 
     @staticmethod
-    def check_inputs(model: ImplicitSSM, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return check_token_inputs(model, inputs, targets)
-
-    @staticmethod
     def prepare(model: ImplicitSSM, calibration: Any, placement: Placement) -> dict[str, torch.Tensor]:
         """What each map sees on the exact path for the calibration sequences (`calibration_inputs`)."""
         if not model.config.implicit:
             _check_explicit(model, placement)
-        if calibration is None:
-            raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
-                             "calibration sequences, so expected token ids [B, L]")
-        tokens = model.check_tokens(calibration)
+        tokens = SSMOnTiles.calibration_tokens(model, calibration)
         return {**calibration_inputs(model, tokens), "tokens": tokens}  # the tokens: `noise_db` measures on them
 
     @staticmethod
@@ -144,13 +185,9 @@ class HybridSSM(PlacedModel):
                 "model's once); each map "
                 + machine_words(profile, placement.modules))
 
-    fitted_maps = staticmethod(tiled_shapes)
-
     @staticmethod
     def describe(model: ImplicitSSM, placement: Placement) -> str:
-        tiles = ", ".join(placement.on_tiles)
-        how = placement.tile.words()
-        tiles += f" ({how})" if how else ""
+        tiles = SSMOnTiles.tile_words(placement)
         analog = "; SiLU and softplus analog" if placement.elementwise == "analog" else ""
         once = "" if model.config.implicit else "; explicit: one pass from z = 0 (the first block's in_proj, reading 0, digital)"
         return (f"hybrid: {tiles or 'no map'} on optical tiles{analog}; other linear maps, norms, conv, scan, "
@@ -171,28 +208,11 @@ class HybridSSM(PlacedModel):
         return {"exact_tol": EXACT_TOL.get(model.head.weight.dtype, 1e-5), "maps_on_tiles": maps,
                 "implicit": int(model.config.implicit)}
 
-    def __init__(self, model: ImplicitSSM, profile: DeviceProfile, placement: Placement,
-                 prepared: dict[str, torch.Tensor]) -> None:
-        placement = sized(placement, profile)  # a tile size on a profile of any size
-        super().__init__(model, profile, placement, prepared)
-        self.calibration = prepared
-        self.programs = fit_programs(model, self.run_profile, prepared, placement)  # once per chip
-
     def noise_db(self, profile: DeviceProfile, placement: Placement, site: str) -> float:
         """The SNR in dB of this chip's noise at `site` on `profile` (aocsim/execute/snr_mapping.py), measured on
         the calibration sequences with this chip's programs."""
         return device_snr_db(self.model, profile, self.calibration, placement, self.calibration["tokens"], site,
                              programs=self.programs)
-
-    @property
-    def program_error(self) -> float:
-        """The largest matrix error of this chip's tile programs (their last closed-loop round)."""
-        return max((p.error for p in self.programs.values()), default=0.0)
-
-    def _load(self, seed: int) -> PlacedSSM:
-        """Every map loaded and calibrated with `seed` (its weight load)."""
-        return place_ssm(self.model, self.run_profile, self.calibration, self.placement,
-                         generator=seed_key(seed).fold(keys.Stream.LOAD), programs=self.programs)
 
     def _options(self, inputs: torch.Tensor) -> dict[str, Any]:
         s = self.placement
@@ -220,26 +240,20 @@ class HybridSSM(PlacedModel):
         """Whether `run_seeds` runs a chip's seeds as one batch (`seed_stack.stackable`)."""
         return stackable(placement)
 
-    def run_seeds(self, inputs: torch.Tensor, seeds: list[int], *, samples: Any = None) -> list[Run]:
+    def run_seeds(self, inputs: torch.Tensor, seeds: list[int]) -> list[Run]:
         """`run` for every seed: their weight loads stacked into one batch (aocsim/execute/seed_stack.py;
         the same results to the rounding of a larger batch) where the placement allows, else one by one."""
         if len(seeds) < 2 or not self.stacks(self.placement):
-            return [self.run(inputs, seed, samples=samples) for seed in seeds]
-        return self._stacked([(self, seed) for seed in seeds], inputs, samples)
+            return [self.run(inputs, seed) for seed in seeds]
+        return self._stacked([(self, seed) for seed in seeds], inputs)
 
-    def _stacked(self, runs: list[tuple["HybridSSM", int]], inputs: torch.Tensor, samples: Any = None) -> list[Run]:
+    def _stacked(self, runs: list[tuple["HybridSSM", int]], inputs: torch.Tensor) -> list[Run]:
         """Every (placed point, seed) of `runs` loaded, their loads stacked into one batch, run once."""
         loaded = [placed._load(seed) for placed, seed in runs]
         stack = stack_seeds(self.model, loaded)
-        outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for _, seed in runs], sequences=samples,
+        outs = stack(inputs, generator=[seed_key(seed).fold(keys.Stream.RUN) for _, seed in runs],
                      **self._options(inputs))
         return [self._result(out, own) for out, own in zip(outs, loaded)]  # each its own activity (program widths)
-
-    @classmethod
-    def fit_population(cls, model: ImplicitSSM, profiles: list[DeviceProfile], prepared: dict[str, torch.Tensor],
-                       placement: Placement) -> None:
-        """Every point's tile programs fitted together (`fit_programs_population`), remembered for its placement."""
-        fit_programs_population(model, profiles, prepared, sized(placement, profiles[0]))
 
     @classmethod
     def run_population(cls, placed: list[PlacedModel], inputs: torch.Tensor, seeds: list[list[int]]

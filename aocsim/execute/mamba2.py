@@ -24,13 +24,12 @@ from typing import Any
 import torch
 
 from aocsim.errors import InputError
-from aocsim.execute.inputs import check_token_inputs, sequence_ids
+from aocsim.execute.hybrid import SSMOnTiles
+from aocsim.execute.inputs import sequence_ids
 from aocsim.execute.option_groups import MAMBA2
-from aocsim.execute.placed import PlacedModel
 from aocsim.execute.placement import Placement
 from aocsim.execute.run import Run, seed_key
-from aocsim.execute.ssm_device import (PlacedSSM, calibration_inputs, fit_programs, fit_programs_population, on_tiles,
-                                        place_ssm, sized, tiled_shapes)
+from aocsim.execute.ssm_device import calibration_inputs, on_tiles
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.machine import machine_words
 from aocsim.hardware.profiles.profile import DeviceProfile
@@ -46,13 +45,11 @@ def one_pass(z: torch.Tensor) -> SolveResult:
                        torch.zeros(shape, dtype=z.dtype), None, "one pass (no fixed point)")
 
 
-class HybridMamba2(PlacedModel):
+class HybridMamba2(SSMOnTiles):
     """A plain Mamba2 language model on one chip of a device (module docstring)."""
 
     kind = MAMBA2
-    residual = "rel_residual"
     residual_units = "relative; 0: one pass per token, no fixed point"
-    dims = ("sample", "position")
     noise_sites = ("inputs",)  # its one pass commits no states per token (the chunked scan)
 
     @classmethod
@@ -72,19 +69,12 @@ class HybridMamba2(PlacedModel):
         return "a plain Mamba2 model"
 
     @staticmethod
-    def check_inputs(model: Mamba2LM, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return check_token_inputs(model, inputs, targets)
-
-    @staticmethod
     def prepare(model: Mamba2LM, calibration: Any, placement: Placement) -> dict[str, torch.Tensor]:
         """What each map sees on the exact path for the calibration sequences (`calibration_inputs`)."""
         if "inject" in (placement.on_tiles or ()):
             raise InputError(f"on_tiles = {','.join(placement.on_tiles)!r} on a plain Mamba2 model: it has no "
                              "injection; expected in_proj, out_proj or 'none'")
-        if calibration is None:
-            raise InputError("calibration = None; the tiles are fitted and calibrated on what each map sees for "
-                             "calibration sequences, so expected token ids [B, L]")
-        return calibration_inputs(model, model.check_tokens(calibration))
+        return calibration_inputs(model, SSMOnTiles.calibration_tokens(model, calibration))
 
     @staticmethod
     def exact(model: Mamba2LM, inputs: torch.Tensor, placement: Placement) -> Run:
@@ -97,13 +87,9 @@ class HybridMamba2(PlacedModel):
         return "every map's tile products once per token (one pass); each map " + machine_words(profile,
                                                                                                placement.modules)
 
-    fitted_maps = staticmethod(tiled_shapes)
-
     @staticmethod
     def describe(model: Mamba2LM, placement: Placement) -> str:
-        tiles = ", ".join(placement.on_tiles)
-        how = placement.tile.words()
-        tiles += f" ({how})" if how else ""
+        tiles = SSMOnTiles.tile_words(placement)
         return (f"hybrid Mamba2: {tiles or 'no map'} on optical tiles; embedding, norms, conv, scan, head digital; "
                 "one pass per token")
 
@@ -112,29 +98,6 @@ class HybridMamba2(PlacedModel):
         """Dataset attributes beyond the placement's: the maps on tiles; implicit 0 (one pass: the summary's
         terms say so)."""
         return {"maps_on_tiles": ", ".join(on_tiles(model, placement)), "implicit": 0}
-
-    def __init__(self, model: Mamba2LM, profile: DeviceProfile, placement: Placement,
-                 prepared: dict[str, torch.Tensor]) -> None:
-        placement = sized(placement, profile)  # a tile size on a profile of any size
-        super().__init__(model, profile, placement, prepared)
-        self.calibration = prepared
-        self.programs = fit_programs(model, self.run_profile, prepared, placement)  # once per chip
-
-    @classmethod
-    def fit_population(cls, model: Mamba2LM, profiles: list[DeviceProfile], prepared: dict[str, torch.Tensor],
-                       placement: Placement) -> None:
-        """Every point's tile programs fitted together (`fit_programs_population`), remembered for its placement."""
-        fit_programs_population(model, profiles, prepared, sized(placement, profiles[0]))
-
-    @property
-    def program_error(self) -> float:
-        """The largest matrix error of this chip's tile programs (their last closed-loop round)."""
-        return max((p.error for p in self.programs.values()), default=0.0)
-
-    def _load(self, seed: int) -> PlacedSSM:
-        """Every map loaded and calibrated with `seed` (its weight load)."""
-        return place_ssm(self.model, self.run_profile, self.calibration, self.placement,
-                         generator=seed_key(seed).fold(keys.Stream.LOAD), programs=self.programs)
 
     def run(self, inputs: torch.Tensor, seed: int, *, samples: Any = None, extras: tuple[Any, ...] = ()) -> Run:
         """Load and calibrate every map with `seed`, then one pass of all sequences (ids `samples`, default

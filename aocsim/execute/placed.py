@@ -57,10 +57,9 @@ class PlacedModel:
         if missing:
             raise TypeError(f"placed kind {cls.__name__} lacks {', '.join(missing)}; expected every member of "
                             "aocsim.execute.placed.PlacedModel that has no default")
-        if register:
-            if any(k.kind == cls.kind for k in KINDS):
-                raise TypeError(f"placed kind {cls.__name__}: kind {cls.kind!r} is taken by another class")
-            KINDS.append(cls)
+        if any(k.kind == cls.kind for k in KINDS):
+            raise TypeError(f"placed kind {cls.__name__}: kind {cls.kind!r} is taken by another class")
+        KINDS.append(cls)
 
     def __init__(self, model: Any, profile: DeviceProfile, placement: Placement, prepared: Any) -> None:
         """Every kind's construction starts here (module docstring); `prepared`: what `prepare` returned."""

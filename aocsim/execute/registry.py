@@ -64,10 +64,6 @@ class Placed:
     cls: type[PlacedModel]
     placement: Placement
 
-    @property
-    def kind(self) -> str:
-        return self.cls.kind
-
     def build(self, model: Any, profile: DeviceProfile, prepared: Any) -> PlacedModel:
         """`model` placed on the chip `profile` describes (`prepared`: the kind's `prepare`)."""
         placed = self.cls(model, profile, self.placement, prepared)

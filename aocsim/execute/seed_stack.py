@@ -139,10 +139,6 @@ class StackedSSM(PlacedSSM):
         return TokenKeys(sequences, length,
                          loads=torch.arange(self.loads, device=sequences.device).repeat_interleave(per))
 
-    def report(self) -> list:
-        raise InputError("a stacked run's maps hold every seed's load; expected the report of one seed's "
-                         "PlacedSSM (place_ssm)")
-
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, *, generator: list[keys.Key], sequences: torch.Tensor | None = None,
                  **options) -> list[SSMOutput]:  # type: ignore[override]

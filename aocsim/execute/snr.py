@@ -86,12 +86,17 @@ class Part:
     a part that has one is called as `ImplicitSSM.solve_token`; aocsim/execute/token_loop.py)."""
 
     solves_tokens = False
+    token_keys: TokenKeys | None = None  # set by the keyed run (PlacedSSM.keyed)
+    hooks: list[Any] = []  # the forward hooks `attach` registered (each part assigns its own list)
 
     def attach(self, model: ImplicitSSM) -> None:
         """Attach to the placed model's own model for a run (its forward hooks)."""
 
     def detach(self, model: ImplicitSSM) -> None:
-        """Undo `attach`."""
+        """Undo `attach`: remove its hooks."""
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
 
     def output(self, out: Any, model: Any) -> Any:
         """The run's output as this part reads it (the model's own, unless it reads another z)."""
@@ -108,10 +113,8 @@ class SiteNoise(Part):
 
     def __init__(self, site: str, snr_db: float, kind: str, convention: str = "rms") -> None:
         self.site, self.snr_db, self.kind, self.convention = site, snr_db, kind, convention
-        self.token_keys: TokenKeys | None = None
         self.key: keys.Key | None = None
         self.signal = self.noise = 0.0
-        self.hooks: list[Any] = []
 
     def reset(self, generator: keys.Seed) -> None:
         self.key = keys.as_key(generator)
@@ -124,11 +127,6 @@ class SiteNoise(Part):
         if self.site == "inputs":
             self.hooks = [block.in_proj.register_forward_pre_hook(partial(self._inputs, i))
                           for i, block in enumerate(model.blocks)]
-
-    def detach(self, model: ImplicitSSM) -> None:
-        for hook in self.hooks:
-            hook.remove()
-        self.hooks = []
 
     def commit(self, caches: list[TokenCache], t: int) -> list[TokenCache]:
         return self._states(caches, t) if self.site == "states" else caches
@@ -176,21 +174,14 @@ class EmaReadout(Part):
 
     def __init__(self, alpha: float) -> None:
         self.alpha = alpha
-        self.token_keys: TokenKeys | None = None
         self.read: torch.Tensor | None = None  # [B, L, d]
         self.last: torch.Tensor | None = None
-        self.hooks: list[Any] = []
 
     def reset(self, generator: keys.Seed = None) -> None:
         self.read = self.last = None
 
     def attach(self, model: ImplicitSSM) -> None:
         self.hooks = [model.blocks[0].norm.register_forward_pre_hook(self._see)]
-
-    def detach(self, model: ImplicitSSM) -> None:
-        for hook in self.hooks:
-            hook.remove()
-        self.hooks = []
 
     def _see(self, _module: Any, args: tuple[torch.Tensor, ...]) -> None:
         rows = self.token_keys
@@ -243,7 +234,6 @@ class ReferenceSolve(Part):
 
     def __init__(self, alpha: float | None, batch: bool) -> None:
         self.alpha, self.batch = alpha, batch
-        self.token_keys: TokenKeys | None = None
         self.read: torch.Tensor | None = None
 
     def reset(self, generator: keys.Seed = None) -> None:
@@ -308,10 +298,3 @@ def parts_for(noise: NoiseInjection) -> list[Any]:
         parts.append(ReferenceSolve(s.ema_alpha if reference_ema else None, s.snr_convergence == "batch"))
     return parts
 
-
-def readout(out: Any, model: ImplicitSSM, parts: list[Any]) -> Any:
-    """The model's output with z (and the logits) read through an `EmaReadout` among `parts`."""
-    for part in parts:
-        if isinstance(part, EmaReadout) and part.read is not None:
-            return part.output(out, model)
-    return out

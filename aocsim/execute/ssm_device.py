@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterator
 
 import numpy as np
@@ -66,20 +66,6 @@ def plain_copy(model: ImplicitSSM | Mamba2LM) -> ImplicitSSM | Mamba2LM:
             state[f"{name}.weight"] = module.weight.detach()
     plain.load_state_dict(state)
     return plain.eval()
-
-
-@dataclass(frozen=True)
-class MapReport:
-    """One placed map: name, shape, tile grid, scale sigma, the program's matrix error (last
-    closed-loop round), the calibration error on its calibration inputs and the dead input positions."""
-
-    name: str
-    shape: tuple[int, int]
-    grid: tuple[int, int]
-    sigma: float
-    program_error: float
-    calibration_error: float
-    dead_positions: tuple[int, ...]
 
 
 class PlacedSSM:
@@ -135,11 +121,6 @@ class PlacedSSM:
         if any(m.multiplexed for m in mounts):
             return mounts[0].count
         return sum(layer.tiles.modules for layer in self.maps.values())
-
-    def report(self) -> list[MapReport]:
-        return [MapReport(name, (layer.out_features, layer.in_features), layer.tiles.grid, layer.sigma,
-                          layer.program_error, layer.calibration_error, layer.dead_positions)
-            for name, layer in self.maps.items()]
 
     def token_keys(self, sequences: torch.Tensor, length: int) -> TokenKeys:
         """What keys a run's passes (the batch rows' sequence ids [B])."""

@@ -59,37 +59,29 @@ class TileProgram:
     dead: tuple[int, ...]
 
 
-def measure(device: DeviceProfile | Sequence[DeviceProfile], program: torch.Tensor, live: torch.Tensor, *,
+def measure(devices: Sequence[DeviceProfile], programs: torch.Tensor, live: torch.Tensor, *,
             tile_size: int | None, input_range: float, load: keys.Key, probe: keys.Key, partial_sums: str,
             predistort: bool = False, mount: Mount | None = None, compile: bool = False, probes: int = FIT_PROBES
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The effective matrix A [M, K'] (zero at unused columns) and offset [M] of `program` on tiles:
-    node volts against the drive u, least squares over `probes` random drives in [-r, r] (the tile
-    product compiled with `compile`: the same numbers to float rounding). For a population (`device` a
-    sequence of P profiles of one shape, `program` [P, M, K']): each point's A [P, M, K'] and offset
-    [P, M], its probes through its own load, all in one product (`tile_product.LoadStack`)."""
-    devices = [device] if isinstance(device, DeviceProfile) else list(device)
-    programs = program[None] if isinstance(device, DeviceProfile) else program
+    """The effective matrices A [P, M, K'] (zero at unused columns) and offsets [P, M] of `programs` [P, M, K'] on
+    tiles, one per profile of `devices` (a population: P design points of one shape): node volts against the
+    drive u, least squares over `probes` random drives in [-r, r], each point's through its own load, all in
+    one product (`tile_product.LoadStack`; compiled with `compile`: the same numbers to float rounding)."""
     tiles = [TiledMatrix(d, w, tile_size=tile_size, generator=load, input_range=input_range, predistort=predistort,
                          mount=mount) for d, w in zip(devices, programs)]
     gen = torch.Generator().manual_seed(probe.value & ((1 << 63) - 1))
     k, count = int(live.sum()), len(devices)
-    drive = (torch.rand(probes, k, generator=gen, dtype=program.dtype) * 2 - 1) * input_range
-    t = program.new_zeros(probes, programs.shape[2])
+    drive = (torch.rand(probes, k, generator=gen, dtype=programs.dtype) * 2 - 1) * input_range
+    t = programs.new_zeros(probes, programs.shape[2])
     t[:, live] = drive
-    if count == 1:
-        out = tiles[0](t, partial_sums=partial_sums, generator=probe, compile=compile)
-    else:
-        out = LoadStack(tiles)(t.repeat(count, 1), [probe] * count, torch.arange(probes).repeat(count),
-                               partial_sums=partial_sums, call=0, passes=1, compile=compile)
+    out = LoadStack(tiles)(t.repeat(count, 1), [probe] * count, torch.arange(probes).repeat(count),
+                           partial_sums=partial_sums, call=0, passes=1, compile=compile)
     node = out.nodes.view(count, probes, -1)
     x = torch.cat([t[:, live] / out.input_scale.view(count, probes)[..., None],
                    t.new_ones(count, probes, 1)], dim=2)
     solution = least_squares(x, node)  # [P, k + 1, M]
     a = programs.new_zeros(programs.shape)
     a[:, :, live] = solution[:, :k].transpose(1, 2)
-    if isinstance(device, DeviceProfile):
-        return a[0], solution[0, k]
     return a, solution[:, k]
 
 

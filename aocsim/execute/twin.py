@@ -22,10 +22,10 @@ from aocsim._numerics import least_squares
 from aocsim.errors import InputError
 from aocsim.execute.placed import PlacedModel
 from aocsim.execute.inputs import check_deq_inputs
+from aocsim.execute.native import NativeDEQ
 from aocsim.execute.placement import TWIN, Placement
 from aocsim.execute.run import Run, seed_key
 from aocsim.hardware.engine import keys
-from aocsim.hardware.engine.dynamics import stop_rule
 from aocsim.hardware.profiles.profile import DeviceProfile
 from aocsim.nn.twin_deq import TwinDEQ
 
@@ -60,9 +60,7 @@ class TwinPlaced(PlacedModel):
                              f"{model.config.profile!r} with {n}, so expected a profile with {n} channels")
         return True
 
-    @staticmethod
-    def check_inputs(model: TwinDEQ, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return check_deq_inputs(model, inputs, targets)
+    check_inputs = staticmethod(NativeDEQ.check_inputs)
 
     @staticmethod
     def prepare(model: TwinDEQ, calibration: Any, placement: Placement) -> Probes | None:
@@ -82,9 +80,7 @@ class TwinPlaced(PlacedModel):
                    "time and energy)" if placement.probes else "V z + c as trained")
         return f"twin-native (its W on the SLM as trained, no compilation fit; U x + b digital, {readout})"
 
-    @staticmethod
-    def timing(profile: DeviceProfile, placement: Placement) -> str:
-        return stop_rule(profile.parts.readout, readout=placement.stop == "readout")
+    timing = staticmethod(NativeDEQ.timing)
 
     def __init__(self, model: TwinDEQ, profile: DeviceProfile, placement: Placement, prepared: Probes | None
                  ) -> None:

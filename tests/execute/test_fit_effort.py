@@ -52,7 +52,7 @@ def test_fewer_probes_measure_the_matrix_as_one_over_the_root_of_their_count() -
     options = dict(tile_size=48, input_range=0.2, load=keys.as_key(5), partial_sums="analog")
 
     def matrix(probes: int, probe: int) -> torch.Tensor:
-        return measure(DEVICE, W, live, probe=keys.as_key(probe), probes=probes, **options)[0]
+        return measure([DEVICE], W[None], live, probe=keys.as_key(probe), probes=probes, **options)[0][0]
 
     reference = matrix(16384, 1)
     coarse, fine = ((matrix(p, 2) - reference).norm() for p in (256, 4096))

@@ -92,8 +92,8 @@ def test_a_compare_runs_its_chips_and_seeds_as_one_batch(parity, monkeypatch: py
     model, w = parity
     batches = []
     stacked = hybrid.HybridSSM._stacked
-    monkeypatch.setattr(hybrid.HybridSSM, "_stacked", lambda self, runs, inputs, samples=None:
-                        batches.append(len(runs)) or stacked(self, runs, inputs, samples))
+    monkeypatch.setattr(hybrid.HybridSSM, "_stacked", lambda self, runs, inputs:
+                        batches.append(len(runs)) or stacked(self, runs, inputs))
     x, y, chips = w.inputs[:, :10], w.targets[:, :10], (0, 1, 2)
     together = compare(model, "aoc48", x, y, seeds=(0, 1, 2), chips=chips, calibration=w.calibration).sel(path="device")
     assert batches == [9]

@@ -60,8 +60,8 @@ def test_tile_program_finds_the_dead_input_and_cuts_the_matrix_error() -> None:
     assert 8 in program.dead
     assert 8 not in program.columns.tolist() and program.columns.tolist()[:8] == list(range(8))
     live = torch.ones(40, dtype=torch.bool)
-    a, _ = measure(device, w, live, tile_size=48, input_range=0.1, load=key.fold(7), probe=key.fold(8),
-                   partial_sums="analog")
+    (a,), _ = measure([device], w[None], live, tile_size=48, input_range=0.1, load=key.fold(7), probe=key.fold(8),
+                      partial_sums="analog")
     naive = float((a - program.out_gain[:, None] * w).norm() / (program.out_gain[:, None] * w).norm())
     assert naive > 0.15 and program.error < naive / 4
 
@@ -109,7 +109,7 @@ def test_closed_loop_rounds_do_not_let_a_weak_column_diverge() -> None:
 def test_parity_on_the_twin_agrees_with_the_exact_path_in_both_modes(parity) -> None:
     model, tokens, targets, cal = parity
     placed = place_ssm(model, load_device("aoc48-twin"), cal, hybrid(), generator=0)
-    assert all(r.calibration_error < 0.1 for r in placed.report())
+    assert all(layer.calibration_error < 0.1 for layer in placed.maps.values())
     with torch.no_grad():
         exact = model(tokens, mode="sequential", tol=1e-5, max_iter=200).logits.argmax(-1)
     for mode in ("simultaneous", "sequential"):
