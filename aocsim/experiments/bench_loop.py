@@ -1,6 +1,6 @@
 """`aocsim bench loop`: the folded loop's sample-iterations per second against yardsticks timed in the same run.
 
-The yardsticks: the twin-style per-stage loop (aocsim/hardware/engine/reference.py), which must also end in
+The yardsticks: the twin-style per-stage loop (aocsim/experiments/reference_loop.py), which must also end in
 the same state where nothing is random, and, on the noisy rows, IBM aihwkit-lightning's analog layer
 iterated the same way (aocsim/experiments/aihwkit_yardstick.py). Interleaved, best of `repeats`.
 """
@@ -16,7 +16,7 @@ import torch
 from aocsim.experiments import aihwkit_yardstick
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.profiles.profile import load_device
-from aocsim.hardware.engine.reference import PerStageLoop
+from aocsim.experiments.reference_loop import PerStageLoop
 from aocsim.hardware.physics.sources import without_noise
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from aocsim import DEQ, DEQConfig, OpticalLoop, load_device, loop_step, solve
-from aocsim.hardware.engine.reference import PerStageLoop
+from aocsim.experiments.reference_loop import PerStageLoop
 from _toolchain import NO_TOOLCHAIN
 
 GOLDEN = sorted((Path(__file__).parents[1] / "data" / "golden").glob("*.npz"))

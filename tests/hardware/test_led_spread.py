@@ -13,7 +13,7 @@ from aocsim.hardware.engine import emitter_calibration, keys
 from aocsim.hardware.engine.emitter_calibration import drive_shapes
 from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.programming import emitter_cubics
-from aocsim.hardware.engine.reference import PerStageLoop
+from aocsim.experiments.reference_loop import PerStageLoop
 from aocsim.hardware.engine.tiles import TiledMatrix
 from aocsim.hardware.profiles.profile import load_device
 
@@ -162,14 +162,15 @@ def test_all_tiles_predistorted_in_one_call_are_each_tile_on_its_own(spread: flo
     """The stacked predistortion (one call over [T, B, N], `tile_shapes`) against a yardstick that drives
     tile by tile through its module's `drive_shapes`: the same bits; a narrow last column keeps its
     padded channels at exactly 0."""
-    from aocsim.hardware.engine.emitter_calibration import predistorted_tiles
+    from aocsim.hardware.engine.emitter_calibration import predistorted_tiles, tile_shapes
     from aocsim.hardware.physics import components as C
 
     profile = load_device("aoc48", {"emitter.cubic_spread": spread, "variation.chip_seed": 2})
     loop = OpticalLoop(profile, torch.zeros(48, 48, dtype=F64), gain="absolute", generator=0)
     drive = (torch.rand(5, 70, generator=torch.Generator().manual_seed(1), dtype=F64) * 2 - 1) * 0.2
     cols, size, n, modules = 2, 40, 48, [0, 3, 1, 4]
-    stacked = predistorted_tiles(profile, drive, cols, size, n, modules, 0.2, loop.injection)
+    shapes = tile_shapes(profile, n, modules, 0.2, F64, "cpu")
+    stacked = predistorted_tiles(drive, cols, size, n, len(modules), loop.injection, shapes)
     padded = torch.nn.functional.pad(drive, (0, n))
     for i, module in enumerate(modules):
         start = (i % cols) * size

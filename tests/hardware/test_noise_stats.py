@@ -104,7 +104,7 @@ def test_loop_step_noise_combines_both_paths(gen: torch.Generator) -> None:
 def test_per_stage_yardstick_draws_the_same_noise_distribution(gen: torch.Generator) -> None:
     # The bench's per-stage loop draws shot, thermal and RIN separately per path; the folded loop
     # merges the detector noises into one draw. Same noiseless point, same per-channel moments.
-    from aocsim.hardware.engine.reference import PerStageLoop
+    from aocsim.experiments.reference_loop import PerStageLoop
     w = torch.randn(48, 48, generator=gen, dtype=torch.float64)
     z = (0.3 * torch.randn(1, 48, generator=gen, dtype=torch.float64)).expand(DRAWS, 48).contiguous()
     x = torch.zeros_like(z)

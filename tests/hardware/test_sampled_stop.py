@@ -32,11 +32,11 @@ def test_sampled_residual_reduces_to_the_per_iteration_one(b: float) -> None:
     if b == 0.0:  # c(m) = a^m s^2, |1 - mu^m|^2 = (1 - a^m)^2
         for m in (2, 8):
             assert torch.allclose(ch.residual_sq(m), 2 * ch.spread_sq() * (1 - A ** m), rtol=1e-12)
-            assert torch.allclose(ch.slowest_gap_sq(m), (1 - A ** m) ** 2, rtol=1e-12)
+            assert torch.allclose(settling.gap_sq(A, b, m), (1 - A ** m) ** 2, rtol=1e-12)
     # m = 1 gap: (1 - mu)^2 for real roots, 1 - a - b for a complex pair (the per-iteration formula)
     disc = A * A + 4 * b
     root = (A + torch.where(A < 0, -1.0, 1.0) * disc.clamp_min(0).sqrt()) / 2
-    assert torch.allclose(ch.slowest_gap_sq(1), torch.where(disc >= 0, (1 - root) ** 2, 1 - A - b), rtol=1e-12)
+    assert torch.allclose(settling.gap_sq(A, b, 1), torch.where(disc >= 0, (1 - root) ** 2, 1 - A - b), rtol=1e-12)
 
 
 @pytest.mark.parametrize("b", [0.0, -0.2, -0.5])

@@ -14,7 +14,7 @@ import torch
 
 from aocsim.errors import InputError, UnknownNameError
 from aocsim.hardware.engine.loop import OpticalLoop
-from aocsim.hardware.engine.reference import PerStageLoop
+from aocsim.experiments.reference_loop import PerStageLoop
 from aocsim.hardware.profiles.profile import load_device
 from aocsim.io.model_files import bundled_models, load_model, save_model
 from aocsim.nn.twin_deq import EXACT_SOLVE, TwinDEQ, TwinDEQConfig

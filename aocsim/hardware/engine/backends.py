@@ -1,6 +1,6 @@
 """Execution backends of the one iteration (`aocsim.hardware.engine.step.iteration`).
 
-- eager: calls `iteration` directly (autograd works through it);
+- eager: the callers call `iteration` directly (autograd works through it);
 - compiled (`OpticalLoop(..., compile=True)`): `iteration`, or a block of
   `steps` unrolled iterations, exported and compiled ahead of time by
   AOTInductor into vectorised C++ loops around the matrix product, so the nonlinearity,
@@ -126,13 +126,6 @@ def graph(graph_key: tuple, fn: Callable[..., object], args: tuple[torch.Tensor,
             raise AocsimError(f"compile=True: could not compile {what} ({type(exc).__name__}: {first}); "
                               f"it needs a C++ compiler; compile=False runs {eager} eagerly") from exc
     return GRAPHS(inputs, build)
-
-
-def eager(z: torch.Tensor, z_prev: torch.Tensor, drive: tuple[torch.Tensor, torch.Tensor], c: Constants,
-          node: tuple[torch.Tensor, ...], key: torch.Tensor | None, counters: torch.Tensor | None, layout: Layout
-          ) -> torch.Tensor:
-    """One iteration, eagerly (`drive`: `step.node_drive`, which a loop keeps while its gain is constant)."""
-    return iteration(z, z_prev, drive, c, node, key, counters, layout)
 
 
 def compiled(z: torch.Tensor, z_prev: torch.Tensor, base: torch.Tensor, c: Constants, node: tuple[torch.Tensor, ...],

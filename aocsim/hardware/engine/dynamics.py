@@ -13,7 +13,7 @@ fixed-count path of the driver. What an inference did, for time and energy, is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,27 +21,10 @@ import torch
 from aocsim.hardware.engine import backends
 from aocsim.hardware.physics import components as C
 from aocsim.hardware.engine import keys, settling, step
-from aocsim.hardware.engine.step import Constants, Layout
 from aocsim.hardware.physics.energy import Activity
 from aocsim.hardware.profiles.parts import Parts, Readout
 from aocsim.solve.result import SolveResult
 
-
-class LoadedLoop(Protocol):
-    """What an iteration map needs of a loaded loop (`aocsim.hardware.engine.loop.OpticalLoop`)."""
-
-    n: int
-    parts: Parts
-    compile: bool
-    response: float
-    constant_schedules: bool
-    optics: Any  # FoldedOptics (probes read its gain scale)
-
-    def constants(self) -> Constants: ...
-    def layout(self) -> Layout: ...
-    def injection(self, x: torch.Tensor) -> torch.Tensor: ...
-    def k0(self) -> torch.Tensor: ...
-    def node(self, k: int, like: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 FUSED_BLOCK = 5  # compiled iterations per call when nothing changes between them
 KEY_BLOCK = 32  # iteration keys derived per tensor computation (eager per-call overhead: one key costs as many)
@@ -51,9 +34,10 @@ PATIENCE = 3
 
 
 class LoopMap:
-    """One inference of `loop` on input x (see the module docstring)."""
+    """One inference of `loop`, an `OpticalLoop` (not imported: loop.py imports this module), on input x
+    (see the module docstring)."""
 
-    def __init__(self, loop: LoadedLoop, x: torch.Tensor, batch: int, key: keys.Key | None,
+    def __init__(self, loop: Any, x: torch.Tensor, batch: int, key: keys.Key | None,
                  samples: torch.Tensor, *, readout: bool = False, record: bool = False) -> None:
         self.loop, self.key, self.k = loop, key, 0
         self.c = loop.constants()
@@ -109,7 +93,7 @@ class LoopMap:
                 self.base, self.c, node[0], self.layout)
             if keep:
                 self._drive = drive
-            out = backends.eager(z, z_prev, drive, self.c, node, key, self.counters, self.layout)
+            out = step.iteration(z, z_prev, drive, self.c, node, key, self.counters, self.layout)
         self.z_before, self.z_prev, self.k = self.z_prev, z, k + 1  # z_before: the momentum term's state
         if self.states is not None:
             self.states.append(out)
@@ -152,10 +136,6 @@ class LoopMap:
         if not self.layout.draws:
             return torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
         return settling.residual_at(self.channels(z), spreads)
-
-    def spread(self, z: torch.Tensor) -> torch.Tensor:
-        """[B]: the predicted stationary spread sqrt(E |z - z*|^2) about the fixed point near z (volts)."""
-        return settling.spread(self.channels(z))
 
 
 def loop_activity(parts: Parts, channels: int, iterations: Any, *, readout: bool) -> Activity:

@@ -118,20 +118,17 @@ def tile_shapes(profile: DeviceProfile, n: int, modules: list[int], input_range:
                  for path in (0, 1))  # type: ignore[return-value]
 
 
-def predistorted_tiles(profile: DeviceProfile, drive: torch.Tensor, cols: int, tile_size: int, n: int,
-                       modules: list[int], input_range: float, dac: Callable[[torch.Tensor], torch.Tensor],
-                       shapes: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None,
+def predistorted_tiles(drive: torch.Tensor, cols: int, tile_size: int, n: int, tiles: int,
+                       dac: Callable[[torch.Tensor], torch.Tensor], shapes: tuple[tuple[Any, ...], tuple[Any, ...]],
                        widths: torch.Tensor | None = None) -> torch.Tensor:
-    """Every tile's DAC'd emitter drive [T, B, N] from the drive [B, K]: tile i (column i mod cols, on
-    modules[i]) gets its input block through the inverse of its module's emitters (`tile_shapes`, or
-    `shapes` as it returned them), all tiles in one call; its padded channels stay exactly 0 (the DAC
-    converts only real inputs): those past K, or past each row's own width `widths` [B] (a stack of
-    programs of several widths, `tile_product.LoadStack`)."""
+    """Every tile's DAC'd emitter drive [T, B, N], T = `tiles`, from the drive [B, K]: tile i (column i mod
+    cols) gets its input block through the inverse of its module's emitters (`shapes`, as `tile_shapes`
+    returned them), all tiles in one call; its padded channels stay exactly 0 (the DAC converts only real
+    inputs): those past K, or past each row's own width `widths` [B] (a stack of programs of several widths,
+    `tile_product.LoadStack`)."""
     padded = F.pad(drive, (0, n))
-    starts = [(i % cols) * tile_size for i in range(len(modules))]
+    starts = [(i % cols) * tile_size for i in range(tiles)]
     blocks = torch.stack([padded[:, start:start + n] for start in starts])  # [T, B, N]
-    if shapes is None:
-        shapes = tile_shapes(profile, n, modules, input_range, drive.dtype, drive.device)
     x = dac(C.predistort_drive(blocks, *shapes))
     first = torch.tensor(starts, device=drive.device)
     if widths is None:  # [T, 1, N]: the tile's real inputs

@@ -66,7 +66,7 @@ class OpticalLoop:
     def __init__(self, device: DeviceProfile | str, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
                  alpha: Scalar = None, beta: Scalar = None, gamma: Scalar = None, gain: str = "normalized",
                  generator: keys.Seed = None, compile: bool = False, tile: int = 0,
-                 module: int | None = None, _drift: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+                 module: int | None = None) -> None:
         self.device = load_device(device) if isinstance(device, str) else device
         if not isinstance(self.device, DeviceProfile):
             raise InputError(f"device must be a DeviceProfile or a profile name; got {type(device).__name__}")
@@ -89,7 +89,7 @@ class OpticalLoop:
         module = tile if module is None else module
         self.arrays = channel_arrays(v, n, dtype=dtype, device=dev, tile=module)
         slm = program_slm(v.slm, self.weight, keys.as_key(generator), tile=tile)
-        self.programming_error, self.m = slm.error, slm.scale
+        self.programming_error = slm.error
         dark = dark_offsets(v, n, dtype=dtype, device=dev, tile=module)
         self.optics: FoldedOptics = fold(self.arrays, slm.w_pos, slm.w_neg, slm.scale, gain, dark)
         self.coeffs = None if v.nonlinearity.coeffs is None else self._tensor(temperature.loop_sigmoid(v))  # at dT
@@ -102,7 +102,7 @@ class OpticalLoop:
         bw = v.loop.bandwidth_hz
         self.response = 1.0 if bw is None else 1.0 - math.exp(-2 * math.pi * bw * v.loop.round_trip_s)
         zero = torch.zeros(n, dtype=dtype, device=dev)
-        self.drift_state = _drift if _drift is not None else (zero, zero.clone())
+        self.drift_state = (zero, zero.clone())
         self._consts: Constants | None = None
         self._node_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
 

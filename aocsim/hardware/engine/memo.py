@@ -125,15 +125,20 @@ class Memo(Generic[T]):
         """The key of `inputs` (memory's; the folder's is its digest with the version and the code)."""
         return (self.kind, inputs if self.hashed else derive(inputs), disk_memo.machine())
 
-    def __call__(self, inputs: tuple, compute: Callable[[], T]) -> T:
-        """The result for `inputs`: remembered, read from the folder, or `compute()`d (and kept)."""
-        key = self.key(inputs)
+    def _lookup(self, key: tuple) -> bool:
+        """Whether `key`'s result can be served: remembered, or read from the folder now; not while a recording
+        is open unless it kept the keys of its streams (one read from a folder has none: module docstring)."""
         recording = keys.recording_now()
         if key not in self._entries and self.stored and not recording:
             stored = disk_memo.load(self.kind, key)  # computed by an earlier process, or another of a sweep
             if stored is not None:
                 self._entries[key] = (self.from_records(stored), None)  # type: ignore[misc]
-        if key not in self._entries or (recording and self._entries[key][1] is None):
+        return key in self._entries and not (recording and self._entries[key][1] is None)
+
+    def __call__(self, inputs: tuple, compute: Callable[[], T]) -> T:
+        """The result for `inputs`: remembered, read from the folder, or `compute()`d (and kept)."""
+        key = self.key(inputs)
+        if not self._lookup(key):
             with keys.recording() as drawn:
                 value = compute()
             self._entries[key] = (value, list(drawn))
@@ -152,12 +157,7 @@ class Memo(Generic[T]):
         its own key, as if computed alone (a population's fits are each point's own: tests/experiments/test_population.py)."""
         known: dict[int, T] = {}
         for i, one in enumerate(inputs):
-            key = self.key(one)
-            if key not in self._entries and self.stored and not keys.recording_now():
-                stored = disk_memo.load(self.kind, key)
-                if stored is not None:
-                    self._entries[key] = (self.from_records(stored), None)  # type: ignore[misc]
-            if key in self._entries and not (keys.recording_now() and self._entries[key][1] is None):
+            if self._lookup(self.key(one)):
                 known[i] = self(one, lambda: None)  # type: ignore[arg-type,return-value]  # (remembered: not called)
         missing = [i for i in range(len(inputs)) if i not in known]
         if missing:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from aocsim.hardware.engine import backends, settling, step
+from aocsim.hardware.engine import settling, step
 from aocsim.hardware.engine.dynamics import LoopMap
 from aocsim.hardware.physics import components as C
 from aocsim.solve.result import SolveResult
@@ -84,8 +84,8 @@ class SampledLoop:
         with torch.no_grad():
             drive = step.node_drive(m.base, m.c, node[0], quiet)
             for _ in range(POWER_STEPS):
-                jv = (backends.eager(z + h * v, z_prev, drive, m.c, node, None, None, quiet)
-                      - backends.eager(z - h * v, z_prev, drive, m.c, node, None, None, quiet)) / (2 * h)
+                jv = (step.iteration(z + h * v, z_prev, drive, m.c, node, None, None, quiet)
+                      - step.iteration(z - h * v, z_prev, drive, m.c, node, None, None, quiet)) / (2 * h)
                 w = (v + jv) / 2
                 grow = w.norm(dim=1)
                 v = w / grow.clamp_min(torch.finfo(z.dtype).tiny)[:, None]

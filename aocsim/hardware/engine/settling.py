@@ -73,10 +73,6 @@ class Channels:
             older, cov = cov, self.a * cov + self.b * older
         return 2 * (s2 - cov)
 
-    def slowest_gap_sq(self, interval: int = 1) -> torch.Tensor:
-        """|1 - mu^m|^2 [B, N], mu the root of mu^2 = a mu + b of largest modulus (the slowest mode)."""
-        return gap_sq(self.a, self.b, interval)
-
 
 def gap_sq(a: torch.Tensor, b: float, interval: int) -> torch.Tensor:
     """|1 - mu^m|^2: what a displacement d in the slowest mode of mu^2 = a mu + b (mu the root of largest
@@ -124,13 +120,8 @@ def residual_at(ch: Channels, spreads: float, *, interval: int = 1, quantum_var:
     `interval` = m iterations through a converter of rounding variance `quantum_var` (LSB^2 / 12): sqrt of
     sum_j v_j(m) + 2 quantum_var + (spreads^2 - 1) min(|1 - mu_j^m|^2, gap_cap) s_j^2 (the module docstring;
     gap_cap [B], the slowest collective mode's gap, or None)."""
-    gap = ch.slowest_gap_sq(interval)
+    gap = gap_sq(ch.a, ch.b, interval)
     if gap_cap is not None:
         gap = torch.minimum(gap, gap_cap[:, None])
     per_channel = ch.residual_sq(interval) + 2 * quantum_var + (spreads * spreads - 1) * gap * ch.spread_sq()
     return per_channel.sum(1).clamp_min(0).sqrt()
-
-
-def spread(ch: Channels) -> torch.Tensor:
-    """[B]: the stationary spread, sqrt(E |z - z*|^2) = sqrt(sum_j s_j^2)."""
-    return ch.spread_sq().sum(1).sqrt()

@@ -91,10 +91,9 @@ def tile_pass(plan: Plan, x: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     s_in = input_scale(t, x["input_range"])
     drive = t / s_in[:, None]
     widths = x.get("widths")
-    if plan.predistort:  # shapes given: the profile and the modules are not read
+    if plan.predistort:
         def tiles_of(d: torch.Tensor, shapes: Any, w: torch.Tensor | None) -> torch.Tensor:
-            return predistorted_tiles(None, d, cols, ts, n, [0] * (rows * cols), 0.0,  # type: ignore[arg-type]
-                                      lambda v: dac(plan, v, x["dac"]), shapes, widths=w)
+            return predistorted_tiles(d, cols, ts, n, rows * cols, lambda v: dac(plan, v, x["dac"]), shapes, widths=w)
 
         if plan.shapes_per_load:  # group s through load s's cubics
             group = batch // plan.loads
