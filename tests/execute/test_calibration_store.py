@@ -143,43 +143,6 @@ def test_the_compare_bench_times_a_later_process_on_a_store_of_its_own(store: Pa
                                                                "from the store)")
 
 
-def test_a_fit_or_measurement_read_from_the_store_is_redone_while_keys_are_recorded(
-        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file keeps no keys: under `keys.recording()` (the tests that no two purposes share a stream) a
-    result read from the store is computed again, drawing its keys, and kept with them in memory."""
-    from aocsim import load_model
-    from aocsim.execute.registry import resolve, resolve_profile
-    from aocsim.execute.ssm_device import calibration_inputs, fit_programs
-    from aocsim.hardware.engine import emitter_calibration as E, keys
-
-    monkeypatch.setattr(E, "REPEATS", 4)
-    monkeypatch.setattr(E, "SHAPES", E.SHAPES.fresh())
-    model = load_model("parity-implicit")
-    profile = resolve_profile("aoc48", 0)
-    calibration, placement = calibration_inputs(model, TOKENS), resolve(model, profile, {"fit_probes": 128}).placement
-    fitted: list[int] = []
-    real = map_fit._fit_maps
-    monkeypatch.setattr(map_fit, "_fit_maps", lambda *a, **k: fitted.append(1) or real(*a, **k))
-    jobs = {"fit": lambda: fit_programs(model, profile, calibration, placement),
-            "emitters": lambda: E.measured_shapes(profile, 48, 2, 0.2, torch.float64, "cpu")}
-    for name, job in jobs.items():
-        with keys.recording() as fresh:
-            job()
-        assert fresh, name
-        map_fit.FITS.clear()
-        E.SHAPES.clear()
-        done = len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]
-        job()  # read from the store
-        assert (len(fitted), disk_memo.computed[name if name == "emitters" else "fits"]) == done, name
-        with keys.recording() as again:
-            job()
-        assert again == fresh, name
-        with keys.recording() as kept:  # from memory, with its keys
-            job()
-        assert kept == fresh, name
-    assert len(fitted) == 2
-
-
 def test_fits_read_from_the_store_count_against_the_memorys_size(store: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from aocsim import load_model

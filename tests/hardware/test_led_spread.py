@@ -16,6 +16,7 @@ from aocsim.hardware.engine.programming import emitter_cubics
 from aocsim.experiments.reference_loop import PerStageLoop
 from aocsim.hardware.engine.tiles import TiledMatrix
 from aocsim.hardware.profiles.profile import load_device
+from _streams import fresh_recording
 
 F64 = torch.float64
 
@@ -40,7 +41,7 @@ def test_spread_zero_reproduces_the_shared_cubic_bit_for_bit() -> None:
         w = torch.randn(40, 72, generator=gen, dtype=F64)
         t = torch.rand(8, 72, generator=gen, dtype=F64) * 2 - 1
         out = []
-        with keys.recording() as drawn:
+        with fresh_recording() as drawn:
             for pre in (False, True):
                 y = TiledMatrix(dev, w, generator=0, predistort=pre)(t, passes=2).y
                 out += [y[3, 5].item().hex(), y[7, 39].item().hex()]
@@ -129,7 +130,7 @@ def test_the_emitters_cubics_drift_as_a_relative_random_walk_and_stay_put_by_def
     the linear and constant terms not at all; c = 0 (the lab profiles' default) draws nothing."""
     w = torch.rand(48, 48, generator=torch.Generator().manual_seed(3), dtype=F64) * 0.2 - 0.1
     still = OpticalLoop(load_device("aoc48"), w, alpha=0.5, beta=18.6, generator=1)
-    with keys.recording() as drawn:
+    with fresh_recording() as drawn:
         moved = still.drifted(7)
     assert torch.equal(moved.poly_pos, still.poly_pos) and torch.equal(moved.poly_neg, still.poly_neg)
     assert not any(k.path[-2:] == (keys.Stream.DRIFT, 1) for k in drawn)

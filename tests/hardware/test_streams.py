@@ -14,6 +14,7 @@ from aocsim import DEQ, DEQConfig, compare
 from aocsim.hardware.engine import keys
 from aocsim.hardware.engine.keys import Stream
 from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+from _streams import fresh_recording
 
 IDS = range(10)
 
@@ -55,7 +56,7 @@ EXPECTED = {
 @pytest.mark.parametrize("kind", list(CASES))
 def test_no_two_purposes_share_a_stream_for_chips_and_seeds_0_to_9(kind: str) -> None:
     model, inputs, calibration, placement = CASES[kind]()
-    with keys.recording() as drawn:
+    with fresh_recording() as drawn:
         compare(model, "aoc16", inputs, placement=placement, seeds=IDS, chips=IDS, calibration=calibration)
     paths: dict[int, set[tuple]] = defaultdict(set)
     for key in drawn:

@@ -203,20 +203,10 @@ def chip_root(chip_seed: int) -> Key:
 _DRAWN: list[Key] | None = None
 
 
-def recording_now() -> bool:
-    """Whether a `recording()` is open (a cached result read from a file has no keys to show it)."""
-    return _DRAWN is not None
-
-
-def note_drawn(drawn: list[Key]) -> None:
-    """Count `drawn` as drawn now, while `recording()` is on (a cached draw's keys, used again)."""
-    if _DRAWN is not None:
-        _DRAWN.extend(drawn)
-
-
 class recording:
     """Context manager: every key an elementwise stream draws from (`Key.tensor`, `normals`) is
-    appended to the list it yields."""
+    appended to the list it yields. A result a memo remembers is served without drawing (nothing is
+    replayed), so a test that checks a run's streams forgets the memos first (`memo.forget_all`)."""
 
     def __enter__(self) -> list[Key]:
         global _DRAWN

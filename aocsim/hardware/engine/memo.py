@@ -10,9 +10,8 @@ torch's build, the CPU, the thread count; in the folder also aocsim's version an
 code). So a result computed at another thread count, or for a tensor of other strides, is never
 served, in this process or a later one.
 
-A result computed in memory keeps the keys of the random streams it drew (`keys.recording`), which a
-recording sees again on every hit; one read from a folder has none, so while a recording is open it
-is computed again (the tests that check the streams, docs/PHYSICS.md, keyed randomness).
+A hit draws nothing: the tests that check which random streams a run draws (`keys.recording`) forget
+every memo first (`forget_all`), so that each result is computed, once, inside the recording.
 """
 
 from __future__ import annotations
@@ -118,7 +117,7 @@ class Memo(Generic[T]):
             raise TypeError(f"Memo({kind!r}, stored=True) needs to_records and from_records")
         self.kind, self.size, self.stored = kind, size, stored
         self.to_records, self.from_records, self.hashed = to_records, from_records, hashed
-        self._entries: OrderedDict[tuple, tuple[T, list[keys.Key] | None]] = OrderedDict()
+        self._entries: OrderedDict[tuple, T] = OrderedDict()
         MEMOS.add(self)
 
     def key(self, inputs: tuple) -> tuple:
@@ -126,49 +125,44 @@ class Memo(Generic[T]):
         return (self.kind, inputs if self.hashed else derive(inputs), disk_memo.machine())
 
     def _lookup(self, key: tuple) -> bool:
-        """Whether `key`'s result can be served: remembered, or read from the folder now; not while a recording
-        is open unless it kept the keys of its streams (one read from a folder has none: module docstring)."""
-        recording = keys.recording_now()
-        if key not in self._entries and self.stored and not recording:
+        """Whether `key`'s result can be served: remembered, or read from the folder now."""
+        if key not in self._entries and self.stored:
             stored = disk_memo.load(self.kind, key)  # computed by an earlier process, or another of a sweep
             if stored is not None:
-                self._entries[key] = (self.from_records(stored), None)  # type: ignore[misc]
-        return key in self._entries and not (recording and self._entries[key][1] is None)
+                self._entries[key] = self.from_records(stored)  # type: ignore[misc]
+        return key in self._entries
+
+    def _keep(self, key: tuple, value: T) -> None:
+        """`value` remembered under `key` (and written to the folder), the least recently used forgotten."""
+        self._entries[key] = value
+        if self.stored:
+            disk_memo.save(self.kind, key, self.to_records(value))  # type: ignore[misc]
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
 
     def __call__(self, inputs: tuple, compute: Callable[[], T]) -> T:
         """The result for `inputs`: remembered, read from the folder, or `compute()`d (and kept)."""
         key = self.key(inputs)
         if not self._lookup(key):
-            with keys.recording() as drawn:
-                value = compute()
-            self._entries[key] = (value, list(drawn))
-            if self.stored:
-                disk_memo.save(self.kind, key, self.to_records(value))  # type: ignore[misc]
+            self._keep(key, compute())
         self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-        value, drawn = self._entries[key]
-        keys.note_drawn(drawn or [])
-        return value
+        self._trim()
+        return self._entries[key]
 
     def many(self, inputs: list[tuple], compute: Callable[[list[int]], list[T]]) -> list[T]:
         """The results for several inputs (a population's): those remembered or stored as one call gives them,
         the others computed together by `compute(indices)` (their results in that order) and kept, each under
         its own key, as if computed alone (a population's fits are each point's own: tests/experiments/test_population.py)."""
-        known: dict[int, T] = {}
-        for i, one in enumerate(inputs):
-            if self._lookup(self.key(one)):
-                known[i] = self(one, lambda: None)  # type: ignore[arg-type,return-value]  # (remembered: not called)
-        missing = [i for i in range(len(inputs)) if i not in known]
-        if missing:
-            with keys.recording() as drawn:
-                computed = compute(missing)
-            for i, value in zip(missing, computed):
-                self._entries.pop(self.key(inputs[i]), None)
-                known[i] = self(inputs[i], lambda value=value: value)  # type: ignore[misc]
-                self._entries[self.key(inputs[i])] = (value, list(drawn))
-            keys.note_drawn(drawn)
-        return [known[i] for i in range(len(inputs))]
+        found = {i: self(one, lambda: None) for i, one in enumerate(inputs)  # type: ignore[arg-type,misc]
+                 if self._lookup(self.key(one))}  # (remembered: compute not called)
+        missing = [i for i in range(len(inputs)) if i not in found]
+        for i, value in zip(missing, compute(missing) if missing else []):
+            self._keep(self.key(inputs[i]), value)
+            found[i] = value
+        return [found[i] for i in range(len(inputs))]
 
     def __len__(self) -> int:
         return len(self._entries)
