@@ -1,6 +1,6 @@
-"""What a test of which random streams a run draws needs: every memo forgotten first, so that each result the
-run uses is computed, once, inside the recording (a memo serves a remembered result without drawing and
-replays nothing: aocsim/hardware/engine/memo.py)."""
+"""What a test of which random streams a run draws needs: every memo forgotten first (and the store off, as
+tests/conftest.py sets it), so that each result the run uses is computed, once, inside the recording (a memo
+serves a remembered or stored result without drawing and replays nothing: aocsim/hardware/engine/memo.py)."""
 
 from __future__ import annotations
 

@@ -14,9 +14,10 @@ asks them whether they take a model. Adding a kind is its module and the import 
 The base owns construction: every kind calls `super().__init__` and builds what touches the machine (its
 loops, compiled programs, fitted tiles, loads) from `run_profile`, never from `profile` (the profile it
 was placed on, which the Dataset records): so `run_profile` is the one place where an option every kind
-honours would change the machine its runs use, and `run_overrides` records what it changed. A wrapper
-(`register=False`: not a kind, neither checked nor registered) wraps a placed model of any kind:
-`aocsim.execute.noise_injection.NoiseInjected`, the SNR model and the EMA readout.
+honours would change the machine its runs use, and `run_overrides` records what it changed. A class with
+`register=False` is not a kind, neither checked nor registered: a wrapper around a placed model of any kind
+(`aocsim.execute.noise_injection.NoiseInjected`, the SNR model and the EMA readout), or a base that kinds
+share (`aocsim.execute.hybrid.SSMOnTiles`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class PlacedModel:
 
     def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not register:  # a wrapper around placed models, not a kind
+        if not register:  # a wrapper around placed models, or a base of kinds: not a kind
             return
         missing = [name for name in REQUIRED if not hasattr(cls, name)]
         missing += [name for name in ABSTRACT if getattr(cls, name) is getattr(PlacedModel, name)]

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -87,7 +87,7 @@ class Part:
 
     solves_tokens = False
     token_keys: TokenKeys | None = None  # set by the keyed run (PlacedSSM.keyed)
-    hooks: list[Any] = []  # the forward hooks `attach` registered (each part assigns its own list)
+    hooks: Sequence[Any] = ()  # the forward hooks `attach` registered (each part assigns its own list)
 
     def attach(self, model: ImplicitSSM) -> None:
         """Attach to the placed model's own model for a run (its forward hooks)."""

@@ -23,7 +23,7 @@ affine fit leaves 47 % error). What a machine's calibration does instead:
    for all, a weak column of a5-implicit's output projection overshoots and diverges (the matrix
    error falls from 37 % to 18 %, then grows again); per column it ends near 6 %.
 
-The final load of `DeviceLinear` (aocsim/execute/ssm.py) is a fresh one, as on a machine.
+The final load of `DeviceLinear` (aocsim/execute/device_linear.py) is a fresh one, as on a machine.
 """
 
 from __future__ import annotations

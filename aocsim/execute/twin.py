@@ -60,7 +60,9 @@ class TwinPlaced(PlacedModel):
                              f"{model.config.profile!r} with {n}, so expected a profile with {n} channels")
         return True
 
-    check_inputs = staticmethod(NativeDEQ.check_inputs)
+    @staticmethod
+    def check_inputs(model: TwinDEQ, inputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return check_deq_inputs(model, inputs, targets)
 
     @staticmethod
     def prepare(model: TwinDEQ, calibration: Any, placement: Placement) -> Probes | None:

@@ -52,7 +52,7 @@ class DEQConfig:
     split: int = 0
 
     def __post_init__(self) -> None:
-        check_loop_config(self, "variables")
+        check_loop_config(self)
         if self.structure not in STRUCTURES:
             raise InputError(f"DEQConfig.structure = {self.structure!r}; expected one of {STRUCTURES}")
         blocks = (tuple(self.blocks) or (self.state_size,)) if isinstance(self.blocks, (tuple, list)) else (0,)
@@ -62,6 +62,7 @@ class DEQConfig:
             raise InputError(f"DEQConfig.blocks = {shown}; expected positive integer sizes summing "
                              f"to state_size = {self.state_size}")
         object.__setattr__(self, "blocks", blocks)
+        check_split(self, "variables")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -69,17 +70,22 @@ class DEQConfig:
         return d
 
 
-def check_loop_config(config: Any, noun: str) -> None:
-    """The checks of a DEQConfig or TwinDEQConfig shared by both (sizes stored as int, alpha, split), each error
-    naming the config's class; `noun`: what the split divides ("variables", "channels")."""
+def check_loop_config(config: Any) -> None:
+    """The size and alpha checks of a DEQConfig or TwinDEQConfig (sizes stored as int), each error naming the
+    config's class; the split is checked apart (`check_split`), after a DEQ's structure."""
     cls = type(config).__name__
     for name in ("state_size", "input_size", "output_size"):
         object.__setattr__(config, name, integer(getattr(config, name), f"{cls}.{name}", minimum=1))
     real(config.alpha, f"{cls}.alpha", low=0.0, high=1.0, high_open=True)
+
+
+def check_split(config: Any, noun: str) -> None:
+    """The split of a DEQConfig or TwinDEQConfig: an integer in [0, N); `noun`: what it divides ("variables",
+    "channels")."""
     split = config.split
     if isinstance(split, bool) or not isinstance(split, int) or not 0 <= split < config.state_size:
-        raise InputError(f"{cls}.split = {short(split)}; expected an integer in [0, {config.state_size - 1}] "
-                         f"(0: no split; k: input into {noun} [0, k), readout from [k, N))")
+        raise InputError(f"{type(config).__name__}.split = {short(split)}; expected an integer in [0, "
+                         f"{config.state_size - 1}] (0: no split; k: input into {noun} [0, k), readout from [k, N))")
 
 
 def block_mask(blocks: tuple[int, ...], structure: str) -> torch.Tensor:
@@ -114,6 +120,9 @@ class DEQOutput:
 class DigitalMaps(nn.Module):
     """What DEQ and TwinDEQ share: the digital maps around their loop, and `predict`. A subclass has `config`
     (state_size, input_size, output_size, split), `weight` (x takes its dtype and device) and `forward`."""
+
+    config: Any
+    weight: nn.Parameter
 
     def add_digital_maps(self, dtype: torch.dtype, uniform: Callable[..., torch.Tensor]) -> None:
         """U [N, K] and b (the injection), V [C, N] and c (the readout), drawn by `uniform(*shape, bound=)` in

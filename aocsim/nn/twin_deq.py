@@ -30,7 +30,7 @@ from aocsim.hardware.engine.loop import OpticalLoop
 from aocsim.hardware.engine.step import led_light, nonlinearity
 from aocsim.hardware.physics.sources import without_noise
 from aocsim.hardware.profiles.profile import DeviceProfile, load_device
-from aocsim.nn.deq import DEQOutput, DigitalMaps, check_loop_config
+from aocsim.nn.deq import DEQOutput, DigitalMaps, check_loop_config, check_split
 from aocsim.solve.backward import Backward, Implicit, equilibrium
 from aocsim.solve.result import SolveResult
 
@@ -67,7 +67,8 @@ class TwinDEQConfig:
     train_alpha: bool = False
 
     def __post_init__(self) -> None:
-        check_loop_config(self, "channels")
+        check_loop_config(self)
+        check_split(self, "channels")
         bits = self.slm_bits
         if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 24):
             raise InputError(f"TwinDEQConfig.slm_bits = {short(bits)}; expected an integer in [2, 24] or None")

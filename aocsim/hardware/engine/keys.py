@@ -206,7 +206,8 @@ _DRAWN: list[Key] | None = None
 class recording:
     """Context manager: every key an elementwise stream draws from (`Key.tensor`, `normals`) is
     appended to the list it yields. A result a memo remembers is served without drawing (nothing is
-    replayed), so a test that checks a run's streams forgets the memos first (`memo.forget_all`)."""
+    replayed), so a test that checks a run's streams runs with the store off and forgets the memos first
+    (`memo.forget_all`)."""
 
     def __enter__(self) -> list[Key]:
         global _DRAWN

@@ -10,8 +10,9 @@ torch's build, the CPU, the thread count; in the folder also aocsim's version an
 code). So a result computed at another thread count, or for a tensor of other strides, is never
 served, in this process or a later one.
 
-A hit draws nothing: the tests that check which random streams a run draws (`keys.recording`) forget
-every memo first (`forget_all`), so that each result is computed, once, inside the recording.
+A hit draws nothing: the tests that check which random streams a run draws (`keys.recording`) run with
+the store off (`AOCSIM_CACHE_DIR=off`) and forget every memo first (`forget_all`), so that each result
+is computed, once, inside the recording.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class Memo(Generic[T]):
     def _keep(self, key: tuple, value: T) -> None:
         """`value` remembered under `key` (and written to the folder), the least recently used forgotten."""
         self._entries[key] = value
+        self._entries.move_to_end(key)
         if self.stored:
             disk_memo.save(self.kind, key, self.to_records(value))  # type: ignore[misc]
         self._trim()
