@@ -122,4 +122,8 @@ def format_loop_bench(rows: list[LoopBenchRow]) -> str:
             line += (f" {'-':>15s} {'-':>17s}" if r.aihwkit_per_s is None else
                      f" {r.aihwkit_per_s:15.3e} {r.folded_per_s / r.aihwkit_per_s:16.2f}x")
         lines.append(line)
+    if peers:  # what each side simulates per iteration, so that the ratio is read for what it is
+        lines.append("aihwkit draws 1 normal per output and iteration (its output noise); the noisy loop draws 2 per "
+                     "channel (each emitter's RIN, each node's detector noise) and computes both LED paths' cubics "
+                     "and the calibrated sigmoid (docs/GUIDE.md, aocsim bench loop)")
     return "\n".join(lines)

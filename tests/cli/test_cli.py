@@ -294,4 +294,6 @@ def test_the_loop_bench_times_aihwkits_analog_layer_beside_the_noisy_loop() -> N
     noisy = [r for r in rows if r.setting == "all noise"]
     assert noisy and all(r.aihwkit_per_s is not None and r.aihwkit_per_s > 0 for r in noisy)
     assert all(r.aihwkit_per_s is None for r in rows if r.setting.startswith("deterministic"))
-    assert "folded / aihwkit" in format_loop_bench(rows)
+    table = format_loop_bench(rows)
+    assert "folded / aihwkit" in table and "aihwkit draws 1 normal per output" in table
+    assert "aihwkit draws" not in format_loop_bench([r for r in rows if r.aihwkit_per_s is None])
