@@ -16,24 +16,25 @@ from aocsim.nn.ssm_blocks import Mamba2Block, TokenCache
 
 
 def install_compiled_mix(model: Any) -> None:
-    """Every block of `model` (a placed copy, its weights fixed) runs its token middle compiled."""
+    """Every block of `model` (a placed copy, its weights fixed) turned into a `CompiledMixBlock`: the same module
+    (its weights, maps and functions as they are), its token middle run compiled."""
     for block in model.blocks:
-        block.mix_runner = CompiledMix(block)
-
-
-class CompiledMix:
-    """runner(block, p, cache) of `Mamba2Block.step`: `block.mix` through its compiled graph."""
-
-    def __init__(self, block: Mamba2Block) -> None:
         weights = tuple(tensor_digest(t) for t in (block.conv_weight, block.conv_bias, block.dt_bias, block.A_log,
                                                     block.D, block.out_norm.weight))
-        self.key = ("ssm mix", block.cfg, block.out_norm.eps, weights)
+        block.__class__ = CompiledMixBlock  # as a converter swaps a layer's kind, keeping what it holds
+        block.mix_key = ("ssm mix", block.cfg, block.out_norm.eps, weights)
 
-    def __call__(self, block: Mamba2Block, p: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
+
+class CompiledMixBlock(Mamba2Block):
+    """A `Mamba2Block` whose `mix` runs through its compiled graph (`install_compiled_mix` makes one)."""
+
+    mix_key: tuple  # the graph's key: the block's configuration and its weights' digests
+
+    def mix(self, p: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
         def body(p: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            h, after = block.mix(p, TokenCache(conv, ssm))
+            h, after = Mamba2Block.mix(self, p, TokenCache(conv, ssm))
             return h, after.conv, after.ssm
 
         args = (p.contiguous(), cache.conv.contiguous(), cache.ssm.contiguous())  # one graph per shape, not layout
-        h, conv, ssm = backends.graph(self.key, body, args, "the SSM block's token middle", "the same middle")(*args)
+        h, conv, ssm = backends.graph(self.mix_key, body, args, "the SSM block's token middle", "the same middle")(*args)
         return h, TokenCache(conv, ssm)

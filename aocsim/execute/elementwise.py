@@ -61,6 +61,7 @@ class AnalogElementwise(Elementwise):
     def __init__(self, device: DeviceProfile, block: int, scales: dict[str, tuple[float, float, float]],
                  channels: dict[str, int], dtype: torch.dtype, *, generator: keys.Seed = 0,
                  calibrate: bool = True) -> None:
+        super().__init__()
         v = device.parts
         # the DAC's range: the inputs seen in calibration, widened by 1 / HEADROOM about their middle
         self.input_range = {site: ((lo + hi) / 2 - max(hi - lo, 1e-12) / (2 * HEADROOM),
@@ -162,6 +163,7 @@ class _Recorder(Elementwise):
     """Exact functions that remember the largest |x| and |f(x)| per site (the calibration of the full scales)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.peak = torch.tensor([[float("inf"), -float("inf"), 0.0]] * len(self.SITES),
                                  dtype=torch.float64)  # min x, max x, max |f(x)| per site
 
@@ -201,7 +203,6 @@ def recorders(model) -> list[_Recorder]:
 
 
 def restore(model) -> None:
-    from aocsim.nn.ssm_blocks import DIGITAL
-
+    """Every block of `model` back on exact functions (after `recorders`)."""
     for block in model.blocks:
-        block.elementwise = DIGITAL
+        block.elementwise = Elementwise()

@@ -1,6 +1,7 @@
 """The parts of an implicit SSM (aocsim/nn/implicit_ssm.py): its configuration, RMSNorm, the
 Mamba2-style block (in projection, causal conv, selective scan, gated output projection), the cache
-sequential mode carries between tokens, and the elementwise functions a placement may swap."""
+sequential mode carries between tokens, and the block's elementwise functions (a module of their own, which
+a placed copy may swap as it swaps the linear maps)."""
 
 from __future__ import annotations
 
@@ -94,9 +95,10 @@ class TokenCache:
     ssm: torch.Tensor  # [B, H, P, N]
 
 
-class Elementwise:
+class Elementwise(nn.Module):
     """The elementwise functions of a block, by site ("conv": SiLU after the causal conv, "dt":
-    softplus of the step size, "gate": SiLU of the gate). This one is exact (torch's functions)."""
+    softplus of the step size, "gate": SiLU of the gate). This one is exact (torch's functions) and holds
+    no weights (nothing in the state dict)."""
 
     SITES = ("conv", "dt", "gate")
 
@@ -106,8 +108,6 @@ class Elementwise:
     def softplus(self, x: torch.Tensor, site: str) -> torch.Tensor:
         return F.softplus(x)
 
-
-DIGITAL = Elementwise()
 
 
 class Mamba2Block(nn.Module):
@@ -131,12 +131,7 @@ class Mamba2Block(nn.Module):
         self.D = nn.Parameter(torch.ones(cfg.n_heads))
         self.out_norm = RMSNorm(cfg.d_inner, eps)
         self.out_proj = _linear(cfg.d_inner, cfg.d_model, cfg.weight_norm)
-        # How SiLU and softplus are computed: exactly here; a placement may swap in analog circuits
-        # (aocsim/execute/elementwise.py). A plain attribute: no weights, not in the state dict.
-        self.elementwise: Elementwise = DIGITAL
-        # How a token's middle (`mix`) runs: None eagerly; a placement may run it compiled
-        # (aocsim/execute/compiled_mix.py) as runner(block, p, cache).
-        self.mix_runner: Any = None
+        self.elementwise = Elementwise()  # SiLU and softplus, exact
 
     def _split(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = self.cfg
@@ -192,7 +187,7 @@ class Mamba2Block(nn.Module):
     def step(self, z: torch.Tensor, u: torch.Tensor | None, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:
         """One token: z [B, d_model], u [B, d_in_proj] or None -> (o [B, d_model], the cache after this token)."""
         p = self._in(z, u)
-        h, cache = self.mix(p, cache) if self.mix_runner is None else self.mix_runner(self, p, cache)
+        h, cache = self.mix(p, cache)
         return self.out_proj(h), cache
 
     def mix(self, p: torch.Tensor, cache: TokenCache) -> tuple[torch.Tensor, TokenCache]:

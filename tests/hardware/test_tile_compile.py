@@ -189,11 +189,11 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
     compiled_calls, eager_rows = [], set()
     monkeypatch.setattr(tile_product, "run", lambda plan, x, compile: compiled_calls.append(compile) or
                         (None if compile else eager_rows.add(x["t"].shape[0])) or tile_pass.run(plan, x, compile))
-    from aocsim.execute.compiled_mix import CompiledMix
+    from aocsim.execute.compiled_mix import CompiledMixBlock
 
     mixed = []  # the blocks' token middles run compiled (aocsim/execute/compiled_mix.py)
-    monkeypatch.setattr(CompiledMix, "__call__", lambda self, block, p, cache, run=CompiledMix.__call__:
-                        mixed.append(p.shape[0]) or run(self, block, p, cache))
+    monkeypatch.setattr(CompiledMixBlock, "mix", lambda self, p, cache, run=CompiledMixBlock.mix:
+                        mixed.append(p.shape[0]) or run(self, p, cache))
     model = load_model("parity-implicit")
     w = default_workload(model, sequences=4, length_factor=1)
     runs = {}
@@ -220,7 +220,7 @@ def test_a_placed_ssm_predicts_the_same_compiled(monkeypatch: pytest.MonkeyPatch
 def test_only_digital_middles_are_compiled() -> None:
     """The blocks' token middle runs compiled with `compile` and digital elementwise functions; analog ones
     (keyed per pass, aocsim/execute/elementwise.py) keep it eager, as does a plain placement."""
-    from aocsim.execute.compiled_mix import CompiledMix
+    from aocsim.execute.compiled_mix import CompiledMixBlock
     from aocsim.execute.placement import HYBRID, Placement
     from aocsim.execute.ssm_device import calibration_inputs, place_ssm
     from aocsim.experiments.workloads import default_workload
@@ -232,4 +232,4 @@ def test_only_digital_middles_are_compiled() -> None:
     for options, compiled in (({"compile": True}, True), ({"compile": True, "elementwise": "analog"}, False),
                               ({}, False)):
         placed = place_ssm(model, device, cal, Placement(**options).resolved(HYBRID), generator=0)
-        assert all(isinstance(b.mix_runner, CompiledMix) == compiled for b in placed.model.blocks), options
+        assert all(isinstance(b, CompiledMixBlock) == compiled for b in placed.model.blocks), options
