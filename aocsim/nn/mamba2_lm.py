@@ -112,7 +112,10 @@ class Mamba2LM(nn.Module):
 
     def hidden(self, tokens: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
         """The last block's hidden states z_n [B, L, d_model] of tokens int [B, L] (the head reads them)."""
-        return residual_stack(self.blocks, self.embedding(self.check_tokens(tokens)), None, None, chunk=chunk)[0]
+        z = self.embedding(self.check_tokens(tokens))
+        for block in self.blocks:  # each block called as a module, so that its forward hooks fire
+            z = z + block(z, chunk=chunk)
+        return z
 
     def init_caches(self, batch: int) -> list[TokenCache]:
         """The empty recurrent state of every block (conv window and SSM state) for `batch` sequences."""

@@ -190,6 +190,21 @@ def test_recurrent_form_equals_the_chunked_scan(gen: torch.Generator) -> None:
     assert float((torch.stack(steps, 1) - whole).abs().max()) < 1e-12
 
 
+def test_a_forward_hook_on_a_block_sees_every_block_output(gen: torch.Generator) -> None:
+    """The whole-sequence pass calls each block as a module: a hook a user puts on a block (to read its
+    residual update, as with any PyTorch model) fires once per block with the update it adds."""
+    model = _model(2)
+    tokens = _tokens(gen, 2, 9, vocab=7)
+    seen: list[torch.Tensor] = []
+    handles = [block.register_forward_hook(lambda module, args, out: seen.append(out)) for block in model.blocks]
+    with torch.no_grad():
+        hidden = model.hidden(tokens, chunk=4)
+    for handle in handles:
+        handle.remove()
+    assert len(seen) == 2 and all(o.shape == hidden.shape for o in seen)
+    assert torch.equal(model.embedding(tokens) + seen[0] + seen[1], hidden)
+
+
 def test_model_files_round_trip_by_kind(tmp_path: Path, gen: torch.Generator) -> None:
     model = _model(2)
     card = {"name": "m2", "kind": "mamba2", "config": model.config.to_dict()}
