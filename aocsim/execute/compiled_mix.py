@@ -12,17 +12,21 @@ import torch
 
 from aocsim.hardware.engine.memo import tensor_digest
 from aocsim.hardware.engine import backends
-from aocsim.nn.ssm_blocks import Mamba2Block, TokenCache
+from aocsim.nn.ssm_blocks import Mamba2Block, RMSNorm, TokenCache
 
 
 def install_compiled_mix(model: Any) -> None:
     """Every block of `model` (a placed copy, its weights fixed) turned into a `CompiledMixBlock`: the same module
     (its weights, maps and functions as they are), its token middle run compiled."""
     for block in model.blocks:
-        weights = tuple(tensor_digest(t) for t in (block.conv_weight, block.conv_bias, block.dt_bias, block.A_log,
-                                                    block.D, block.out_norm.weight))
+        # the graph's constants are what `mix` reads of the block: keyed on every weight and buffer it holds (a
+        # superset, so that no change of `mix` can meet a graph built for other numbers), its norms' eps and
+        # its elementwise functions' kind
+        held = [*block.named_parameters(), *block.named_buffers()]
+        weights = tuple((name, tensor_digest(t)) for name, t in held)
+        eps = tuple(m.eps for m in block.modules() if isinstance(m, RMSNorm))
         block.__class__ = CompiledMixBlock  # as a converter swaps a layer's kind, keeping what it holds
-        block.mix_key = ("ssm mix", block.cfg, block.out_norm.eps, weights)
+        block.mix_key = ("ssm mix", block.cfg, eps, type(block.elementwise).__qualname__, weights)
 
 
 class CompiledMixBlock(Mamba2Block):
@@ -36,5 +40,6 @@ class CompiledMixBlock(Mamba2Block):
             return h, after.conv, after.ssm
 
         args = (p.contiguous(), cache.conv.contiguous(), cache.ssm.contiguous())  # one graph per shape, not layout
-        h, conv, ssm = backends.graph(self.mix_key, body, args, "the SSM block's token middle", "the same middle")(*args)
+        graph = backends.graph(self.mix_key, body, args, "the SSM block's token middle", "the same middle")
+        h, conv, ssm = graph(*args)
         return h, TokenCache(conv, ssm)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aocsim.errors import InputError
-from aocsim.execute import hybrid, map_fit, mamba2, native, tiled, twin  # noqa: F401 - defining the kinds registers them
+from aocsim.execute import hybrid, mamba2, native, tiled, twin  # noqa: F401 - defining the kinds registers them
+from aocsim.execute import map_fit
 from aocsim.execute.noise_injection import NoiseInjected
 from aocsim.execute.placed import KINDS, PlacedModel
 from aocsim.execute.placement import Placement, as_placement

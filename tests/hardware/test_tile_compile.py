@@ -233,3 +233,34 @@ def test_only_digital_middles_are_compiled() -> None:
                               ({}, False)):
         placed = place_ssm(model, device, cal, Placement(**options).resolved(HYBRID), generator=0)
         assert all(isinstance(b, CompiledMixBlock) == compiled for b in placed.model.blocks), options
+
+
+@pytest.mark.slow
+def test_a_compiled_middle_is_served_only_for_its_own_weights() -> None:
+    """The compiled middle's graph bakes in the block's weights: two copies that differ in one weight `mix`
+    reads get two graphs (their keys differ), each equal to its own eager middle; an identical copy shares
+    the first's key."""
+    import copy
+
+    from aocsim.execute.compiled_mix import install_compiled_mix
+    from aocsim.nn.implicit_ssm import ImplicitSSM, SSMConfig
+    from aocsim.nn.ssm_blocks import Mamba2Block
+
+    model = ImplicitSSM(SSMConfig(vocab_size=5, d_model=16, n_layers=1, d_state=8, head_dim=8),
+                        generator=torch.Generator().manual_seed(0)).double().eval()
+    twin, other = copy.deepcopy(model), copy.deepcopy(model)
+    with torch.no_grad():
+        other.blocks[0].out_norm.weight.mul_(1.5)
+    copies = (model, twin, other)
+    eager = [copy.deepcopy(m) for m in copies]
+    for m in copies:
+        install_compiled_mix(m)
+    keys = [m.blocks[0].mix_key for m in copies]
+    assert keys[0] == keys[1] != keys[2]
+    p = torch.randn(3, model.config.d_in_proj, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with torch.no_grad():
+        for m, e in zip(copies, eager):
+            cache = e.blocks[0].init_cache(3, p)
+            got, want = m.blocks[0].mix(p, cache)[0], Mamba2Block.mix(e.blocks[0], p, cache)[0]
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    assert not torch.allclose(copies[0].blocks[0].mix(p, cache)[0], copies[2].blocks[0].mix(p, cache)[0])
