@@ -138,14 +138,37 @@ def _torch_build() -> str:
     return hashlib.sha256(torch.__config__.show().encode()).hexdigest()  # its BLAS, LAPACK and flags
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU: vendor, model, family, stepping and a digest of its feature flags (Linux: /proc/cpuinfo's
+    first processor; elsewhere what `platform` says). MKL picks its kernels (least squares, torch's exp2
+    and log2) by the CPU itself, not by the vector instructions torch reports: on one AVX-512 machine, MKL
+    told to use AVX2 changed a least-squares solution's bits, and a hypervisor may name two generations
+    alike ("Intel(R) Xeon(R) Processor"), which their flags tell apart."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if not line.strip():
+                    break  # the first processor's block
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        return platform.processor()
+    flags = hashlib.sha256(fields.get("flags", "").encode()).hexdigest()[:16]
+    return " / ".join([*(fields.get(name, "") for name in ("vendor_id", "model name", "cpu family", "model",
+                                                          "stepping")), flags])
+
+
 def machine() -> tuple:
     """What besides the code and the inputs decides a result's bits: torch's version and build, the
-    CPU's architecture and vector instructions (the kernels torch picks), the thread count (a
-    reduction's rounding follows it), float32 matmul precision and, where CUDA is in use, the GPUs."""
+    CPU (its architecture, the vector instructions torch's kernels use, and its model, by which MKL
+    picks its own), the thread count (a reduction's rounding follows it), float32 matmul precision and,
+    where CUDA is in use, the GPUs."""
     gpus = (tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
             if torch.cuda.is_initialized() else ())
     return (torch.__version__, _torch_build(), platform.machine(), torch.backends.cpu.get_cpu_capability(),
-            torch.get_num_threads(), torch.get_float32_matmul_precision(), gpus)
+            cpu_model(), torch.get_num_threads(), torch.get_float32_matmul_precision(), gpus)
 
 
 def _digest(key: tuple) -> str:

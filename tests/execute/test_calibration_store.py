@@ -66,8 +66,8 @@ def test_spawned_workers_fill_the_store_and_a_later_run_reads_it_without_fitting
     xr.testing.assert_allclose(spread.drop_attrs(), alone.drop_attrs(), rtol=1e-5, atol=1e-6)  # float32 rounding
 
 
-def test_an_entry_is_read_only_by_the_same_code_torch_and_thread_count(store: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_is_read_only_by_the_same_code_torch_cpu_and_thread_count(store: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     record = [{"values": torch.arange(6.0).view(2, 3), "scale": 0.5, "pair": (1, 2)}]
     disk_memo.save("fits", ("a key",), record)
     (read,) = disk_memo.load("fits", ("a key",))
@@ -83,6 +83,11 @@ def test_an_entry_is_read_only_by_the_same_code_torch_and_thread_count(store: Pa
     assert disk_memo.load("fits", ("a key",)) is None
     monkeypatch.undo()
     monkeypatch.setenv(disk_memo.STORE_VARIABLE, str(store.parent))
+    assert disk_memo.load("fits", ("a key",)) is not None
+    cpu = disk_memo.cpu_model()  # MKL picks its kernels by the CPU (least squares, exp2, log2)
+    monkeypatch.setattr(disk_memo, "cpu_model", lambda: "AuthenticAMD / another model / 25 / 17 / 1 / flags")
+    assert disk_memo.load("fits", ("a key",)) is None
+    monkeypatch.setattr(disk_memo, "cpu_model", lambda: cpu)
     assert disk_memo.load("fits", ("a key",)) is not None
     real = disk_memo.code_digest()
     monkeypatch.setattr(disk_memo, "code_digest", lambda: "other code")
