@@ -138,26 +138,39 @@ def _torch_build() -> str:
     return hashlib.sha256(torch.__config__.show().encode()).hexdigest()  # its BLAS, LAPACK and flags
 
 
+# /proc/cpuinfo's fields that name a CPU and what it can do (x86, then Arm); not its clock or its core's place
+CPU_FIELDS = ("vendor_id", "model name", "cpu family", "model", "stepping", "cache size", "flags",
+              "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "CPU revision", "Features")
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
-    """The CPU: vendor, model, family, stepping and a digest of its feature flags (Linux: /proc/cpuinfo's
-    first processor; elsewhere what `platform` says). MKL picks its kernels (least squares, torch's exp2
-    and log2) by the CPU itself, not by the vector instructions torch reports: on one AVX-512 machine, MKL
-    told to use AVX2 changed a least-squares solution's bits, and a hypervisor may name two generations
-    alike ("Intel(R) Xeon(R) Processor"), which their flags tell apart."""
-    fields: dict[str, str] = {}
+    """The CPU (`cpu_identity` of /proc/cpuinfo on Linux; elsewhere what `platform` says). MKL picks its
+    kernels (least squares, torch's exp2 and log2) by the CPU itself, not by the vector instructions torch
+    reports: on one AVX-512 machine, MKL told to use AVX2 changed a least-squares solution's bits."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
-            for line in info:
-                if not line.strip():
-                    break  # the first processor's block
-                name, _, value = line.partition(":")
-                fields.setdefault(name.strip(), value.strip())
+            return cpu_identity(info.read()) or platform.processor()
     except OSError:
         return platform.processor()
-    flags = hashlib.sha256(fields.get("flags", "").encode()).hexdigest()[:16]
-    return " / ".join([*(fields.get(name, "") for name in ("vendor_id", "model name", "cpu family", "model",
-                                                          "stepping")), flags])
+
+
+def cpu_identity(cpuinfo: str) -> str:
+    """Vendor, model and a digest of the first processor's `CPU_FIELDS` in /proc/cpuinfo's text ("" if it has
+    none): a hypervisor may name two generations alike ("Intel(R) Xeon(R) Processor"), which their flags
+    tell apart; the clock and the core's place do not count."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    named = [f"{name}={fields[name]}" for name in CPU_FIELDS if name in fields]
+    if not named:
+        return ""
+    digest = hashlib.sha256("\n".join(named).encode()).hexdigest()[:16]
+    return " / ".join([fields.get("vendor_id") or fields.get("CPU implementer", ""),
+                       fields.get("model name") or fields.get("CPU part", ""), digest])
 
 
 def machine() -> tuple:

@@ -96,6 +96,23 @@ def test_an_entry_is_read_only_by_the_same_code_torch_cpu_and_thread_count(store
     assert disk_memo.load("fits", ("a key",)) is not None
 
 
+def test_a_cpu_is_named_by_its_model_and_flags_not_its_clock() -> None:
+    """The stores' CPU (disk_memo.cpu_identity): two generations a hypervisor names alike differ by their flags;
+    the same CPU at another clock, or another core of it, is the same; an Arm CPU is named by its part and
+    features. Fails with the flags left out of the digest."""
+    x86 = ("processor\t: {core}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+           "model name\t: Intel(R) Xeon(R) Processor\ncpu MHz\t\t: {mhz}\ncache size\t: 4096 KB\n"
+           "flags\t\t: fpu sse2 avx2 {extra}\nbogomips\t: {mhz}\n\nprocessor\t: 1\nflags\t\t: other\n")
+    one = disk_memo.cpu_identity(x86.format(core=0, mhz=2100.0, extra="avx512f"))
+    assert one.startswith("GenuineIntel / Intel(R) Xeon(R) Processor / ")
+    assert disk_memo.cpu_identity(x86.format(core=3, mhz=3400.5, extra="avx512f")) == one
+    assert disk_memo.cpu_identity(x86.format(core=0, mhz=2100.0, extra="avx512f amx_tile")) != one
+    arm = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd {f}\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
+    assert disk_memo.cpu_identity(arm.format(f="sve")).startswith("0x41 / 0xd0c / ")
+    assert disk_memo.cpu_identity(arm.format(f="sve")) != disk_memo.cpu_identity(arm.format(f="sve2"))
+    assert disk_memo.cpu_identity("") == ""
+
+
 def test_the_code_digest_follows_every_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     package = Path(disk_memo.__file__).parent
     digests = []
