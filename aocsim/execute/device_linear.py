@@ -91,7 +91,6 @@ class DeviceLinear(nn.Module):
         mount = program.mount
         self.program, self.sigma, self.input_range = program, program.sigma, program.input_range
         self.columns, self.width, self.program_error = program.columns, program.weight.shape[1], program.error
-        self.dead_positions = program.dead
         self.tiles = TiledMatrix(device, program.weight, tile_size=program.tile_size, generator=key,
                                  input_range=self.input_range, predistort=self.predistort, mount=mount)  # the load
         target = ideal_nodes(weight, inputs, self.input_range, self.sigma)

@@ -3,6 +3,8 @@ process, whatever sweep points follow, and only where nothing the fit reads has 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -242,3 +244,27 @@ def test_a_key_remembers_only_frozen_parts_that_cannot_change() -> None:
     before = memo.derive(writeable)
     writeable.values[0] = 1.0
     assert memo.derive(writeable) != before
+
+
+def test_a_population_keeps_each_result_under_its_own_key() -> None:
+    """`Memo.many` (a population's fits): it computes only the inputs it does not know, in one call, and keeps
+    each result under that input's own key, so that each is served afterwards, alone or in another population,
+    without computing. Fails with the results kept under another input's key (they would be computed again)."""
+    from aocsim.hardware.engine.memo import Memo
+
+    memo: Memo[float] = Memo("test population", 8)
+    calls: list[list[int]] = []
+
+    def compute(inputs: list[tuple]) -> Callable[[list[int]], list[float]]:  # `many`'s compute for `inputs`
+        def run(indices: list[int]) -> list[float]:
+            calls.append([inputs[i][0] for i in indices])
+            return [inputs[i][0] * 10.0 for i in indices]
+        return run
+
+    first = [(1,), (2,), (3,)]
+    assert memo.many(first, compute(first)) == [10.0, 20.0, 30.0]
+    for one in first:  # each served alone, under its own key
+        assert memo(one, lambda: pytest.fail("a kept result was computed again")) == one[0] * 10.0
+    second = [(3,), (4,), (1,)]
+    assert memo.many(second, compute(second)) == [30.0, 40.0, 10.0]
+    assert calls == [[1, 2, 3], [4]]

@@ -145,24 +145,32 @@ class Memo(Generic[T]):
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
+    def _served(self, key: tuple) -> T:
+        """The result `_lookup` found for `key`, marked as used last (a result read from the folder counts
+        against the size)."""
+        self._entries.move_to_end(key)
+        value = self._entries[key]
+        self._trim()
+        return value
+
     def __call__(self, inputs: tuple, compute: Callable[[], T]) -> T:
         """The result for `inputs`: remembered, read from the folder, or `compute()`d (and kept)."""
         key = self.key(inputs)
-        if not self._lookup(key):
-            self._keep(key, compute())
-        self._entries.move_to_end(key)
-        self._trim()
-        return self._entries[key]
+        if self._lookup(key):
+            return self._served(key)
+        value = compute()
+        self._keep(key, value)
+        return value
 
     def many(self, inputs: list[tuple], compute: Callable[[list[int]], list[T]]) -> list[T]:
         """The results for several inputs (a population's): those remembered or stored as one call gives them,
         the others computed together by `compute(indices)` (their results in that order) and kept, each under
         its own key, as if computed alone (a population's fits are each point's own: tests/experiments/test_population.py)."""
-        found = {i: self(one, lambda: None) for i, one in enumerate(inputs)  # type: ignore[arg-type,misc]
-                 if self._lookup(self.key(one))}  # (remembered: compute not called)
+        keyed = [self.key(one) for one in inputs]  # each derived once: a fit's key digests its tensors
+        found = {i: self._served(key) for i, key in enumerate(keyed) if self._lookup(key)}
         missing = [i for i in range(len(inputs)) if i not in found]
         for i, value in zip(missing, compute(missing) if missing else []):
-            self._keep(self.key(inputs[i]), value)
+            self._keep(keyed[i], value)
             found[i] = value
         return [found[i] for i in range(len(inputs))]
 
